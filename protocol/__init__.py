@@ -1,0 +1,1 @@
+"""The wire protocol between the gateway and its workers: data only, no I/O."""

@@ -1,0 +1,162 @@
+"""The whole wire vocabulary between the gateway and its workers.
+
+Every message is a msgspec Struct tagged by ``op``. Requests flow gateway → worker,
+replies flow worker → gateway. Large binary data (audio, images, embedding
+matrices) never travels inside a message: it follows the header as separate frames
+(see :mod:`mlx_gateway.protocol.frames`), and a message refers to it by index.
+
+Per request the worker answers with zero or more :class:`Chunk` (possibly coalesced
+into one :class:`Batch` per generation step) and then exactly one :class:`Done` or
+:class:`Error` carrying the same ``request_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Message(msgspec.Struct, tag_field="op", omit_defaults=True, forbid_unknown_fields=False):
+    """Base of every wire message."""
+
+
+# ---------------------------------------------------------------- shared parts
+
+
+class SamplingParams(msgspec.Struct, omit_defaults=True):
+    """Sampling settings after the gateway applied the model's defaults."""
+
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    stop: list[str] = []
+
+
+class Usage(msgspec.Struct, omit_defaults=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class Memory(msgspec.Struct, omit_defaults=True):
+    """A worker's memory as it measured it, in bytes."""
+
+    rss: int = 0
+    mlx_active: int = 0
+    mlx_cache: int = 0
+    mlx_peak: int = 0
+
+
+class ModelFacts(msgspec.Struct, omit_defaults=True):
+    """What a loaded model tells about itself."""
+
+    context_length: int | None = None
+    model_type: str | None = None
+    load_seconds: float = 0.0
+    extra: dict[str, str] = {}
+
+
+# ---------------------------------------------------------------- gateway → worker
+
+
+class Generate(Message, tag="generate"):
+    """Text generation: either chat ``messages`` (the worker applies the chat
+    template) or a raw ``prompt`` (completions)."""
+
+    request_id: str
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | list[int] | None = None
+    sampling: SamplingParams = msgspec.field(default_factory=SamplingParams)
+    chat_template_kwargs: dict[str, Any] = {}
+    echo: bool = False
+
+
+class Cancel(Message, tag="cancel"):
+    """The client went away: stop work for ``request_id`` at the next step.
+    The worker still ends the request with a :class:`Done` (finish ``cancelled``)."""
+
+    request_id: str
+
+
+class Shutdown(Message, tag="shutdown"):
+    """Finish or drop in-flight work within ``grace`` seconds, then exit 0."""
+
+    grace: float = 5.0
+
+
+class Ping(Message, tag="ping"):
+    """Ask for an immediate :class:`Heartbeat`."""
+
+
+# ---------------------------------------------------------------- worker → gateway
+
+
+class Ready(Message, tag="ready"):
+    """The model is loaded and the worker accepts requests."""
+
+    pid: int
+    facts: ModelFacts = msgspec.field(default_factory=ModelFacts)
+    memory: Memory = msgspec.field(default_factory=Memory)
+
+
+class Progress(Message, tag="progress"):
+    """Loading progress: ``stage`` is e.g. ``download`` or ``load``."""
+
+    stage: str
+    fraction: float | None = None
+    detail: str = ""
+
+
+class Heartbeat(Message, tag="heartbeat"):
+    inflight: int = 0
+    queued: int = 0
+    memory: Memory = msgspec.field(default_factory=Memory)
+
+
+class Chunk(Message, tag="chunk"):
+    """New output for one request. ``text`` is detokenized and never contains a
+    (partial) stop sequence."""
+
+    request_id: str
+    text: str = ""
+    tokens: int = 0
+
+
+class Batch(Message, tag="batch"):
+    """One generation step's output for every active request, in one message."""
+
+    chunks: list[Chunk] = []
+
+
+class Done(Message, tag="done"):
+    """The request ended. ``finish_reason`` is ``stop``, ``length`` or ``cancelled``."""
+
+    request_id: str
+    finish_reason: str
+    usage: Usage = msgspec.field(default_factory=Usage)
+
+
+class Error(Message, tag="error"):
+    """A request failed (``request_id`` set) or the worker cannot serve at all
+    (``request_id`` empty, e.g. the model failed to load).
+
+    ``status`` is the HTTP status the gateway should answer with; ``type``,
+    ``param`` and ``code`` follow the OpenAI error object."""
+
+    message: str
+    request_id: str = ""
+    status: int = 500
+    type: str = "server_error"
+    param: str | None = None
+    code: str | None = None
+
+
+Request = Generate | Cancel | Shutdown | Ping
+Reply = Ready | Progress | Heartbeat | Chunk | Batch | Done | Error
