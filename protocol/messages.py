@@ -5,8 +5,9 @@ replies flow worker → gateway. Large binary data (audio, images, embedding
 matrices) never travels inside a message: it follows the header as separate frames
 (see :mod:`mlx_gateway.protocol.frames`), and a message refers to it by index.
 
-Per request the worker answers with zero or more :class:`Chunk` (possibly coalesced
-into one :class:`Batch` per generation step) and then exactly one :class:`Done` or
+Per request the worker answers with one :class:`Started` (or an :class:`Error`
+that rejects the request), zero or more :class:`Chunk` (possibly coalesced into one
+:class:`Batch` per generation step) and then exactly one :class:`Done` or
 :class:`Error` carrying the same ``request_id``.
 """
 
@@ -75,7 +76,6 @@ class Generate(Message, tag="generate"):
     prompt: str | list[int] | None = None
     sampling: SamplingParams = msgspec.field(default_factory=SamplingParams)
     chat_template_kwargs: dict[str, Any] = {}
-    echo: bool = False
 
 
 class Cancel(Message, tag="cancel"):
@@ -120,6 +120,16 @@ class Heartbeat(Message, tag="heartbeat"):
     memory: Memory = msgspec.field(default_factory=Memory)
 
 
+class Started(Message, tag="started"):
+    """The request passed the worker's checks (prompt tokenized, fits the context)
+    and generation begins. Sent before any :class:`Chunk`, so the gateway can
+    answer a rejected request with a plain HTTP error instead of a broken stream."""
+
+    request_id: str
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+
 class Chunk(Message, tag="chunk"):
     """New output for one request. ``text`` is detokenized and never contains a
     (partial) stop sequence."""
@@ -159,4 +169,4 @@ class Error(Message, tag="error"):
 
 
 Request = Generate | Cancel | Shutdown | Ping
-Reply = Ready | Progress | Heartbeat | Chunk | Batch | Done | Error
+Reply = Ready | Progress | Heartbeat | Started | Chunk | Batch | Done | Error

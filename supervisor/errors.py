@@ -1,0 +1,75 @@
+"""Gateway exceptions and their OpenAI-shaped error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """An error a client sees: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    status: int = 500
+    type: str = "server_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+        if type is not None:
+            self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class BadRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+
+    def __init__(self, name: str, served: list[str]) -> None:
+        listing = ", ".join(served) if served else "(none configured)"
+        super().__init__(
+            f"The model '{name}' does not exist on this gateway. Served models: {listing}.",
+            param="model",
+            code="model_not_found",
+        )
+
+
+class ModelUnavailable(GatewayError):
+    """The model cannot serve now: it failed to load, crashed, or the gateway stops."""
+
+    status = 503
+    type = "server_error"
+
+    def __init__(self, message: str, *, code: str = "model_unavailable") -> None:
+        super().__init__(message, code=code)
+
+
+class WorkerCrashed(ModelUnavailable):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="worker_crashed")
