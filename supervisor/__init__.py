@@ -1,0 +1,1 @@
+"""The gateway process: config, HTTP API, worker supervision. Never imports MLX."""

@@ -1,0 +1,99 @@
+"""``mlx-gateway`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from .config import ConfigError, GatewayConfig, config_from_model_path, load_config
+
+log = logging.getLogger("mlx_gateway")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlx-gateway", description="Serve many local MLX models through the OpenAI API."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    launch = sub.add_parser("launch", help="start the gateway")
+    source = launch.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="YAML file listing the models to serve")
+    source.add_argument("--model-path", help="serve this one model (HF repo id or directory)")
+    launch.add_argument("--model-type", default="lm", help="with --model-path (default: lm)")
+    launch.add_argument("--served-model-name", help="with --model-path: the name clients use")
+    launch.add_argument("--host", help="override server.host")
+    launch.add_argument("--port", type=int, help="override server.port")
+    launch.add_argument("--log-level", help="override server.log_level")
+    return parser
+
+
+def resolve_config(args: argparse.Namespace) -> GatewayConfig:
+    overrides = {
+        key: value
+        for key, value in (("host", args.host), ("port", args.port), ("log_level", args.log_level))
+        if value is not None
+    }
+    if args.config:
+        config = load_config(args.config)
+        for key, value in overrides.items():
+            setattr(config.server, key, value)
+        return config
+    return config_from_model_path(
+        args.model_path,
+        model_type=args.model_type,
+        served_model_name=args.served_model_name,
+        **overrides,
+    )
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+async def serve(config: GatewayConfig) -> None:
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config as HypercornConfig
+
+    from .app import create_app
+
+    host, port = config.server.host, config.server.port
+    hconfig = HypercornConfig()
+    hconfig.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    hconfig.accesslog = None
+    hconfig.errorlog = logging.getLogger("hypercorn.error")
+    hconfig.graceful_timeout = config.server.shutdown_grace
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    names = ", ".join(model.served_model_name for model in config.models)
+    log.info("serving %s on http://%s:%d/v1", names, host, port)
+    await hypercorn_serve(create_app(config), hconfig, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    log.info("gateway stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "launch":
+        try:
+            config = resolve_config(args)
+        except ConfigError as exc:
+            print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
+            return 2
+        setup_logging(config.server.log_level)
+        asyncio.run(serve(config))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
