@@ -55,6 +55,7 @@ class Registry:
             for name in handle.config.names:
                 self._by_name[name] = handle
         self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
 
     def resolve(self, name: str) -> WorkerHandle:
         """The handle serving ``name`` (a served name or an alias)."""
@@ -83,6 +84,9 @@ class Registry:
 
     async def close(self) -> None:
         """Stop every worker (in parallel) and release the socket and directory."""
+        if self._closed:
+            return
+        self._closed = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

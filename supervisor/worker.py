@@ -181,6 +181,8 @@ class WorkerHandle:
 
     async def close(self) -> None:
         """Stop the worker and end the owner task."""
+        if self._owner is None:
+            return
         await self.stop("gateway shutting down")
         if self._owner is not None:
             self._owner.cancel()

@@ -1,0 +1,182 @@
+"""A worker that speaks the real protocol over real ZeroMQ, without MLX.
+
+Started exactly like the real worker (``--endpoint --spec --parent-pid``). Its
+behaviour at start comes from the last segment of the spec's ``model_path``:
+
+* ``fake/ok``: ready at once.
+* ``fake/slow-start``: ready after 1.5 s (sends Progress meanwhile).
+* ``fake/load-error``: reports a load Error ("download failed: offline") and exits 3.
+* ``fake/die-on-load``: dies by SIGKILL while loading.
+* ``fake/no-ready``: never sends Ready (start timeout).
+* ``fake/ignore-sigterm``: ignores Shutdown and SIGTERM (needs SIGKILL).
+
+Per request, the last message's text (or the prompt) decides:
+
+* ``crash``: emits a few chunks, then the process kills itself with SIGKILL.
+* ``hang``: never answers (a cancel still ends it).
+* ``reject``: an Error 400 before Started (like a context overflow).
+* anything else: echoes the words back, one per step, ``max_tokens`` capping them
+  (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import zmq
+
+from mlx_gateway.protocol.frames import pack, unpack_request
+from mlx_gateway.protocol.messages import (
+    Batch,
+    Cancel,
+    Chunk,
+    Done,
+    Error,
+    Generate,
+    Heartbeat,
+    Memory,
+    ModelFacts,
+    Ping,
+    Progress,
+    Ready,
+    Shutdown,
+    Started,
+    Usage,
+)
+from mlx_gateway.protocol.spec import decode_spec
+
+STEP = 0.02  # seconds per generated "token"
+
+
+@dataclass
+class Active:
+    request_id: str
+    words: list[str]
+    max_tokens: int | None
+    prompt_tokens: int
+    behaviour: str
+    sent: int = 0
+
+
+def text_of(msg: Generate) -> str:
+    if msg.messages:
+        content = msg.messages[-1].get("content", "")
+        if isinstance(content, list):
+            return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return str(content)
+    if isinstance(msg.prompt, list):
+        return " ".join(str(t) for t in msg.prompt)
+    return msg.prompt or ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    args = parser.parse_args()
+    spec = decode_spec(args.spec)
+    mode = spec.model_path.rsplit("/", 1)[-1]
+    print(f"fake worker {os.getpid()} mode={mode}", flush=True)
+
+    sock = zmq.Context().socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, spec.worker_id.encode())
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(args.endpoint)
+
+    def send(msg: object) -> None:
+        sock.send_multipart(pack(msg))  # type: ignore[arg-type]
+
+    if mode == "ignore-sigterm":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if mode == "slow-start":
+        for i in range(3):
+            send(Progress(stage="load", fraction=i / 3))
+            time.sleep(0.5)
+    elif mode == "load-error":
+        print("loading model...", flush=True)
+        send(Error(message="download failed: offline", status=503))
+        time.sleep(0.2)
+        sys.exit(3)
+    elif mode == "die-on-load":
+        print("about to die while loading", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "no-ready":
+        while True:
+            time.sleep(1)
+    send(Ready(pid=os.getpid(), facts=ModelFacts(context_length=256, model_type="fake")))
+
+    active: dict[str, Active] = {}
+    shutting_down_at: float | None = None
+    last_beat = time.monotonic()
+    while True:
+        if os.getppid() != args.parent_pid:
+            print("gateway gone; exiting", flush=True)
+            return
+        if sock.poll(int(STEP * 1000)):
+            try:
+                request, _ = unpack_request(sock.recv_multipart())
+            except Exception as exc:
+                print(f"malformed message ignored: {exc}", flush=True)
+                continue
+            match request:
+                case Generate():
+                    text = text_of(request)
+                    behaviour = text.strip().split()[0] if text.strip() else ""
+                    if behaviour == "reject":
+                        send(Error(request_id=request.request_id, status=400,
+                                   type="invalid_request_error", param="messages",
+                                   code="context_length_exceeded", message="too long"))
+                        continue
+                    words = text.split()
+                    send(Started(request_id=request.request_id, prompt_tokens=len(words)))
+                    active[request.request_id] = Active(
+                        request.request_id, words, request.sampling.max_tokens, len(words),
+                        behaviour,
+                    )
+                case Cancel(request_id=rid) if rid in active:
+                    print(f"cancelled {rid}", flush=True)
+                    item = active.pop(rid)
+                    send(Done(request_id=rid, finish_reason="cancelled",
+                              usage=Usage(item.prompt_tokens, item.sent)))
+                case Shutdown() if mode != "ignore-sigterm":
+                    shutting_down_at = time.monotonic()
+                case Ping():
+                    send(Heartbeat(inflight=len(active)))
+                case _:
+                    pass
+        if shutting_down_at is not None and not active:
+            print("shutdown", flush=True)
+            return
+        chunks, finished = [], []
+        for item in active.values():
+            if item.behaviour == "hang":
+                continue
+            if item.behaviour == "crash" and item.sent >= 3:
+                print("crashing on purpose", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            word = item.words[item.sent % len(item.words)] if item.words else "x"
+            item.sent += 1
+            chunks.append(Chunk(request_id=item.request_id, text=word + " ", tokens=1))
+            if item.max_tokens is not None and item.sent >= item.max_tokens:
+                finished.append((item, "length"))
+            elif item.behaviour != "crash" and item.sent >= len(item.words):
+                finished.append((item, "stop"))
+        if chunks:
+            send(Batch(chunks=chunks))
+        for item, reason in finished:
+            del active[item.request_id]
+            send(Done(request_id=item.request_id, finish_reason=reason,
+                      usage=Usage(prompt_tokens=item.prompt_tokens, completion_tokens=item.sent)))
+        if time.monotonic() - last_beat > spec.heartbeat_interval:
+            last_beat = time.monotonic()
+            send(Heartbeat(inflight=len(active), memory=Memory(rss=1)))
+
+
+if __name__ == "__main__":
+    main()
