@@ -1,0 +1,25 @@
+"""The OpenAI HTTP API of the gateway (language models for now).
+
+``routes`` and ``exception_handlers`` plug into ``Starlette(...)``; handlers find
+the model registry at ``request.app.state.registry``.
+"""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from .chat import create_chat_completion
+from .completions import create_completion
+from .exceptions import exception_handlers
+from .health import health
+from .models import list_models, retrieve_model
+
+routes: list[Route] = [
+    Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+    Route("/v1/completions", create_completion, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
+    Route("/health", health, methods=["GET"]),
+]
+
+__all__ = ["exception_handlers", "routes"]

@@ -1,0 +1,54 @@
+"""Read a JSON request body into a Struct; every failure is a 400 naming the field."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any, TypeVar
+
+import msgspec
+from mlx_gateway.supervisor.errors import BadRequest
+from starlette.requests import Request
+
+T = TypeVar("T")
+
+# msgspec appends the location as " - at `$.a[0].b`"; the root "$" has no suffix.
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
+
+
+@cache
+def _decoder(type_: Any) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(type_)
+
+
+def decode(data: bytes, type_: type[T]) -> T:
+    """Decode and validate ``data`` as ``type_``.
+
+    Raises :class:`BadRequest` with ``param`` set to the offending field's path
+    (``messages[0].role``) and a message naming it."""
+    try:
+        return _decoder(type_).decode(data)
+    except msgspec.ValidationError as exc:
+        raise validation_error(str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
+
+
+def validation_error(text: str) -> BadRequest:
+    """Turn a msgspec validation message into a :class:`BadRequest` with a param."""
+    match = _AT.match(text)
+    assert match is not None  # the pattern matches any string
+    what, path = match["what"], (match["path"] or "").lstrip(".")
+    missing = _MISSING.match(what)
+    if missing:
+        param = f"{path}.{missing['field']}" if path else missing["field"]
+        return BadRequest(f"Missing required parameter: '{param}'.", param=param)
+    if not path:
+        return BadRequest(f"Invalid request body: {what}.")
+    return BadRequest(f"Invalid value for '{path}': {what}.", param=path)
+
+
+async def read_json(request: Request, type_: type[T]) -> T:
+    """Read the whole body of ``request`` and :func:`decode` it as ``type_``."""
+    return decode(await request.body(), type_)

@@ -1,0 +1,113 @@
+"""One generation on a worker, from the worker's first reply to its last.
+
+The model's session (which counts the request in flight and cancels it on the
+worker when left early) is entered in :meth:`Generation.start` and held until
+:meth:`Generation.aclose`, so it spans both the wait for the first reply, which
+decides between an HTTP error and a stream, and the stream itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+import anyio
+from mlx_gateway.protocol.messages import Chunk, Done, Error, Generate
+from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
+
+
+class Handle(Protocol):
+    """What a generation needs of a ``WorkerHandle``."""
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
+
+
+def _raise_error(reply: Error) -> None:
+    raise GatewayError(
+        reply.message, status=reply.status, type=reply.type, param=reply.param, code=reply.code
+    )
+
+
+class Generation:
+    """A generation the worker accepted (its first reply came).
+
+    Iterate it for the :class:`Chunk` replies and then the final :class:`Done`;
+    iteration raises :class:`GatewayError` when the request fails on the worker.
+    Always :meth:`aclose` it: leaving before ``Done`` cancels the request."""
+
+    def __init__(self, stack: contextlib.AsyncExitStack, stream: Any, first: Any) -> None:
+        self._stack = stack
+        self._stream = stream
+        self._pending: Any = first
+        self._finished = False
+        self._closed = False
+
+    @classmethod
+    async def start(cls, handle: Handle, msg: Generate) -> Generation:
+        """Enter ``handle``'s session (waiting for the model to be ready), send
+        ``msg`` and wait for the worker's first reply.
+
+        Raises the request's :class:`GatewayError` (e.g. 400 context too long, 503
+        model failed to load) with nothing left open."""
+        stack = contextlib.AsyncExitStack()
+        try:
+            session = await stack.enter_async_context(handle.session())
+            stream = session.generate(msg)
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                stack.push_async_callback(aclose)
+            first = await _next(stream)
+            if isinstance(first, Error):
+                _raise_error(first)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return cls(stack, stream, first)
+
+    def __aiter__(self) -> Generation:
+        return self
+
+    async def __anext__(self) -> Chunk | Done:
+        while not self._finished:
+            if self._pending is not None:
+                reply, self._pending = self._pending, None
+            else:
+                reply = await _next(self._stream)
+            match reply:
+                case Chunk():
+                    return reply
+                case Done():
+                    self._finished = True
+                    return reply
+                case Error():
+                    _raise_error(reply)
+                # Started and anything else carry nothing for the client.
+        raise StopAsyncIteration
+
+    async def collect(self) -> tuple[str, Done]:
+        """Run the generation to its end: the whole text and the final ``Done``."""
+        parts: list[str] = []
+        async for reply in self:
+            if isinstance(reply, Done):
+                return "".join(parts), reply
+            parts.append(reply.text)
+        raise AssertionError("unreachable: iteration ends only after Done")
+
+    async def aclose(self) -> None:
+        """Leave the session (idempotent); cancels the request if it did not finish.
+        Shielded, so that it completes inside a cancelled task too."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self._stack.aclose()
+
+
+async def _next(stream: Any) -> Any:
+    try:
+        return await anext(stream)
+    except StopAsyncIteration:
+        raise ModelUnavailable(
+            "The worker ended the request without a result.", code="incomplete_generation"
+        ) from None

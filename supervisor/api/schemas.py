@@ -1,0 +1,137 @@
+"""Request bodies of the OpenAI text-generation endpoints, as msgspec Structs.
+
+Decoding a body into these types is the whole of type validation: a wrong type or
+an out-of-range value fails with the field path (see :mod:`.body`). Unknown
+top-level fields are accepted and ignored, as the OpenAI API grows faster than
+any gateway; the types of known fields are always checked.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+# ---------------------------------------------------------------- value ranges
+
+MaxTokens = Annotated[int, Meta(ge=1)]
+Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
+TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
+TopK = Annotated[int, Meta(ge=-1)]
+"""``0`` and ``-1`` (vLLM's spelling) both mean "no top-k"."""
+MinP = Annotated[float, Meta(ge=0.0, le=1.0)]
+RepetitionPenalty = Annotated[float, Meta(gt=0.0)]
+Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
+N = Annotated[int, Meta(ge=1)]
+TokenId = Annotated[int, Meta(ge=0)]
+
+# ---------------------------------------------------------------- chat messages
+
+
+class TextPart(Struct, tag="text", tag_field="type"):
+    """A content part ``{"type": "text", "text": ...}``."""
+
+    text: str
+
+
+Content = str | list[TextPart]
+
+
+class FunctionCall(Struct):
+    name: str
+    arguments: str
+
+
+class ToolCall(Struct, omit_defaults=True):
+    """A tool call made by the assistant in an earlier turn."""
+
+    id: str
+    function: FunctionCall
+    type: Literal["function"] = "function"
+
+
+class ChatMessage(Struct, tag_field="role", omit_defaults=True):
+    """Base of the chat messages; tagged by ``role``. Unknown keys are dropped."""
+
+
+class SystemMessage(ChatMessage, tag="system"):
+    content: Content
+    name: str | None = None
+
+
+class DeveloperMessage(ChatMessage, tag="developer"):
+    content: Content
+    name: str | None = None
+
+
+class UserMessage(ChatMessage, tag="user"):
+    content: Content
+    name: str | None = None
+
+
+class AssistantMessage(ChatMessage, tag="assistant"):
+    content: Content | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ToolMessage(ChatMessage, tag="tool"):
+    content: Content
+    tool_call_id: str
+
+
+Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+# ---------------------------------------------------------------- requests
+
+
+class StreamOptions(Struct):
+    include_usage: bool = False
+
+
+class SamplingFields(Struct, kw_only=True):
+    """The fields chat and legacy completions share (``model`` and sampling)."""
+
+    model: str
+    max_tokens: MaxTokens | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    seed: int | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: N | None = None
+    user: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    """``POST /v1/chat/completions``."""
+
+    messages: Annotated[list[Message], Meta(min_length=1)]
+    max_completion_tokens: MaxTokens | None = None
+    metadata: dict[str, str] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    """vLLM's extension: extra variables for the model's chat template."""
+
+
+class CompletionRequest(SamplingFields, kw_only=True):
+    """``POST /v1/completions``.
+
+    ``prompt`` is a string, a list of token ids, or a one-element list of either;
+    batches of several prompts are rejected by the handler."""
+
+    prompt: str | list[str | TokenId | list[TokenId]]
+    echo: bool = False
+
+
+def messages_to_builtins(messages: list[Message]) -> list[dict[str, Any]]:
+    """The parsed messages as plain dicts for :class:`~mlx_gateway.protocol.messages.Generate`
+    (``role`` included, unset optional keys left out, content part lists kept)."""
+    return msgspec.to_builtins(messages)
