@@ -15,6 +15,8 @@ T = TypeVar("T")
 # msgspec appends the location as " - at `$.a[0].b`"; the root "$" has no suffix.
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
+_BAD_VALUE = re.compile(r"^Invalid value (?P<value>.*)$")
+_ROLES = "system, developer, user, assistant, tool"
 
 
 @cache
@@ -39,13 +41,20 @@ def validation_error(text: str) -> BadRequest:
     """Turn a msgspec validation message into a :class:`BadRequest` with a param."""
     match = _AT.match(text)
     assert match is not None  # the pattern matches any string
-    what, path = match["what"], (match["path"] or "").lstrip(".")
+    what = match["what"]
+    # A dict value's path reads "metadata[...]": name the dict.
+    path = (match["path"] or "").lstrip(".").replace("[...]", "")
     missing = _MISSING.match(what)
     if missing:
         param = f"{path}.{missing['field']}" if path else missing["field"]
         return BadRequest(f"Missing required parameter: '{param}'.", param=param)
     if not path:
         return BadRequest(f"Invalid request body: {what}.")
+    bad_value = _BAD_VALUE.match(what)
+    if bad_value:  # a tag (role, part type) outside its choices
+        what = f"unsupported value {bad_value['value']}"
+        if path.endswith(".role"):
+            what += f" (expected one of: {_ROLES})"
     return BadRequest(f"Invalid value for '{path}': {what}.", param=path)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 # ---------------------------------------------------------------- value ranges
 
@@ -43,7 +43,7 @@ class FunctionCall(Struct):
     arguments: str
 
 
-class ToolCall(Struct, omit_defaults=True):
+class ToolCall(Struct):
     """A tool call made by the assistant in an earlier turn."""
 
     id: str
@@ -51,29 +51,31 @@ class ToolCall(Struct, omit_defaults=True):
     type: Literal["function"] = "function"
 
 
-class ChatMessage(Struct, tag_field="role", omit_defaults=True):
-    """Base of the chat messages; tagged by ``role``. Unknown keys are dropped."""
+class ChatMessage(Struct, tag_field="role"):
+    """Base of the chat messages; tagged by ``role``. Unknown keys are dropped;
+    optional keys the client left out stay out (:data:`UNSET`), and an explicit
+    ``null`` stays ``None``, so the chat template sees what the client sent."""
 
 
 class SystemMessage(ChatMessage, tag="system"):
     content: Content
-    name: str | None = None
+    name: str | UnsetType | None = UNSET
 
 
 class DeveloperMessage(ChatMessage, tag="developer"):
     content: Content
-    name: str | None = None
+    name: str | UnsetType | None = UNSET
 
 
 class UserMessage(ChatMessage, tag="user"):
     content: Content
-    name: str | None = None
+    name: str | UnsetType | None = UNSET
 
 
 class AssistantMessage(ChatMessage, tag="assistant"):
-    content: Content | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
+    content: Content | UnsetType | None = UNSET
+    name: str | UnsetType | None = UNSET
+    tool_calls: list[ToolCall] | UnsetType | None = UNSET
 
 
 class ToolMessage(ChatMessage, tag="tool"):
