@@ -1,0 +1,123 @@
+"""An in-process registry whose handles answer from a script: the API's handlers
+tested without processes or sockets (the real registry is tested in test_gateway)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from mlx_gateway.protocol.messages import Chunk, Done, Generate, Started, Usage
+from mlx_gateway.supervisor.api import exception_handlers, routes
+from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
+from starlette.applications import Starlette
+
+
+def defaults(**values: Any) -> SimpleNamespace:
+    fields: dict[str, Any] = dict.fromkeys(
+        ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+    )
+    fields.update(aliases=[], model_type="lm", model_path="fake")
+    return SimpleNamespace(**{**fields, **values})
+
+
+def text_of(msg: Generate) -> str:
+    if msg.messages:
+        content = msg.messages[-1].get("content", "")
+        if isinstance(content, list):
+            return " ".join(part["text"] for part in content)
+        return content
+    return msg.prompt if isinstance(msg.prompt, str) else " ".join(map(str, msg.prompt or []))
+
+
+@dataclass
+class FakeHandle:
+    """Answers by the first word of the last message: ``reject`` (400 before
+    Started), ``crash`` (WorkerCrashed after two chunks), ``hang`` (never ends),
+    ``boom`` (an unexpected exception mid-stream); else echoes the words."""
+
+    name: str
+    config: SimpleNamespace = field(default_factory=defaults)
+    load_error: GatewayError | None = None
+    sent: list[Generate] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    inflight: int = 0
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "state": "ready",
+            "pid": 123,
+            "inflight": self.inflight,
+            "last_used": None,
+            "error": None,
+            "context_length": 256,
+        }
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[FakeHandle]:
+        self.inflight += 1
+        try:
+            if self.load_error is not None:
+                raise self.load_error
+            yield self
+        finally:
+            self.inflight -= 1
+
+    async def generate(self, msg: Generate) -> AsyncIterator[Any]:
+        self.sent.append(msg)
+        words = text_of(msg).split()
+        behaviour = words[0] if words else ""
+        done = False
+        try:
+            if behaviour == "reject":
+                raise GatewayError(
+                    "too long", status=400, type="invalid_request_error",
+                    param="messages", code="context_length_exceeded",
+                )  # fmt: skip
+            yield Started(request_id=msg.request_id, prompt_tokens=len(words))
+            self.started.set()
+            if behaviour == "hang":
+                await asyncio.Event().wait()
+            limit = msg.sampling.max_tokens
+            sent = 0
+            for word in words:
+                if behaviour == "crash" and sent == 2:
+                    raise WorkerCrashed("model 'm' worker killed by SIGKILL")
+                if behaviour == "boom" and sent == 1:
+                    raise RuntimeError("unexpected")
+                await asyncio.sleep(0)
+                yield Chunk(request_id=msg.request_id, text=word + " ", tokens=1)
+                sent += 1
+                if limit is not None and sent >= limit:
+                    break
+            reason = "length" if limit is not None and sent >= limit else "stop"
+            done = True
+            yield Done(
+                request_id=msg.request_id,
+                finish_reason=reason,
+                usage=Usage(prompt_tokens=len(words), completion_tokens=sent, cached_tokens=1),
+            )
+        finally:
+            (self.finished if done else self.cancelled).append(msg.request_id)
+
+
+class FakeRegistry:
+    def __init__(self, *handles: FakeHandle) -> None:
+        self.handles = list(handles)
+
+    def resolve(self, name: str) -> FakeHandle:
+        for handle in self.handles:
+            if name == handle.name or name in handle.config.aliases:
+                return handle
+        raise ModelNotFound(name, [h.name for h in self.handles])
+
+
+def make_app(*handles: FakeHandle) -> Starlette:
+    app = Starlette(routes=routes, exception_handlers=exception_handlers)
+    app.state.registry = FakeRegistry(*handles)
+    return app
