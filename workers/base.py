@@ -1,0 +1,278 @@
+"""The contract between the serve loop and a model backend, and the loop itself.
+
+All MLX work of a worker runs on one thread, the *MLX thread* (MLX streams belong
+to the thread that made them): it imports the backend, loads the model and then
+alternates between taking requests from an inbox and running one step of work.
+The main thread owns every ZeroMQ socket of the outside world (see
+:mod:`.runtime`); this module never blocks it.
+
+A backend only sees decoded requests and answers through ``emit``. It must end
+every request it accepted with exactly one ``Done`` or ``Error``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import zmq
+
+from ..protocol.frames import pack
+from ..protocol.messages import (
+    Cancel,
+    Error,
+    ModelFacts,
+    Progress,
+    Ready,
+    Reply,
+    Request,
+    Shutdown,
+)
+from ..protocol.spec import WorkerSpec
+from .hub import LoadError
+from .memory import measure_memory
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+"""Asked to stop (Shutdown, SIGTERM) or the gateway is gone."""
+EXIT_CRASH = 1
+"""The serve loop itself failed (a bug); the gateway treats it as a crash."""
+EXIT_LOAD_FAILED = 3
+"""The model could not be loaded; the reason went out as ``Error(request_id="")``."""
+
+BACKENDS: dict[str, str] = {
+    "lm": "mlx_gateway.workers.lm",
+}
+"""Worker kind → module with a ``create_backend() -> Backend`` factory. Imported
+lazily, on the MLX thread: backend modules import MLX libraries."""
+
+Emit = Callable[[Reply], None]
+"""Send one reply to the gateway. Only valid on the MLX thread."""
+
+
+class RequestError(Exception):
+    """A request cannot be served; becomes an ``Error`` reply, not a crash."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def to_error(self, request_id: str) -> Error:
+        return Error(
+            message=self.message,
+            request_id=request_id,
+            status=self.status,
+            type=self.type,
+            param=self.param,
+            code=self.code,
+        )
+
+
+class Backend(Protocol):
+    """One kind of model (lm, vlm, embeddings, …). Every method runs on the MLX thread,
+    except :meth:`counts`, which the main thread reads for heartbeats."""
+
+    def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
+        """Load the model (``Progress`` may be emitted). Raise ``LoadError`` with a
+        reason a person can act on."""
+        ...
+
+    def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        """Check and accept a request (emitting ``Started`` when it is accepted), or
+        raise :class:`RequestError` to reject it before ``Started``."""
+        ...
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a queued or running request: it ends with ``Done(finish_reason="cancelled")``.
+        Unknown and finished ids are ignored."""
+        ...
+
+    def has_work(self) -> bool:
+        """Whether :meth:`step` has anything to do."""
+        ...
+
+    def step(self) -> None:
+        """One bounded unit of work (one generation step), emitting its replies."""
+        ...
+
+    def fail_active(self, message: str) -> None:
+        """A step raised: end the requests it was working on with ``Error(500)`` and
+        reset whatever state they shared. Queued requests stay queued."""
+        ...
+
+    def cancel_all(self) -> None:
+        """End every queued and running request with ``Done("cancelled")``."""
+        ...
+
+    def counts(self) -> tuple[int, int]:
+        """``(running, queued)`` requests. Called from the main thread."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds. The process is about to exit."""
+        ...
+
+
+def create_backend(kind: str) -> Backend:
+    """The backend for a worker kind (imports its module)."""
+    try:
+        module = BACKENDS[kind]
+    except KeyError:
+        known = ", ".join(sorted(BACKENDS))
+        raise LoadError(f"unknown worker kind '{kind}' (known: {known})") from None
+    return importlib.import_module(module).create_backend()
+
+
+class Abort:
+    """Inbox item: stop now (SIGTERM), cancelling everything."""
+
+
+InboxItem = tuple[Request, list[bytes]] | Abort
+
+
+class MLXThread(threading.Thread):
+    """The thread that owns the backend. Replies travel to the main thread over an
+    inproc PUSH socket; one empty frame after the last reply says the thread ended,
+    and :attr:`exit_code` tells how."""
+
+    def __init__(self, spec: WorkerSpec, context: zmq.Context, replies_endpoint: str) -> None:
+        super().__init__(name="mlx", daemon=True)
+        self.spec = spec
+        self.inbox: queue.Queue[InboxItem] = queue.Queue()
+        self.exit_code = EXIT_CRASH
+        self.backend: Backend | None = None
+        self._context = context
+        self._replies_endpoint = replies_endpoint
+        self._push: zmq.Socket | None = None
+
+    def counts(self) -> tuple[int, int]:
+        backend = self.backend
+        return backend.counts() if backend is not None else (0, 0)
+
+    def emit(self, msg: Reply) -> None:
+        assert self._push is not None
+        self._push.send_multipart(pack(msg))
+
+    def run(self) -> None:
+        # Sockets are not thread-safe: this one is made and used on this thread only.
+        self._push = self._context.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)  # never block generation on the I/O thread
+        self._push.connect(self._replies_endpoint)
+        try:
+            self.exit_code = self._run()
+        except BaseException:
+            log.exception("serve loop failed")
+            self.exit_code = EXIT_CRASH
+        finally:
+            if self.backend is not None:
+                try:
+                    self.backend.close()
+                except Exception:
+                    log.exception("closing the backend failed")
+            self._push.send(b"")
+            self._push.close(linger=-1)
+
+    def _run(self) -> int:
+        spec = self.spec
+        self.emit(Progress(stage="load", detail=spec.model_path))
+        started = time.monotonic()
+        try:
+            backend = create_backend(spec.kind)
+            facts = backend.load(spec, self.emit)
+        except LoadError as exc:
+            return self._load_failed(str(exc))
+        except Exception as exc:
+            log.exception("loading %s failed", spec.model_path)
+            return self._load_failed(f"load failed: {spec.model_path}: {type(exc).__name__}: {exc}")
+        facts.load_seconds = round(time.monotonic() - started, 3)
+        self.backend = backend
+        log.info("ready: %s loaded in %.2f s", spec.model_path, facts.load_seconds)
+        self.emit(Ready(pid=os.getpid(), facts=facts, memory=measure_memory()))
+        return serve(backend, self.inbox, self.emit)
+
+    def _load_failed(self, reason: str) -> int:
+        log.error("%s", reason)
+        self.emit(Error(message=reason, status=503, type="server_error"))
+        return EXIT_LOAD_FAILED
+
+
+def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
+    """Take requests between steps until told to stop; returns the exit code.
+
+    Blocks on the inbox only while the backend is idle, so a cancel or a new
+    request is seen before the next step. ``Shutdown(grace)`` stops admission and
+    lets running work finish until the grace period ends, then cancels the rest.
+    """
+    drain_until: float | None = None
+    while True:
+        block = drain_until is None and not backend.has_work()
+        for item in _take(inbox, block):
+            if isinstance(item, Abort):
+                backend.cancel_all()
+                return EXIT_OK
+            request, payloads = item
+            if isinstance(request, Shutdown):
+                log.info("shutdown requested (grace %.1f s)", request.grace)
+                until = time.monotonic() + max(request.grace, 0.0)
+                drain_until = until if drain_until is None else min(drain_until, until)
+            elif isinstance(request, Cancel):
+                backend.cancel(request.request_id)
+            elif drain_until is not None:
+                request_id = getattr(request, "request_id", "")
+                emit(
+                    Error(message="the worker is shutting down", request_id=request_id, status=503)
+                )
+            else:
+                _submit(backend, request, payloads, emit)
+        if drain_until is not None and (not backend.has_work() or time.monotonic() >= drain_until):
+            backend.cancel_all()
+            return EXIT_OK
+        if backend.has_work():
+            try:
+                backend.step()
+            except Exception as exc:
+                log.exception("step failed")
+                backend.fail_active(f"generation failed: {type(exc).__name__}: {exc}")
+
+
+def _take(inbox: queue.Queue[InboxItem], block: bool) -> list[InboxItem]:
+    """Everything in the inbox now; with ``block``, wait for at least one item."""
+    items: list[InboxItem] = []
+    if block:
+        items.append(inbox.get())
+    while True:
+        try:
+            items.append(inbox.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def _submit(backend: Backend, request: Request, payloads: Sequence[bytes], emit: Emit) -> None:
+    request_id = getattr(request, "request_id", "")
+    try:
+        backend.submit(request, payloads)
+    except RequestError as exc:
+        log.info("rejected %s: %s", request_id, exc.message)
+        emit(exc.to_error(request_id))
+    except Exception as exc:
+        log.exception("request %s failed", request_id)
+        emit(Error(message=f"{type(exc).__name__}: {exc}", request_id=request_id, status=500))

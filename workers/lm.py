@@ -1,0 +1,424 @@
+"""Text generation with mlx-lm, continuously batched.
+
+Every accepted request shares one ``BatchGenerator``: requests join and leave it
+between steps, up to ``spec.max_concurrency`` at once; later ones wait in arrival
+order. Each call of :meth:`LmBackend.step` runs one generator step (a decode step
+for the running requests plus at most ``prefill_step_size`` prompt tokens of the
+joining ones), so cancels and new requests are seen between steps.
+
+Replies per request::
+
+    Started(prompt_tokens)   checks passed (prompt fits the context); sent on
+                             admission, also when the request must wait in the queue
+    Batch(chunks=[…])        one message per step for all requests with new text;
+                             always a Batch (never a lone Chunk), so the gateway has
+                             one path; ``Chunk.tokens`` counts the tokens generated
+                             since that request's previous chunk
+    Done(finish_reason, usage)   "stop" (EOS or a stop string), "length"
+                             (max_tokens, or the context is full) or "cancelled"
+
+or one ``Error`` instead of all of these when a check fails (400, before
+``Started``). ``usage.completion_tokens`` counts every generated token, the EOS
+token included (its text is never sent) and the token that completed a stop string.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm import load as load_model_and_tokenizer
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.tokenizer_utils import StreamingDetokenizer, TokenizerWrapper
+
+from ..protocol.messages import (
+    Batch,
+    Chunk,
+    Done,
+    Error,
+    Generate,
+    ModelFacts,
+    Progress,
+    Request,
+    SamplingParams,
+    Started,
+    Usage,
+)
+from ..protocol.spec import WorkerSpec
+from .base import Emit, RequestError
+from .hub import LoadError, resolve_model_path
+from .sampling import LogitsProcessor, Sampler, make_request_processors, make_request_sampler
+from .stops import scan_stops
+
+log = logging.getLogger(__name__)
+
+FALLBACK_CONTEXT_LENGTH = 4096
+"""Used when neither the spec nor the model tells the context length."""
+_UNBOUNDED = 10**7  # tokenizers without a limit report model_max_length ≈ 1e30
+_TEMPLATE_RESERVED = {
+    "conversation",
+    "messages",
+    "tokenize",
+    "add_generation_prompt",
+    "return_dict",
+}
+
+
+@dataclass
+class _Active:
+    """One accepted request and its streaming state."""
+
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    sampler: Sampler
+    processors: list[LogitsProcessor]
+    stops: list[str]
+    detokenizer: StreamingDetokenizer
+    uid: int | None = None
+    """The generator's id once the request joined the batch."""
+    held: str = ""
+    """Text withheld because it may be the start of a stop string."""
+    generated: int = 0
+    unsent_tokens: int = 0
+    finish: str | None = field(default=None)
+
+
+def create_backend() -> LmBackend:
+    return LmBackend()
+
+
+class LmBackend:
+    """The ``lm`` backend (see the module docstring for the reply sequence)."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.tokenizer: TokenizerWrapper | None = None
+        self.context_length: int | None = None
+        self._spec: WorkerSpec | None = None
+        self._generator: BatchGenerator | None = None
+        self._stream: mx.Stream | None = None
+        self._emit: Emit = lambda msg: None
+        self._queue: deque[_Active] = deque()
+        self._by_id: dict[str, _Active] = {}
+        self._by_uid: dict[int, _Active] = {}
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
+        self._spec = spec
+        self._emit = emit
+
+        def downloading(repo: str) -> None:
+            emit(Progress(stage="download", detail=repo))
+
+        path = resolve_model_path(spec.model_path, on_download=downloading)
+        tokenizer_config: dict[str, Any] = {}
+        if spec.chat_template_file:
+            tokenizer_config["chat_template"] = _read_template(spec.chat_template_file)
+        emit(Progress(stage="load", detail=str(path)))
+        model, tokenizer, config = load_model_and_tokenizer(
+            str(path),
+            tokenizer_config=tokenizer_config,
+            return_config=True,
+            trust_remote_code=spec.trust_remote_code,
+        )
+        self.model, self.tokenizer = model, tokenizer
+        self.context_length = spec.context_length or _context_length(config, tokenizer)
+        # Made here, on the MLX thread: a stream belongs to the thread that made it
+        # (mlx-lm's module-level generation_stream belongs to whoever imported it).
+        self._stream = mx.new_stream(mx.default_device())
+        self._generator = self._new_generator()
+        return ModelFacts(
+            context_length=self.context_length,
+            model_type=config.get("model_type"),
+            extra={"vocab_size": str(config.get("vocab_size", ""))},
+        )
+
+    def _new_generator(self) -> BatchGenerator:
+        spec = self._spec
+        assert spec is not None and self.tokenizer is not None
+        concurrency = max(spec.max_concurrency, 1)
+        return BatchGenerator(
+            self.model,
+            stop_tokens=[[t] for t in sorted(self.tokenizer.eos_token_ids)],
+            completion_batch_size=concurrency,
+            prefill_batch_size=max(min(spec.prefill_batch_size, concurrency), 1),
+            prefill_step_size=spec.prefill_step_size,
+            stream=self._stream,
+        )
+
+    # ------------------------------------------------------------ requests
+
+    def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        if not isinstance(request, Generate):
+            raise RequestError(f"an lm worker does not serve '{type(request).__name__}' requests")
+        if request.request_id in self._by_id:
+            log.warning("duplicate request_id %s ignored", request.request_id)
+            return
+        params = request.sampling
+        _check_sampling(params)
+        prompt, where = self._prompt_tokens(request)
+        max_tokens = self._max_tokens(len(prompt), params.max_tokens, where)
+        assert self.tokenizer is not None
+        active = _Active(
+            request_id=request.request_id,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            sampler=make_request_sampler(params),
+            processors=make_request_processors(params, len(prompt)),
+            stops=[s for s in params.stop if s],
+            detokenizer=self.tokenizer.detokenizer,
+        )
+        self._queue.append(active)
+        self._by_id[active.request_id] = active
+        self._emit(Started(request_id=active.request_id, prompt_tokens=len(prompt)))
+
+    def _prompt_tokens(self, request: Generate) -> tuple[list[int], str]:
+        """The prompt as token ids, and the field it came from (for error params)."""
+        tokenizer = self.tokenizer
+        assert tokenizer is not None
+        if request.messages is not None:
+            tokens = _chat_tokens(tokenizer, request.messages, request.chat_template_kwargs)
+            where = "messages"
+        elif isinstance(request.prompt, str):
+            bos = tokenizer.bos_token
+            add_special = bos is None or not request.prompt.startswith(bos)
+            tokens = tokenizer.encode(request.prompt, add_special_tokens=add_special)
+            where = "prompt"
+        elif isinstance(request.prompt, list):
+            vocab = len(tokenizer)
+            bad = next((t for t in request.prompt if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise RequestError(
+                    f"token id {bad} in the prompt is outside the vocabulary (0..{vocab - 1})",
+                    param="prompt",
+                )
+            tokens = list(request.prompt)
+            where = "prompt"
+        else:
+            raise RequestError("either messages or prompt is required", param="messages")
+        if not tokens:
+            raise RequestError(f"the {where} is empty", param=where)
+        return tokens, where
+
+    def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str) -> int:
+        """The completion budget; raises the OpenAI context_length_exceeded error."""
+        if max_tokens is not None and max_tokens < 1:
+            raise RequestError("max_tokens must be at least 1", param="max_tokens")
+        limit = self.context_length
+        if limit is None:
+            return max_tokens or FALLBACK_CONTEXT_LENGTH
+        if prompt_tokens >= limit:
+            if max_tokens is None:
+                message = (
+                    f"This model's maximum context length is {limit} tokens. However, your "
+                    f"{where} resulted in {prompt_tokens} tokens. Please reduce the length "
+                    f"of the {where}."
+                )
+            else:
+                message = _overflow_message(limit, prompt_tokens, max_tokens, where)
+            raise RequestError(message, param=where, code="context_length_exceeded")
+        if max_tokens is None:
+            return limit - prompt_tokens
+        if prompt_tokens + max_tokens > limit:
+            raise RequestError(
+                _overflow_message(limit, prompt_tokens, max_tokens, where),
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        return max_tokens
+
+    def cancel(self, request_id: str) -> None:
+        active = self._by_id.get(request_id)
+        if active is None:
+            return
+        if active.uid is None:
+            self._queue.remove(active)
+        else:
+            assert self._generator is not None
+            self._generator.remove([active.uid])
+        self._finish(active, "cancelled")
+
+    def cancel_all(self) -> None:
+        for request_id in list(self._by_id):
+            self.cancel(request_id)
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._by_uid), len(self._queue)
+
+    def has_work(self) -> bool:
+        return bool(self._by_id)
+
+    # ------------------------------------------------------------ generation
+
+    def step(self) -> None:
+        generator = self._generator
+        assert generator is not None
+        self._admit(generator)
+        if not self._by_uid:
+            return
+        _, responses = generator.next()
+        chunks: list[Chunk] = []
+        finished: list[_Active] = []
+        for response in responses:
+            active = self._by_uid.get(response.uid)
+            if active is None:
+                continue
+            chunk = self._advance(active, response.token, response.finish_reason)
+            if chunk is not None:
+                chunks.append(chunk)
+            if active.finish is not None:
+                finished.append(active)
+        if chunks:
+            self._emit(Batch(chunks=chunks))
+        for active in finished:
+            self._finish(active, active.finish or "stop")
+
+    def _admit(self, generator: BatchGenerator) -> None:
+        assert self._spec is not None
+        while self._queue and len(self._by_uid) < max(self._spec.max_concurrency, 1):
+            active = self._queue.popleft()
+            (uid,) = generator.insert(
+                [active.prompt],
+                max_tokens=[active.max_tokens],
+                samplers=[active.sampler],
+                logits_processors=[active.processors],
+            )
+            active.uid = uid
+            self._by_uid[uid] = active
+
+    def _advance(self, active: _Active, token: int, finish: str | None) -> Chunk | None:
+        """Take one generated token: detokenize, apply stop strings, decide the finish."""
+        active.generated += 1
+        active.unsent_tokens += 1
+        # The generator's only stop sequences are the EOS tokens, whose text is not sent.
+        if finish != "stop":
+            active.detokenizer.add_token(token)
+        if finish is not None:
+            active.detokenizer.finalize()
+        segment = active.detokenizer.last_segment
+        text, stopped = segment, False
+        if active.stops:
+            text, active.held, stopped = scan_stops(
+                active.held, segment, active.stops, final=finish is not None
+            )
+        if stopped and finish is None:
+            assert self._generator is not None and active.uid is not None
+            self._generator.remove([active.uid])
+        if stopped:
+            finish = "stop"
+        active.finish = finish
+        if not text:
+            return None
+        chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)
+        active.unsent_tokens = 0
+        return chunk
+
+    def _finish(self, active: _Active, reason: str) -> None:
+        self._by_id.pop(active.request_id, None)
+        if active.uid is not None:
+            self._by_uid.pop(active.uid, None)
+        usage = Usage(prompt_tokens=len(active.prompt), completion_tokens=active.generated)
+        self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
+
+    def fail_active(self, message: str) -> None:
+        for active in list(self._by_uid.values()):
+            self._by_id.pop(active.request_id, None)
+            self._emit(Error(message=message, request_id=active.request_id, status=500))
+        self._by_uid.clear()
+        # The failed step may have left the shared batch state half-updated.
+        if self._generator is not None:
+            self._generator.close()
+        self._generator = self._new_generator()
+
+    def close(self) -> None:
+        if self._generator is not None:
+            self._generator.close()
+            self._generator = None
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _read_template(path: str) -> str:
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise LoadError(f"chat_template_file '{path}' cannot be read: {exc.strerror}") from None
+
+
+def _context_length(config: dict[str, Any], tokenizer: TokenizerWrapper) -> int | None:
+    for source in (config, config.get("text_config") or {}):
+        value = source.get("max_position_embeddings")
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < _UNBOUNDED:
+        return value
+    return None
+
+
+def _check_sampling(params: SamplingParams) -> None:
+    if params.temperature < 0:
+        raise RequestError("temperature must be at least 0", param="temperature")
+    if not 0 < params.top_p <= 1:
+        raise RequestError("top_p must be greater than 0 and at most 1", param="top_p")
+    if params.top_k < 0:
+        raise RequestError("top_k must be at least 0", param="top_k")
+    if not 0 <= params.min_p <= 1:
+        raise RequestError("min_p must be between 0 and 1", param="min_p")
+    if params.repetition_penalty is not None and params.repetition_penalty <= 0:
+        raise RequestError("repetition_penalty must be greater than 0", param="repetition_penalty")
+
+
+def _flatten_content(message: dict[str, Any]) -> dict[str, Any]:
+    """Text parts joined (as mlx-lm's server does); other parts are refused."""
+    content = message.get("content")
+    if content is None:
+        return {**message, "content": ""}
+    if not isinstance(content, list):
+        return message
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text":
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise RequestError(
+                f"this model accepts only text content, not '{kind}'", param="messages"
+            )
+        texts.append(str(part.get("text", "")))
+    return {**message, "content": "".join(texts)}
+
+
+def _chat_tokens(
+    tokenizer: TokenizerWrapper, messages: list[dict[str, Any]], kwargs: dict[str, Any]
+) -> list[int]:
+    if not tokenizer.has_chat_template:
+        raise RequestError(
+            "this model has no chat template; use the completions API or set "
+            "chat_template_file for it",
+            param="messages",
+        )
+    flat = [_flatten_content(m) for m in messages]
+    extra = {k: v for k, v in kwargs.items() if k not in _TEMPLATE_RESERVED}
+    try:
+        tokens = tokenizer.apply_chat_template(flat, add_generation_prompt=True, **extra)
+    except Exception as exc:
+        # Jinja templates reject conversations with raise_exception(…): a client error.
+        raise RequestError(
+            f"the chat template rejected the messages: {exc}", param="messages"
+        ) from None
+    return list(tokens)
+
+
+def _overflow_message(limit: int, prompt_tokens: int, max_tokens: int, where: str) -> str:
+    return (
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {where}, {max_tokens} "
+        f"in the completion). Please reduce the length of the {where} or completion."
+    )
