@@ -7,8 +7,9 @@ from functools import cache
 from typing import Any, TypeVar
 
 import msgspec
-from mlx_gateway.supervisor.errors import BadRequest
 from starlette.requests import Request
+
+from ..errors import BadRequest
 
 T = TypeVar("T")
 

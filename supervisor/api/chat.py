@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from uuid import uuid4
 
-from mlx_gateway.protocol.messages import Generate
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ...protocol.messages import Generate
 from . import sse
 from .body import read_json
 from .disconnect import unless_disconnected

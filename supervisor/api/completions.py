@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from uuid import uuid4
 
-from mlx_gateway.protocol.messages import Generate
-from mlx_gateway.supervisor.errors import BadRequest
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ...protocol.messages import Generate
+from ..errors import BadRequest
 from . import sse
 from .body import read_json
 from .disconnect import unless_disconnected

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from mlx_gateway.supervisor.errors import GatewayError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from ..errors import GatewayError
 from .responses import error_response
 
 logger = logging.getLogger(__name__)

@@ -12,8 +12,9 @@ import contextlib
 from typing import Any, Protocol
 
 import anyio
-from mlx_gateway.protocol.messages import Chunk, Done, Error, Generate
-from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
+
+from ...protocol.messages import Chunk, Done, Error, Generate
+from ..errors import GatewayError, ModelUnavailable
 
 
 class Handle(Protocol):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from mlx_gateway.protocol import messages as wire
 from msgspec import UNSET, Struct, UnsetType
+
+from ...protocol import messages as wire
 
 FinishReason = str
 

@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-from mlx_gateway.supervisor.errors import GatewayError
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from ..errors import GatewayError
 from . import sse
 from .generation import Generation
 from .objects import ErrorBody, ErrorEvent

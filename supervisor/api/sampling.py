@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-from mlx_gateway.protocol.messages import SamplingParams
-from mlx_gateway.supervisor.errors import BadRequest
-
+from ...protocol.messages import SamplingParams
+from ..errors import BadRequest
 from .schemas import ChatCompletionRequest, SamplingFields
 
 T = TypeVar("T")

@@ -6,9 +6,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from mlx_gateway.protocol.messages import Done
-from mlx_gateway.supervisor.errors import GatewayError
-
+from ...protocol.messages import Done
+from ..errors import GatewayError
 from . import sse
 from .generation import Generation
 from .objects import Usage, usage_from
