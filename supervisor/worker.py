@@ -459,13 +459,12 @@ class Session:
     def __init__(self, handle: WorkerHandle) -> None:
         self._handle = handle
 
-    async def generate(self, msg: Generate) -> AsyncIterator[Started | Any]:
+    def generate(self, msg: Generate) -> AsyncIterator[Started | Any]:
         """Send ``msg`` and yield the worker's Started and Chunks, ending with Done.
 
         Raises a :class:`GatewayError` for the worker's Error (its status) or its
         death (:class:`WorkerCrashed`). Leaving early sends ``Cancel``."""
-        async for item in self.call(msg, msg.request_id):
-            yield item
+        return self.call(msg, msg.request_id)
 
     async def call(self, msg: Any, request_id: str) -> AsyncIterator[Any]:
         handle = self._handle
