@@ -9,7 +9,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from .config import ConfigError, GatewayConfig, config_from_model_path, load_config
+from .config import (
+    ConfigError,
+    GatewayConfig,
+    config_from_model_path,
+    load_config,
+    override_server,
+)
 
 log = logging.getLogger("mlx_gateway")
 
@@ -38,10 +44,7 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
         if value is not None
     }
     if args.config:
-        config = load_config(args.config)
-        for key, value in overrides.items():
-            setattr(config.server, key, value)
-        return config
+        return override_server(load_config(args.config), **overrides)
     return config_from_model_path(
         args.model_path,
         model_type=args.model_type,

@@ -13,6 +13,7 @@ waits for a reply that cannot come.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
@@ -54,10 +55,8 @@ class Relay:
     async def close(self) -> None:
         if self._reader:
             self._reader.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
-            except asyncio.CancelledError:
-                pass
         self._sock.close(0)
         self._ctx.term()
 

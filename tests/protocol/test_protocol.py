@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-
 from mlx_gateway.protocol import codec, frames
 from mlx_gateway.protocol.messages import (
     Batch,

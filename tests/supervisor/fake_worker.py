@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass
 
 import zmq
-
 from mlx_gateway.protocol.frames import pack, unpack_request
 from mlx_gateway.protocol.messages import (
     Batch,
@@ -129,21 +128,36 @@ def main() -> None:
                     text = text_of(request)
                     behaviour = text.strip().split()[0] if text.strip() else ""
                     if behaviour == "reject":
-                        send(Error(request_id=request.request_id, status=400,
-                                   type="invalid_request_error", param="messages",
-                                   code="context_length_exceeded", message="too long"))
+                        send(
+                            Error(
+                                request_id=request.request_id,
+                                status=400,
+                                type="invalid_request_error",
+                                param="messages",
+                                code="context_length_exceeded",
+                                message="too long",
+                            )
+                        )
                         continue
                     words = text.split()
                     send(Started(request_id=request.request_id, prompt_tokens=len(words)))
                     active[request.request_id] = Active(
-                        request.request_id, words, request.sampling.max_tokens, len(words),
+                        request.request_id,
+                        words,
+                        request.sampling.max_tokens,
+                        len(words),
                         behaviour,
                     )
                 case Cancel(request_id=rid) if rid in active:
                     print(f"cancelled {rid}", flush=True)
                     item = active.pop(rid)
-                    send(Done(request_id=rid, finish_reason="cancelled",
-                              usage=Usage(item.prompt_tokens, item.sent)))
+                    send(
+                        Done(
+                            request_id=rid,
+                            finish_reason="cancelled",
+                            usage=Usage(item.prompt_tokens, item.sent),
+                        )
+                    )
                 case Shutdown() if mode != "ignore-sigterm":
                     shutting_down_at = time.monotonic()
                 case Ping():
@@ -171,8 +185,13 @@ def main() -> None:
             send(Batch(chunks=chunks))
         for item, reason in finished:
             del active[item.request_id]
-            send(Done(request_id=item.request_id, finish_reason=reason,
-                      usage=Usage(prompt_tokens=item.prompt_tokens, completion_tokens=item.sent)))
+            send(
+                Done(
+                    request_id=item.request_id,
+                    finish_reason=reason,
+                    usage=Usage(prompt_tokens=item.prompt_tokens, completion_tokens=item.sent),
+                )
+            )
         if time.monotonic() - last_beat > spec.heartbeat_interval:
             last_beat = time.monotonic()
             send(Heartbeat(inflight=len(active), memory=Memory(rss=1)))

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mlx_gateway.supervisor.state import (
     ALLOWED,
     InvalidTransition,

@@ -10,9 +10,13 @@ from typing import Any
 
 import psutil
 import pytest
-
-from mlx_gateway.protocol.messages import Chunk, Done, Generate, SamplingParams, Started
-from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, ModelUnavailable, WorkerCrashed
+from mlx_gateway.protocol.messages import Chunk, Done, Generate, SamplingParams
+from mlx_gateway.supervisor.errors import (
+    GatewayError,
+    ModelNotFound,
+    ModelUnavailable,
+    WorkerCrashed,
+)
 from mlx_gateway.supervisor.registry import Registry
 from mlx_gateway.supervisor.state import WorkerState
 from mlx_gateway.supervisor.worker import WorkerHandle
@@ -238,7 +242,7 @@ async def test_request_during_stop_waits_and_restarts(make_registry: Any) -> Non
 async def test_idle_worker_is_reaped_after_the_last_request_ends(make_registry: Any) -> None:
     registry = await make_registry({"model_path": "fake/ok", "idle_timeout": 1})
     handle = registry.resolve("fake/ok")
-    # A long stream (60 words × 20 ms) outlives the idle timeout: no reaping meanwhile.
+    # A long stream (60 words at 20 ms each) outlives the idle timeout: no reaping meanwhile.
     text, _ = await run(handle, chat(" ".join(["w"] * 60)))
     assert len(text.split()) == 60
     pid = handle.pid
@@ -252,9 +256,7 @@ async def test_idle_worker_is_reaped_after_the_last_request_ends(make_registry: 
 
 
 async def test_eager_model_starts_at_launch_and_is_not_reaped(make_registry: Any) -> None:
-    registry = await make_registry(
-        {"model_path": "fake/ok", "on_demand": False, "idle_timeout": 1}
-    )
+    registry = await make_registry({"model_path": "fake/ok", "on_demand": False, "idle_timeout": 1})
     handle = registry.resolve("fake/ok")
     await wait_for(lambda: handle.state is WorkerState.READY)
     await asyncio.sleep(1.6)
