@@ -78,6 +78,31 @@ class Generate(Message, tag="generate"):
     chat_template_kwargs: dict[str, Any] = {}
 
 
+class Embed(Message, tag="embed"):
+    """Embed ``texts`` or ``token_ids`` lists (one of them); answered by
+    :class:`Embeddings` then :class:`Done`."""
+
+    request_id: str
+    texts: list[str] = []
+    token_ids: list[list[int]] = []
+    dimensions: int | None = None
+    truncate: bool = False
+
+
+class Transcribe(Message, tag="transcribe"):
+    """Speech to text. Payload 0 is the uploaded audio file, in any container.
+    ``task`` is ``transcribe`` or ``translate`` (to English). Streaming text comes as
+    :class:`Chunk`; the result as :class:`Transcript`, then :class:`Done`."""
+
+    request_id: str
+    task: str = "transcribe"
+    filename: str = ""
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    word_timestamps: bool = False
+
+
 class Cancel(Message, tag="cancel"):
     """The client went away: stop work for ``request_id`` at the next step.
     The worker still ends the request with a :class:`Done` (finish ``cancelled``)."""
@@ -145,6 +170,27 @@ class Batch(Message, tag="batch"):
     chunks: list[Chunk] = []
 
 
+class Embeddings(Message, tag="embeddings"):
+    """The vectors of an :class:`Embed`: payload 0 is a C-order little-endian
+    float32 matrix of ``rows`` by ``dims``."""
+
+    request_id: str
+    rows: int
+    dims: int
+    prompt_tokens: int = 0
+
+
+class Transcript(Message, tag="transcript"):
+    """The whole result of a :class:`Transcribe`. ``segments`` follow mlx-whisper's
+    shape (id, start, end, text, tokens, …, and ``words`` when asked)."""
+
+    request_id: str
+    text: str
+    language: str | None = None
+    duration: float = 0.0
+    segments: list[dict[str, Any]] = []
+
+
 class Done(Message, tag="done"):
     """The request ended. ``finish_reason`` is ``stop``, ``length`` or ``cancelled``."""
 
@@ -168,5 +214,7 @@ class Error(Message, tag="error"):
     code: str | None = None
 
 
-Request = Generate | Cancel | Shutdown | Ping
-Reply = Ready | Progress | Heartbeat | Started | Chunk | Batch | Done | Error
+Request = Generate | Embed | Transcribe | Cancel | Shutdown | Ping
+Reply = (
+    Ready | Progress | Heartbeat | Started | Chunk | Batch | Embeddings | Transcript | Done | Error
+)

@@ -16,18 +16,38 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import msgspec
 import zmq
 import zmq.asyncio
 
 from ..protocol.frames import Frame, pack_to, unpack_reply
-from ..protocol.messages import Batch, Chunk, Done, Error, Reply, Request, Started
+from ..protocol.messages import (
+    Batch,
+    Chunk,
+    Done,
+    Embeddings,
+    Error,
+    Reply,
+    Request,
+    Started,
+    Transcript,
+)
 
 log = logging.getLogger("mlx_gateway.relay")
 
 WorkerHandler = Callable[[Reply, list[bytes]], None]
-RequestItem = Started | Chunk | Done | Error | BaseException
+
+
+class WithPayloads(NamedTuple):
+    """A request's reply that came with binary frames (e.g. an embedding matrix)."""
+
+    reply: Reply
+    payloads: list[bytes]
+
+
+RequestItem = Reply | WithPayloads | BaseException
 
 
 class WorkerUnreachable(Exception):
@@ -132,8 +152,9 @@ class Relay:
             case Batch(chunks=chunks):
                 for chunk in chunks:
                     self._deliver(chunk.request_id, chunk)
-            case Started() | Chunk() | Done():
-                self._deliver(reply.request_id, reply)
+            case Started() | Chunk() | Embeddings() | Transcript() | Done():
+                item = WithPayloads(reply, payloads) if payloads else reply
+                self._deliver(reply.request_id, item)
             case Error(request_id=request_id) if request_id:
                 self._deliver(request_id, reply)
             case _:

@@ -18,10 +18,11 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.frames import Frame
 from ..protocol.messages import (
     Cancel,
     Done,
@@ -40,7 +41,7 @@ from ..protocol.spec import WorkerSpec
 from .config import ModelConfig, ServerConfig
 from .errors import GatewayError, ModelUnavailable, WorkerCrashed
 from .process import WorkerCommand, describe_exit, worker_command
-from .relay import Relay, RequestItem, WorkerUnreachable
+from .relay import Relay, RequestItem, WithPayloads, WorkerUnreachable
 from .state import WorkerState, check_transition, failure_backoff
 
 log = logging.getLogger("mlx_gateway.worker")
@@ -466,7 +467,12 @@ class Session:
         death (:class:`WorkerCrashed`). Leaving early sends ``Cancel``."""
         return self.call(msg, msg.request_id)
 
-    async def call(self, msg: Any, request_id: str) -> AsyncIterator[Any]:
+    async def call(
+        self, msg: Any, request_id: str, payloads: Sequence[Frame] = ()
+    ) -> AsyncIterator[Any]:
+        """Send any request message (with binary ``payloads``) and yield its replies up
+        to and including ``Done``; a reply that came with frames is yielded as
+        :class:`~.relay.WithPayloads`. Errors and leaving early as for :meth:`generate`."""
         handle = self._handle
         proc = handle._proc
         if handle.state is not WorkerState.READY or proc is None:
@@ -478,7 +484,7 @@ class Session:
         finished = False
         try:
             try:
-                await relay.send(worker_id, msg)
+                await relay.send(worker_id, msg, payloads)
             except WorkerUnreachable:
                 # The worker's socket is gone; its exit (and the error) normally follows.
                 try:
@@ -489,7 +495,7 @@ class Session:
             while True:
                 item = await queue.get()
                 match item:
-                    case Done():
+                    case Done() | WithPayloads(reply=Done()):
                         finished = True
                         yield item
                         return
