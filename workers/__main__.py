@@ -36,14 +36,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, WorkerSpec, int | No
 def main(argv: list[str] | None = None) -> None:
     endpoint, spec, parent_pid = parse_args(argv)
     configure_logging(spec.worker_id)
-    code, clean = run(endpoint, spec, parent_pid)
+    code = run(endpoint, spec, parent_pid)
     logging.shutdown()
-    if not clean:
-        # The MLX thread may be inside a long step; tearing down the interpreter
-        # under it can crash, so leave without finalizers.
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    sys.stderr.flush()
+    # Never through interpreter finalization: the MLX thread may be inside a long
+    # step, and even a finished one races its C++ thread-local teardown against
+    # the interpreter's (seen as "terminate called without an active exception",
+    # SIGABRT). The sockets are closed and flushed by now.
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -81,15 +81,16 @@ class _Stop:
         cls.requested = True
 
 
-def run(endpoint: str, spec: WorkerSpec, parent_pid: int | None) -> tuple[int, bool]:
-    """Serve until told to stop. Returns ``(exit code, clean)``; not ``clean`` means
-    the MLX thread may still be running and the caller must ``os._exit``."""
+def run(endpoint: str, spec: WorkerSpec, parent_pid: int | None) -> int:
+    """Serve until told to stop; returns the exit code. The MLX thread may still
+    be running (or be tearing down its thread-local MLX state): leave with
+    ``os._exit``, not through interpreter finalization."""
     parent = None
     if parent_pid is not None:
         parent = ParentWatch.of(parent_pid)
         if parent is None:
             log.error("parent process %d is not running; exiting", parent_pid)
-            return EXIT_OK, True
+            return EXIT_OK
     signal.signal(signal.SIGTERM, _Stop.handler)
     signal.signal(signal.SIGINT, _Stop.handler)
 
@@ -126,7 +127,7 @@ def run(endpoint: str, spec: WorkerSpec, parent_pid: int | None) -> tuple[int, b
                 log.info("exiting with code %d", mlx.exit_code)
                 # The last replies (a load Error, the cancelled Dones) must reach the gateway.
                 dealer.setsockopt(zmq.LINGER, 2000)
-                return mlx.exit_code, True
+                return mlx.exit_code
             if dealer in events:
                 _receive(dealer, mlx)
             now = time.monotonic()
@@ -137,14 +138,14 @@ def run(endpoint: str, spec: WorkerSpec, parent_pid: int | None) -> tuple[int, b
                 next_parent_check = now + TICK
                 if not parent.alive():
                     log.warning("parent process %d is gone; exiting", parent.pid)
-                    return EXIT_OK, False
+                    return EXIT_OK
             if _Stop.requested and abort_deadline is None:
                 log.info("terminated by signal; cancelling work")
                 mlx.inbox.put(Abort())
                 abort_deadline = now + ABORT_WAIT
             if abort_deadline is not None and now >= abort_deadline:
                 log.warning("the MLX thread did not stop within %.1f s; exiting", ABORT_WAIT)
-                return EXIT_OK, False
+                return EXIT_OK
     finally:
         dealer.close()
         replies.close(linger=0)
