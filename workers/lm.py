@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,8 @@ class _Active:
     """Text withheld because it may be the start of a stop string."""
     generated: int = 0
     unsent_tokens: int = 0
-    finish: str | None = field(default=None)
+    finish: str | None = None
+    """Set by the step that ends the request."""
 
 
 def create_backend() -> LmBackend:

@@ -171,3 +171,15 @@ def test_chat_template_file_overrides_the_tokenizer_template(tiny_lm_path: Path,
 def test_missing_chat_template_file_is_a_load_error(tiny_lm_path: Path, tmp_path) -> None:
     with pytest.raises(LoadError, match=r"nope\.jinja"):
         make_backend(tiny_lm_path, chat_template_file=str(tmp_path / "nope.jinja"))
+
+
+def test_chat_template_kwargs_reach_the_template(tiny_lm_path: Path, tmp_path) -> None:
+    template = tmp_path / "kw.jinja"
+    template.write_text("{{ preamble }}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    backend, replies = make_backend(tiny_lm_path, chat_template_file=str(template))
+    request = chat("kw", "hello", max_tokens=1)
+    request.chat_template_kwargs = {"preamble": "The quick brown fox "}
+    backend.submit(request, [])
+    backend.submit(chat("plain", "hello", max_tokens=1), [])
+    assert started(replies, "kw").prompt_tokens > started(replies, "plain").prompt_tokens
+    backend.close()

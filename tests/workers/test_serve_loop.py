@@ -1,0 +1,149 @@
+"""The MLX-thread serve loop with a scripted backend (no MLX, no sockets)."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Sequence
+
+from mlx_gateway.protocol.messages import (
+    Cancel,
+    Done,
+    Error,
+    Generate,
+    ModelFacts,
+    Reply,
+    Request,
+    Shutdown,
+    Usage,
+)
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import EXIT_OK, Abort, Emit, InboxItem, RequestError, serve
+
+
+class ScriptedBackend:
+    """Each request runs ``steps`` steps; prompts "reject"/"explode" fail on submit,
+    "crash" fails its first step."""
+
+    def __init__(self, emit: Emit, steps: int = 3) -> None:
+        self.emit = emit
+        self.steps = steps
+        self.running: dict[str, int] = {}
+
+    def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
+        return ModelFacts()
+
+    def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        assert isinstance(request, Generate)
+        if request.prompt == "reject":
+            raise RequestError("no such thing", param="prompt")
+        if request.prompt == "explode":
+            raise RuntimeError("boom")
+        self.running[request.request_id] = -1 if request.prompt == "crash" else self.steps
+
+    def cancel(self, request_id: str) -> None:
+        if self.running.pop(request_id, None) is not None:
+            self.emit(Done(request_id=request_id, finish_reason="cancelled"))
+
+    def has_work(self) -> bool:
+        return bool(self.running)
+
+    def step(self) -> None:
+        if any(left < 0 for left in self.running.values()):
+            raise ValueError("bad step")
+        for request_id in list(self.running):
+            self.running[request_id] -= 1
+            if self.running[request_id] == 0:
+                del self.running[request_id]
+                self.emit(Done(request_id=request_id, finish_reason="length", usage=Usage()))
+
+    def fail_active(self, message: str) -> None:
+        for request_id in self.running:
+            self.emit(Error(message=message, request_id=request_id, status=500))
+        self.running.clear()
+
+    def cancel_all(self) -> None:
+        for request_id in list(self.running):
+            self.cancel(request_id)
+
+    def counts(self) -> tuple[int, int]:
+        return len(self.running), 0
+
+    def close(self) -> None:
+        pass
+
+
+class StagedInbox(queue.Queue):
+    """Hands out items in stages: a ``None`` ends a stage, so the loop runs at
+    least one step before it sees the next stage's items."""
+
+    def __init__(self, items: list[InboxItem | None]) -> None:
+        super().__init__()
+        self.items = list(items)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> InboxItem:
+        while self.items and self.items[0] is None:
+            self.items.pop(0)
+        return self.get_nowait()
+
+    def get_nowait(self) -> InboxItem:
+        if not self.items or self.items[0] is None:
+            if self.items:
+                self.items.pop(0)
+            raise queue.Empty
+        item = self.items.pop(0)
+        assert item is not None
+        return item
+
+
+def run(items: list[InboxItem | None], steps: int = 3) -> tuple[int, list[Reply]]:
+    replies: list[Reply] = []
+    code = serve(ScriptedBackend(replies.append, steps), StagedInbox(items), replies.append)
+    return code, replies
+
+
+def gen(request_id: str, prompt: str = "ok") -> InboxItem:
+    return (Generate(request_id=request_id, prompt=prompt), [])
+
+
+def ends(replies: list[Reply]) -> dict[str, Reply]:
+    return {r.request_id: r for r in replies if isinstance(r, Done | Error)}
+
+
+def test_rejections_and_failures_are_per_request() -> None:
+    code, replies = run(
+        [gen("bad", "reject"), gen("boom", "explode"), gen("ok"), (Shutdown(grace=10), [])]
+    )
+    assert code == EXIT_OK
+    result = ends(replies)
+    bad, boom, ok = result["bad"], result["boom"], result["ok"]
+    assert isinstance(bad, Error) and (bad.status, bad.param) == (400, "prompt")
+    assert isinstance(boom, Error) and boom.status == 500 and "boom" in boom.message
+    assert isinstance(ok, Done) and ok.finish_reason == "length"
+
+
+def test_a_failing_step_fails_its_requests_and_serving_goes_on() -> None:
+    _, replies = run([gen("c", "crash"), gen("d"), None, gen("e"), (Shutdown(grace=10), [])])
+    result = ends(replies)
+    assert isinstance(result["c"], Error) and result["c"].status == 500
+    assert "bad step" in result["c"].message
+    # "d" was in the failed step, so it failed too; the request after it is served.
+    assert isinstance(result["d"], Error)
+    assert isinstance(result["e"], Done)
+
+
+def test_shutdown_refuses_new_work_and_cancels_after_grace() -> None:
+    code, replies = run([gen("slow"), None, (Shutdown(grace=0), []), gen("late")], steps=1000)
+    assert code == EXIT_OK
+    result = ends(replies)
+    assert isinstance(result["late"], Error) and result["late"].status == 503
+    assert isinstance(result["slow"], Done) and result["slow"].finish_reason == "cancelled"
+
+
+def test_cancel_and_abort() -> None:
+    cancels: list[InboxItem | None] = [(Cancel(request_id="a"), []), (Cancel(request_id="zz"), [])]
+    code, replies = run([gen("a"), gen("b"), None, *cancels, None, Abort()], steps=1000)
+    assert code == EXIT_OK
+    result = ends(replies)
+    assert result["a"].finish_reason == "cancelled"  # type: ignore[union-attr]
+    assert result["b"].finish_reason == "cancelled"  # type: ignore[union-attr]
+    assert "zz" not in result
