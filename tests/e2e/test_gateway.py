@@ -166,7 +166,8 @@ def test_killed_worker_fails_its_stream_at_once_and_recovers(gateway: Gateway) -
     }
     events: list[str] = []
     killed_at = None
-    with httpx.stream("POST", f"{gateway.base_url}/v1/chat/completions", json=body, timeout=30) as r:
+    url = f"{gateway.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, timeout=30) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if not line.startswith("data: "):
@@ -192,14 +193,18 @@ def test_killed_worker_fails_its_stream_at_once_and_recovers(gateway: Gateway) -
 
 def test_idle_worker_is_reaped_and_comes_back(gateway: Gateway) -> None:
     c = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="x")
-    c.chat.completions.create(model="beta", messages=[{"role": "user", "content": "hi"}])
+    c.chat.completions.create(
+        model="beta", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
     pid = gateway.model("beta")["pid"]
     finished = time.monotonic()
     assert alive(pid)
     assert wait_until(lambda: not alive(pid), timeout=10)
     assert time.monotonic() - finished >= 1.5  # not before idle_timeout (2 s)
     assert gateway.model("beta")["state"] == "unloaded"
-    c.chat.completions.create(model="beta", messages=[{"role": "user", "content": "hi"}])
+    c.chat.completions.create(
+        model="beta", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
     new_pid = gateway.model("beta")["pid"]
     assert new_pid != pid and alive(new_pid)
 
