@@ -191,7 +191,9 @@ def test_raw_prompt_completion(worker: WorkerHarness) -> None:
     worker.generate("raw-ids", raw_prompt=[10, 20, 30, 40], temperature=0.0, max_tokens=3)
     started, *_, done = worker.finished("raw-ids")
     assert isinstance(started, Started) and started.prompt_tokens == 4
-    assert isinstance(done, Done) and done.usage.completion_tokens == 3
+    assert isinstance(done, Done)
+    # Greedy may pick EOS right away for an arbitrary prompt: "stop" early is fine.
+    assert done.usage.completion_tokens == 3 or done.finish_reason == "stop"
 
 
 def test_penalties_are_accepted(worker: WorkerHarness) -> None:
