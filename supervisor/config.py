@@ -59,7 +59,7 @@ MODEL_TYPES: dict[str, str] = {
 }
 """Every ``model_type`` a config may name, mapped to the worker kind that serves it."""
 
-SERVABLE_KINDS: tuple[str, ...] = ("lm",)
+SERVABLE_KINDS: tuple[str, ...] = ("lm", "embeddings", "whisper")
 """Worker kinds this gateway can run today; an entry of another kind fails at load."""
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -69,6 +69,8 @@ _Positive = Annotated[int, msgspec.Meta(ge=1)]
 _Seconds = Annotated[float, msgspec.Meta(ge=0)]
 _PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
 _LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+_ApiKey = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^\S+$")]
+"""A key: any non-empty string without whitespace."""
 
 
 class ConfigError(Exception):
@@ -101,12 +103,31 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
     port: _Port = 8000
     log_level: _LogLevel = "info"
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line (ts, level, logger, model, message)."""
+    api_keys: list[_ApiKey] = []
+    """Keys clients must send (``Authorization: Bearer`` or ``x-api-key``); empty:
+    no authentication. ``/health`` stays open."""
+    admin_keys: list[_ApiKey] = []
+    """When set, only these keys open the admin endpoints (load/unload, /metrics)."""
+    max_body_mb: Annotated[float, msgspec.Meta(gt=0)] = 32.0
+    """Largest request body in MiB (uploads: the model's ``max_upload_mb``) → else 413."""
     runtime_dir: str | None = None
     """Directory for the ZeroMQ socket; ``None``: a private per-process directory."""
     start_timeout: _PositiveSeconds = 600.0
     """Seconds a worker may take to send ``Ready`` (first downloads can be long)."""
     shutdown_grace: _Seconds = 5.0
     """Seconds in-flight work may take to finish when stopping, before signals."""
+    memory_budget: str | float = 0.75
+    """Memory all workers together may use: a fraction of RAM (``0.75``) or a size
+    (``48GB``, ``512MiB``). Starting a model that does not fit evicts idle ones."""
+    queue_timeout: _PositiveSeconds = 300.0
+    """Seconds a request may wait for its model to load or for a free slot → 503."""
+    hang_timeout: _PositiveSeconds = 120.0
+    """A busy worker silent (no heartbeat) this long is killed as hung."""
+    min_resident_seconds: _Seconds = 30.0
+    """A busy model that blocks another's load stops taking new requests once it
+    has been resident this long, so one model's traffic cannot starve another."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -144,6 +165,26 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Interpreter for this model's worker (a backend in its own virtualenv)."""
     worker_env: dict[str, str] = {}
     """Extra environment variables for this model's worker."""
+    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 64
+    """Requests that may wait in the gateway beyond ``max_concurrency`` → else 429."""
+    queue_timeout: _PositiveSeconds | None = None
+    """Overrides ``server.queue_timeout`` for this model."""
+    pinned: bool = False
+    """Never evicted to make room for another model."""
+    group: str | None = None
+    """Models sharing a group never run at the same time (one evicts the other)."""
+    memory_estimate: str | int | None = None
+    """This model's memory need (``6GB``) before its worker measured it; default:
+    weights on disk × a factor per kind + the KV cache allowance."""
+    max_batch_tokens: _Positive | None = None
+    """Embeddings models: padded tokens per forward pass (``None``: the worker's
+    default, 4096); concurrent requests and long input lists share batches up to it."""
+    truncate: bool = False
+    """Embeddings models: cut inputs longer than the model's maximum length to it,
+    instead of answering 400."""
+    max_upload_mb: Annotated[float, msgspec.Meta(gt=0)] = 100.0
+    """Largest audio upload accepted for this model, in MiB (speech-to-text models);
+    a bigger one is answered with 413."""
 
     def __post_init__(self) -> None:
         if not self.served_model_name:
@@ -166,6 +207,10 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         """This model's start timeout, falling back to the server's."""
         return self.start_timeout if self.start_timeout is not None else server.start_timeout
 
+    def effective_queue_timeout(self, server: ServerConfig) -> float:
+        """This model's queue timeout, falling back to the server's."""
+        return self.queue_timeout if self.queue_timeout is not None else server.queue_timeout
+
 
 class GatewayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The whole configuration: server settings and at least one model."""
@@ -178,7 +223,16 @@ class GatewayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 _SERVER_KEYS = frozenset(ServerConfig.__struct_fields__)
 _MODEL_KEYS = frozenset(ModelConfig.__struct_fields__)
-_DURATION_KEYS = frozenset({"start_timeout", "shutdown_grace", "idle_timeout"})
+_DURATION_KEYS = frozenset(
+    {
+        "start_timeout",
+        "shutdown_grace",
+        "idle_timeout",
+        "queue_timeout",
+        "hang_timeout",
+        "min_resident_seconds",
+    }
+)
 
 # mlx-openai-server keys, both of its `server:` section and of its older "hub" files
 # that put server keys at the top level.
@@ -844,7 +898,23 @@ def _looks_local(base: Path, path: str) -> bool:
     )
 
 
+def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
+    from .memory import budget_bytes, parse_size
+
+    try:
+        budget_bytes(config.server.memory_budget, total=1)
+    except ValueError as exc:
+        raise ctx.error(("server", "memory_budget"), str(exc)) from None
+    for i, model in enumerate(config.models):
+        if model.memory_estimate is not None:
+            try:
+                parse_size(model.memory_estimate)
+            except ValueError as exc:
+                raise ctx.error(("models", i, "memory_estimate"), str(exc)) from None
+
+
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
+    _check_sizes(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):
         here: _KeyPath = ("models", i)
@@ -882,6 +952,10 @@ def _name_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> list[tuple[_Ke
     ]
 
 
+_EMBEDDINGS_ONLY: dict[str, Any] = {"max_batch_tokens": None, "truncate": False}
+"""Per-model keys of embeddings models, with their defaults."""
+
+
 def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
     kind = MODEL_TYPES.get(model.model_type)
     if kind is None:
@@ -898,6 +972,14 @@ def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
             f"model_type {model.model_type!r} is not supported yet by this gateway "
             f"(supported now: {servable}); remove this entry or serve it elsewhere for now",
         )
+    if kind != "embeddings":
+        for key, default in _EMBEDDINGS_ONLY.items():
+            if getattr(model, key) != default:
+                raise ctx.error(
+                    (*here, key),
+                    f"{key} applies to embeddings models only, and this entry's "
+                    f"model_type is {model.model_type!r}; remove it",
+                )
 
 
 def _check_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:

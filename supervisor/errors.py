@@ -73,3 +73,16 @@ class ModelUnavailable(GatewayError):
 class WorkerCrashed(ModelUnavailable):
     def __init__(self, message: str) -> None:
         super().__init__(message, code="worker_crashed")
+
+
+class TooManyRequests(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+
+    def __init__(self, name: str, max_queue: int, retry_after: int = 1) -> None:
+        super().__init__(
+            f"model '{name}' is at capacity: all slots are busy and {max_queue} requests "
+            "already wait (max_queue); retry later",
+            code="model_at_capacity",
+            headers={"Retry-After": str(retry_after)},
+        )

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.frames import Frame
 from ..protocol.messages import (
@@ -39,10 +39,14 @@ from ..protocol.messages import (
 )
 from ..protocol.spec import WorkerSpec
 from .config import ModelConfig, ServerConfig
-from .errors import GatewayError, ModelUnavailable, WorkerCrashed
+from .errors import GatewayError, ModelUnavailable, TooManyRequests, WorkerCrashed
+from .memory import measured_need
 from .process import WorkerCommand, describe_exit, worker_command
 from .relay import Relay, RequestItem, WithPayloads, WorkerUnreachable
 from .state import WorkerState, check_transition, failure_backoff
+
+if TYPE_CHECKING:
+    from .placement import Placement
 
 log = logging.getLogger("mlx_gateway.worker")
 
@@ -83,7 +87,12 @@ class _StartTimeout:
     generation: int
 
 
-_Event = _EnsureReady | _Stop | _FromWorker | _Exited | _StartTimeout
+@dataclass
+class _Kill:
+    reason: str
+
+
+_Event = _EnsureReady | _Stop | _FromWorker | _Exited | _StartTimeout | _Kill
 
 
 @dataclass
@@ -97,12 +106,15 @@ class _Process:
         default_factory=lambda: collections.deque(maxlen=STDERR_LINES_KEPT)
     )
     load_error: str | None = None
+    kill_reason: str | None = None
+    stop_reason: str = ""
     stop_requested: bool = False
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
-def spec_for(config: ModelConfig, worker_id: str) -> WorkerSpec:
+def spec_for(config: ModelConfig, worker_id: str, heartbeat_interval: float = 2.0) -> WorkerSpec:
     return WorkerSpec(
+        heartbeat_interval=heartbeat_interval,
         worker_id=worker_id,
         kind=config.worker_kind,
         model_path=config.model_path,
@@ -113,7 +125,17 @@ def spec_for(config: ModelConfig, worker_id: str) -> WorkerSpec:
         max_concurrency=config.max_concurrency,
         prefill_batch_size=config.prefill_batch_size,
         prefill_step_size=config.prefill_step_size,
+        options=kind_options(config),
     )
+
+
+def kind_options(config: ModelConfig) -> dict[str, Any]:
+    """The kind-specific settings of ``config`` for ``WorkerSpec.options``; unset
+    ones are left out, so the worker applies its own defaults."""
+    options: dict[str, Any] = {}
+    if config.max_batch_tokens is not None:
+        options["max_batch_tokens"] = config.max_batch_tokens
+    return options
 
 
 def default_command(config: ModelConfig) -> WorkerCommand:
@@ -149,6 +171,19 @@ class WorkerHandle:
         self.progress: Progress | None = None
         self.last_error: str | None = None
         self.failures = 0
+        self.placement: Placement | None = None  # set by the registry
+        self.reserved = False  # the placement granted it room; it is about to start
+        self.draining = False  # takes no new requests until stopped (see placement)
+        self.ready_since: float | None = None
+        self.last_heartbeat = 0.0
+        self.measured_bytes = 0  # what the worker last reported (kept after a stop)
+        self.estimated_bytes: int | None = None
+        self._slots = asyncio.Semaphore(config.max_concurrency)
+        self._state_changed = asyncio.Event()
+        self.crashes = 0  # exits we did not ask for, since the gateway started
+        self.evictions = 0  # stops to make room for another model
+        self.waiting = 0  # requests waiting in the gateway for a slot or the load
+        self.held_back = 0  # of those, the ones held back by a drain (they pin nothing)
         self._failed_at = 0.0
         self._generation = 0
         self._proc: _Process | None = None
@@ -208,17 +243,97 @@ class WorkerHandle:
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[Session]:
-        """Hold the worker for one request: it is started if needed, counted as
-        in flight (so it is not reaped) until the block exits, and ``last_used``
-        is stamped when the request *ends* — streams included."""
+        """Hold the worker for one request.
+
+        Admission: at most ``max_concurrency`` requests hold a slot; up to
+        ``max_queue`` more wait (for a slot, for room in the memory budget, for the
+        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429.
+        While waiting or holding a slot the request keeps the worker from being
+        reaped or evicted, and ``last_used`` is stamped when the request *ends* —
+        streams included. A client that leaves while a load runs only for it
+        stops that load."""
+        if self.waiting >= self.config.max_queue and self._slots.locked():
+            raise TooManyRequests(self.name, self.config.max_queue)
+        timeout = self.config.effective_queue_timeout(self._server)
+        self.waiting += 1
+        acquired = False
+        try:
+            async with asyncio.timeout(timeout):
+                await self._admit(time.monotonic() + timeout)
+                await self._slots.acquire()
+                acquired = True
+        except TimeoutError:
+            if (
+                self.placement is not None
+                and not self.reserved
+                and self.state
+                in (
+                    WorkerState.STOPPED,
+                    WorkerState.FAILED,
+                )
+            ):
+                raise self.placement.blocked(self) from None
+            raise ModelUnavailable(
+                f"model '{self.name}': the request waited {timeout:g} s (queue_timeout) "
+                f"for {'a free slot' if self.state is WorkerState.READY else 'the model to load'}",
+                code="queue_timeout",
+            ) from None
+        except asyncio.CancelledError:
+            if (
+                self.config.on_demand
+                and self.waiting == 1
+                and self.inflight == 0
+                and self.state is WorkerState.STARTING
+            ):
+                _background(self.stop("the only client waiting for the load left", if_idle=True))
+            raise
+        finally:
+            self.waiting -= 1
+            if not acquired:
+                self._changed()
         self.inflight += 1
         try:
-            await self.ensure_ready()
             yield Session(self)
         finally:
             self.inflight -= 1
+            self._slots.release()
             self.last_used = time.monotonic()
             self.last_used_wall = time.time()
+            self._changed()
+
+    async def _admit(self, deadline: float) -> None:
+        """Wait out a drain, reserve room in the memory budget, start, await Ready."""
+        if self.draining:
+            self.held_back += 1
+            try:
+                while self.draining:
+                    await self._state_changed.wait()
+            finally:
+                self.held_back -= 1
+        if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
+            await self.placement.make_room(self, deadline)
+        await self.ensure_ready()
+
+    def _changed(self) -> None:
+        if self.placement is not None:
+            self.placement.notify()
+
+    async def load(self) -> None:
+        """Admin: start the model now (through the memory budget), clearing a
+        failure backoff."""
+        self.failures = 0
+        timeout = self.config.effective_queue_timeout(self._server)
+        async with asyncio.timeout(timeout):
+            await self._admit(time.monotonic() + timeout)
+
+    async def kill(self, reason: str) -> None:
+        """SIGKILL the worker now (it hung); its requests fail with ``reason``."""
+        self._inbox.put_nowait(_Kill(reason))
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and nobody waiting for it (drain-held requests aside)."""
+        return self.inflight == 0 and self.waiting == self.held_back
 
     def idle_for(self, now: float) -> float:
         """Seconds since the last request finished (or since the worker became ready)."""
@@ -239,7 +354,7 @@ class WorkerHandle:
             case _EnsureReady(future):
                 await self._on_ensure_ready(future)
             case _Stop(future, reason, if_idle):
-                if if_idle and self.inflight:
+                if if_idle and not self.idle:
                     _resolve(future)
                 else:
                     self._on_stop(future, reason)
@@ -247,6 +362,13 @@ class WorkerHandle:
                 self._on_reply(reply)
             case _Exited(generation, returncode) if self._is_current(generation):
                 await self._on_exit(returncode)
+            case _Kill(reason) if self._proc is not None and self.state in (
+                WorkerState.READY,
+                WorkerState.STARTING,
+            ):
+                log.error("[%s] killing worker pid %d: %s", self.name, self._proc.proc.pid, reason)
+                self._proc.kill_reason = reason
+                _signal_group(self._proc.proc.pid, signal.SIGKILL)
             case _StartTimeout(generation) if self._is_current(generation):
                 if self.state is WorkerState.STARTING:
                     assert self._proc is not None
@@ -266,6 +388,14 @@ class WorkerHandle:
         check_transition(old, new)
         self.state = new
         log.info("[%s] %s → %s", self.name, old.public, new.public)
+        if new is WorkerState.READY:
+            self.ready_since = self.last_heartbeat = time.monotonic()
+        elif new in (WorkerState.STOPPED, WorkerState.FAILED):
+            self.reserved = self.draining = False
+            self.ready_since = None
+        self._state_changed.set()
+        self._state_changed = asyncio.Event()
+        self._changed()
         if self._on_state is not None:
             self._on_state(self, old, new)
 
@@ -300,6 +430,7 @@ class WorkerHandle:
                 self._fail_ready_waiters(ModelUnavailable(f"model '{self.name}' was stopped"))
                 self._set_state(WorkerState.STOPPING)
                 self._proc.stop_requested = True
+                self._proc.stop_reason = reason
                 self._proc.tasks.append(asyncio.create_task(self._escalate_stop(self._proc)))
 
     def _on_reply(self, reply: Reply) -> None:
@@ -308,6 +439,7 @@ class WorkerHandle:
             case Ready(facts=facts, memory=memory):
                 if self.state is WorkerState.STARTING:
                     self.facts, self.memory, self.progress = facts, memory, None
+                    self.measured_bytes = measured_need(memory) or self.measured_bytes
                     self.failures, self.last_error = 0, None
                     self.last_used, self.last_used_wall = time.monotonic(), time.time()
                     self._set_state(WorkerState.READY)
@@ -318,6 +450,9 @@ class WorkerHandle:
                 self.progress = reply
             case Heartbeat(memory=memory):
                 self.memory = memory
+                self.last_heartbeat = time.monotonic()
+                if self.state is WorkerState.READY and measured_need(memory) > 0:
+                    self.measured_bytes = measured_need(memory)
             case Error(message=message):
                 # A worker-level error: the model could not load; the exit follows.
                 self._proc.load_error = message
@@ -342,6 +477,7 @@ class WorkerHandle:
                 await self._spawn()
             return
         self.last_error = reason
+        self.crashes += 1
         log.error("[%s] worker pid %d %s", self.name, proc.proc.pid, reason)
         if self.state is WorkerState.STARTING:
             self.failures += 1
@@ -354,6 +490,10 @@ class WorkerHandle:
     def _exit_reason(self, proc: _Process, returncode: int) -> str:
         if proc.load_error:
             return f"failed to load: {proc.load_error}"
+        if proc.kill_reason:
+            return f"was killed: {proc.kill_reason}"
+        if proc.stop_requested:
+            return f"was stopped ({proc.stop_reason})"
         reason = describe_exit(returncode)
         tail = [line for line in proc.stderr if line.strip()][-5:]
         if tail:
@@ -380,7 +520,9 @@ class WorkerHandle:
         self._generation += 1
         generation = self._generation
         worker_id = f"{self.name[:180]}#{generation}-{uuid.uuid4().hex[:6]}"
-        argv = list(self._command(spec_for(self.config, worker_id), self._relay.endpoint))
+        beat = min(2.0, self._server.hang_timeout / 4)
+        spec = spec_for(self.config, worker_id, heartbeat_interval=beat)
+        argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
         self._set_state(WorkerState.STARTING)
         self.progress = None

@@ -10,6 +10,8 @@ behaviour at start comes from the last segment of the spec's ``model_path``:
 * ``fake/no-ready``: never sends Ready (start timeout).
 * ``fake/ignore-sigterm``: ignores Shutdown and SIGTERM (needs SIGKILL).
 
+The environment variable ``FAKE_RSS`` sets the memory it reports (bytes).
+
 Per request, the last message's text (or the prompt) decides:
 
 * ``crash``: emits a few chunks, then the process kills itself with SIGKILL.
@@ -108,7 +110,15 @@ def main() -> None:
     elif mode == "no-ready":
         while True:
             time.sleep(1)
-    send(Ready(pid=os.getpid(), facts=ModelFacts(context_length=256, model_type="fake")))
+    # The memory it "uses", as a real worker would measure and report it.
+    rss = int(os.environ.get("FAKE_RSS", "1000000"))
+    send(
+        Ready(
+            pid=os.getpid(),
+            facts=ModelFacts(context_length=256, model_type="fake"),
+            memory=Memory(rss=rss),
+        )
+    )
 
     active: dict[str, Active] = {}
     shutting_down_at: float | None = None
@@ -194,7 +204,7 @@ def main() -> None:
             )
         if time.monotonic() - last_beat > spec.heartbeat_interval:
             last_beat = time.monotonic()
-            send(Heartbeat(inflight=len(active), memory=Memory(rss=1)))
+            send(Heartbeat(inflight=len(active), memory=Memory(rss=rss)))
 
 
 if __name__ == "__main__":

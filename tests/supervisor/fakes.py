@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psutil
+import pytest
+from mlx_gateway.protocol.messages import Chunk, Done, Generate, SamplingParams
 from mlx_gateway.protocol.spec import WorkerSpec, encode_spec
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.registry import Registry
+from mlx_gateway.supervisor.worker import WorkerHandle
 
 FAKE_WORKER = Path(__file__).with_name("fake_worker.py")
 
@@ -34,3 +42,55 @@ def fake_config(*models: dict[str, Any], **server: Any) -> GatewayConfig:
         server=ServerConfig(**server),
         models=[ModelConfig(**{"served_model_name": m["model_path"], **m}) for m in models],
     )
+
+
+@pytest.fixture
+async def make_registry() -> AsyncIterator[Any]:
+    registries: list[Registry] = []
+
+    async def make(*models: dict[str, Any], **server: Any) -> Registry:
+        registry = Registry(fake_config(*models, **server), command=fake_command)
+        await registry.start()
+        registries.append(registry)
+        return registry
+
+    yield make
+    for registry in registries:
+        await registry.close()
+
+
+def chat(text: str, request_id: str = "r1", **sampling: Any) -> Generate:
+    return Generate(
+        request_id=request_id,
+        messages=[{"role": "user", "content": text}],
+        sampling=SamplingParams(**sampling),
+    )
+
+
+async def run(handle: WorkerHandle, msg: Generate) -> tuple[str, Done]:
+    text = ""
+    async with handle.session() as session:
+        async for reply in session.generate(msg):
+            match reply:
+                case Chunk():
+                    text += reply.text
+                case Done():
+                    return text, reply
+    raise AssertionError("no Done")
+
+
+def alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)

@@ -1,0 +1,3 @@
+from .fakes import make_registry
+
+__all__ = ["make_registry"]
