@@ -7,8 +7,8 @@
                  └──────────┴──▶ FAILED (load failed / crash-looped; retried after a backoff)
 
 A crash of a READY worker goes straight back to STOPPED: the next request starts
-it again. Only :class:`WorkerHandle`'s owner task changes a state, through
-:func:`check_transition`.
+it again; the third crash within a minute makes it FAILED (a crash loop). Only
+:class:`WorkerHandle`'s owner task changes a state, through :func:`check_transition`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ ALLOWED: dict[WorkerState, frozenset[WorkerState]] = {
     WorkerState.STOPPED: frozenset({WorkerState.STARTING}),
     # STARTING → STOPPED is not allowed: a worker that dies while loading is FAILED.
     WorkerState.STARTING: frozenset({WorkerState.READY, WorkerState.STOPPING, WorkerState.FAILED}),
-    WorkerState.READY: frozenset({WorkerState.STOPPING, WorkerState.STOPPED}),
+    # READY → FAILED: it crashed again and again (a crash loop).
+    WorkerState.READY: frozenset({WorkerState.STOPPING, WorkerState.STOPPED, WorkerState.FAILED}),
     WorkerState.STOPPING: frozenset({WorkerState.STOPPED}),
     WorkerState.FAILED: frozenset({WorkerState.STARTING}),
 }

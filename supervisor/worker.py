@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..protocol.frames import Frame
 from ..protocol.messages import (
     Cancel,
@@ -52,6 +54,8 @@ log = logging.getLogger("mlx_gateway.worker")
 
 STDERR_LINES_KEPT = 40
 KILL_WAIT = 3.0  # seconds between SIGTERM and SIGKILL
+CRASH_LOOP = 3  # crashes of a ready worker within CRASH_WINDOW that make it FAILED
+CRASH_WINDOW = 60.0
 UNREACHABLE_WAIT = 2.0  # seconds to wait for the exit of a worker whose socket is gone
 
 
@@ -180,6 +184,7 @@ class WorkerHandle:
         self.estimated_bytes: int | None = None
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._state_changed = asyncio.Event()
+        self._recent_crashes: list[float] = []
         self.crashes = 0  # exits we did not ask for, since the gateway started
         self.evictions = 0  # stops to make room for another model
         self.waiting = 0  # requests waiting in the gateway for a slot or the load
@@ -231,14 +236,31 @@ class WorkerHandle:
         return self._proc.proc.pid if self._proc else None
 
     def status(self) -> dict[str, Any]:
+        """What /v1/models and /health show of this model."""
+        memory = self.memory if self.state is WorkerState.READY else None
+        progress = None
+        if self.state is WorkerState.STARTING and self.progress is not None:
+            progress = {
+                "stage": self.progress.stage,
+                "fraction": self.progress.fraction,
+                "detail": self.progress.detail,
+            }
         return {
             "state": self.state.public,
             "pid": self.pid if self.state is not WorkerState.FAILED else None,
             "inflight": self.inflight,
+            "waiting": self.waiting,
             "last_used": self.last_used_wall,
             "error": self.last_error,
             "context_length": self.facts.context_length if self.facts else None,
-            "memory": self.memory.rss if self.memory else None,
+            "memory": memory.rss if memory else None,
+            "memory_detail": msgspec.structs.asdict(memory) if memory else None,
+            "memory_need": self.measured_bytes or self.estimated_bytes,
+            "load_progress": progress,
+            "pinned": self.config.pinned,
+            "draining": self.draining,
+            "crashes": self.crashes,
+            "evictions": self.evictions,
         }
 
     @contextlib.asynccontextmanager
@@ -322,6 +344,7 @@ class WorkerHandle:
         """Admin: start the model now (through the memory budget), clearing a
         failure backoff."""
         self.failures = 0
+        self._recent_crashes.clear()
         timeout = self.config.effective_queue_timeout(self._server)
         async with asyncio.timeout(timeout):
             await self._admit(time.monotonic() + timeout)
@@ -484,8 +507,20 @@ class WorkerHandle:
             self._failed_at = time.monotonic()
             self._set_state(WorkerState.FAILED)
             self._fail_ready_waiters(self._unavailable())
-        else:  # READY: a crash; the next request starts it again
-            self._set_state(WorkerState.STOPPED)
+        else:  # READY: a crash; the next request starts it again, unless it crash-loops
+            now = time.monotonic()
+            self._recent_crashes = [t for t in self._recent_crashes if now - t < CRASH_WINDOW]
+            self._recent_crashes.append(now)
+            if len(self._recent_crashes) >= CRASH_LOOP:
+                self.failures += 1
+                self._failed_at = now
+                self.last_error = (
+                    f"crash loop: {len(self._recent_crashes)} crashes within "
+                    f"{CRASH_WINDOW:g} s; last: {reason}"
+                )
+                self._set_state(WorkerState.FAILED)
+            else:
+                self._set_state(WorkerState.STOPPED)
 
     def _exit_reason(self, proc: _Process, returncode: int) -> str:
         if proc.load_error:

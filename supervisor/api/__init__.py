@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from .admin import load_model, unload_model
 from .chat import create_chat_completion
 from .completions import create_completion
 from .exceptions import exception_handlers
@@ -18,6 +19,8 @@ routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
     Route("/v1/completions", create_completion, methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
+    Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
 ]

@@ -29,6 +29,7 @@ def test_every_state_has_transitions_and_a_public_name() -> None:
         (WorkerState.STARTING, WorkerState.FAILED),
         (WorkerState.READY, WorkerState.STOPPING),
         (WorkerState.READY, WorkerState.STOPPED),
+        (WorkerState.READY, WorkerState.FAILED),
         (WorkerState.STOPPING, WorkerState.STOPPED),
         (WorkerState.FAILED, WorkerState.STARTING),
     ],

@@ -220,3 +220,19 @@ async def test_close_stops_every_worker(make_registry: Any) -> None:
     for pid in pids:
         assert not alive(pid)
     assert os.getpid() not in [p for p in pids]
+
+
+async def test_a_crash_loop_ends_in_failed_with_the_reason(make_registry: Any) -> None:
+    registry = await make_registry({"model_path": "fake/ok"})
+    handle = registry.resolve("fake/ok")
+    for i in range(3):
+        with pytest.raises(WorkerCrashed):
+            await run(handle, chat("crash", request_id=f"c{i}"))
+    assert handle.state is WorkerState.FAILED
+    status = handle.status()
+    assert status["state"] == "failed" and status["crashes"] == 3
+    assert "crash loop" in status["error"] and "SIGKILL" in status["error"]
+    with pytest.raises(ModelUnavailable, match="crash loop"):
+        await run(handle, chat("x"))
+    await handle.load()  # an admin load clears the backoff
+    assert (await run(handle, chat("fine now")))[0] == "fine now "
