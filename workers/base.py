@@ -49,6 +49,7 @@ EXIT_LOAD_FAILED = 3
 
 BACKENDS: dict[str, str] = {
     "lm": "mlx_gateway.workers.lm",
+    "embeddings": "mlx_gateway.workers.embeddings",
 }
 """Worker kind → module with a ``create_backend() -> Backend`` factory. Imported
 lazily, on the MLX thread: backend modules import MLX libraries."""
@@ -168,9 +169,10 @@ class MLXThread(threading.Thread):
         backend = self.backend
         return backend.counts() if backend is not None else (0, 0)
 
-    def emit(self, msg: Reply) -> None:
+    def emit(self, msg: Reply, payloads: Sequence[bytes | memoryview] = ()) -> None:
+        """Send ``msg``, followed by binary ``payloads`` (e.g. an embedding matrix)."""
         assert self._push is not None
-        self._push.send_multipart(pack(msg))
+        self._push.send_multipart(pack(msg, payloads))
 
     def run(self) -> None:
         # Sockets are not thread-safe: this one is made and used on this thread only.

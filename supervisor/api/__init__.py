@@ -11,6 +11,7 @@ from starlette.routing import Route
 from .admin import load_model, unload_model
 from .chat import create_chat_completion
 from .completions import create_completion
+from .embeddings import create_embeddings
 from .exceptions import exception_handlers
 from .health import health
 from .models import list_models, retrieve_model
@@ -18,6 +19,7 @@ from .models import list_models, retrieve_model
 routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
     Route("/v1/completions", create_completion, methods=["POST"]),
+    Route("/v1/embeddings", create_embeddings, methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),

@@ -14,6 +14,7 @@ from . import sse
 from .body import read_json
 from .disconnect import unless_disconnected
 from .generation import Generation
+from .kinds import CHAT_KINDS, require_kind
 from .objects import (
     AssistantMessage,
     ChatChoice,
@@ -70,6 +71,7 @@ async def create_chat_completion(request: Request) -> Response:
     req = await read_json(request, ChatCompletionRequest)
     check_common(req)
     handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, CHAT_KINDS, "/v1/chat/completions")
     msg = Generate(
         request_id=f"chatcmpl-{uuid4().hex}",
         messages=messages_to_builtins(req.messages),

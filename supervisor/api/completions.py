@@ -15,6 +15,7 @@ from . import sse
 from .body import read_json
 from .disconnect import unless_disconnected
 from .generation import Generation
+from .kinds import COMPLETION_KINDS, require_kind
 from .objects import Completion, CompletionChoice, Usage, usage_from
 from .responses import EventStream, JSONResponse
 from .sampling import check_common, sampling_params
@@ -85,6 +86,7 @@ async def create_completion(request: Request) -> Response:
         raise BadRequest("'echo' is only supported with a text prompt.", param="echo")
     echo = prompt if req.echo and isinstance(prompt, str) else ""
     handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, COMPLETION_KINDS, "/v1/completions")
     msg = Generate(
         request_id=f"cmpl-{uuid4().hex}",
         prompt=prompt,

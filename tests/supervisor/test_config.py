@@ -483,7 +483,7 @@ def test_unknown_model_type_lists_the_allowed_ones(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "model_type", ["multimodal", "vlm", "embeddings", "whisper", "image-generation", "image-edit"]
+    "model_type", ["multimodal", "vlm", "whisper", "image-generation", "image-edit"]
 )
 def test_known_but_not_servable_model_type(tmp_path: Path, model_type: str) -> None:
     path = write(

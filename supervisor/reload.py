@@ -1,0 +1,55 @@
+"""Config reload on SIGHUP or when the file changes (``launch --watch``).
+
+Only the ``models:`` section reloads (see :meth:`Registry.reload`): unchanged models
+keep running, changed ones are replaced after their in-flight requests finish, new
+ones appear, removed ones stop. A broken new file is rejected with its error and
+the running config stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from .config import ConfigError, load_config
+from .placement import check_fits
+
+log = logging.getLogger("mlx_gateway.reload")
+
+
+async def reload_from(path: str, app: Any) -> dict[str, list[str]] | None:
+    """Load ``path`` and apply it to the running registry; ``None`` when rejected."""
+    try:
+        new = load_config(path)
+        check_fits(new)
+    except ConfigError as exc:
+        log.error("config reload rejected, the running config stays: %s", exc)
+        return None
+    registry = getattr(app.state, "registry", None)
+    if registry is None:
+        log.warning("config reload ignored: the gateway is not started yet")
+        return None
+    if new.server != registry.config.server:
+        log.warning("config reload: the server section changed; restart the gateway to apply it")
+    return await registry.reload(new)  # type: ignore[no-any-return]
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+async def watch_file(path: str, app: Any, interval: float = 1.0) -> None:
+    """Reload whenever the file's modification time changes."""
+    last = _mtime(path)
+    while True:
+        await asyncio.sleep(interval)
+        current = _mtime(path)
+        if current is not None and current != last:
+            last = current
+            log.info("%s changed: reloading", path)
+            await reload_from(path, app)
