@@ -15,6 +15,7 @@ from .body import read_json
 from .disconnect import unless_disconnected
 from .generation import Generation
 from .kinds import CHAT_KINDS, require_kind
+from .loading import start_stream
 from .objects import (
     AssistantMessage,
     ChatChoice,
@@ -25,7 +26,7 @@ from .objects import (
     Usage,
     usage_from,
 )
-from .responses import EventStream, JSONResponse
+from .responses import JSONResponse
 from .sampling import check_common, sampling_params
 from .schemas import ChatCompletionRequest, messages_to_builtins
 from .streaming import relay
@@ -78,12 +79,13 @@ async def create_chat_completion(request: Request) -> Response:
         sampling=sampling_params(req, handle.config),
         chat_template_kwargs=req.chat_template_kwargs or {},
     )
-    generation = await unless_disconnected(request, Generation.start(handle, msg))
     created = int(time.time())
     if req.stream:
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         events = ChatEvents(msg.request_id, created, handle.name, include_usage)
-        return EventStream(relay(generation, events), generation)
+        start = unless_disconnected(request, Generation.start(handle, msg))
+        return await start_stream(handle, start, lambda g: relay(g, events))
+    generation = await unless_disconnected(request, Generation.start(handle, msg))
     try:
         text, done = await unless_disconnected(request, generation.collect())
     finally:

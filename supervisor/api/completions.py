@@ -16,8 +16,9 @@ from .body import read_json
 from .disconnect import unless_disconnected
 from .generation import Generation
 from .kinds import COMPLETION_KINDS, require_kind
+from .loading import start_stream
 from .objects import Completion, CompletionChoice, Usage, usage_from
-from .responses import EventStream, JSONResponse
+from .responses import JSONResponse
 from .sampling import check_common, sampling_params
 from .schemas import CompletionRequest
 from .streaming import relay
@@ -92,12 +93,13 @@ async def create_completion(request: Request) -> Response:
         prompt=prompt,
         sampling=sampling_params(req, handle.config),
     )
-    generation = await unless_disconnected(request, Generation.start(handle, msg))
     created = int(time.time())
     if req.stream:
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         events = CompletionEvents(msg.request_id, created, handle.name, include_usage, echo)
-        return EventStream(relay(generation, events), generation)
+        start = unless_disconnected(request, Generation.start(handle, msg))
+        return await start_stream(handle, start, lambda g: relay(g, events))
+    generation = await unless_disconnected(request, Generation.start(handle, msg))
     try:
         text, done = await unless_disconnected(request, generation.collect())
     finally:

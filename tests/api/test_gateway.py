@@ -162,7 +162,7 @@ async def test_crash_mid_stream_ends_with_error_then_done(
 
 
 async def test_load_failure_is_503(http: httpx.AsyncClient, app: Starlette) -> None:
-    r = await http.post("/v1/completions", json={"model": FAILING, "prompt": "x", "stream": True})
+    r = await http.post("/v1/completions", json={"model": FAILING, "prompt": "x"})
     assert r.status_code == 503
     assert "download failed: offline" in r.json()["error"]["message"]
     health = (await http.get("/health")).json()

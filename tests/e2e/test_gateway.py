@@ -126,6 +126,9 @@ def test_completions_endpoint(gateway: Gateway) -> None:
 
 
 def test_context_overflow_is_a_400_before_any_stream(gateway: Gateway) -> None:
+    # Loaded first: a stream for a model still loading starts at once (with
+    # keep-alive comments), and a rejection then comes as an error event.
+    httpx.post(f"{gateway.base_url}/v1/models/alpha/load", timeout=60).raise_for_status()
     c = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="x")
     with pytest.raises(openai.BadRequestError) as info:
         c.chat.completions.create(
