@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 
 from .api import exception_handlers, routes
+from .api.middleware import middleware_for
+from .api.recorder import Recorder
 from .config import GatewayConfig
 from .process import WorkerCommand
 from .registry import Registry
@@ -32,4 +34,14 @@ def create_app(
         finally:
             await registry.close()
 
-    return Starlette(routes=routes, exception_handlers=exception_handlers, lifespan=lifespan)
+    recorder = Recorder()
+    app = Starlette(
+        routes=routes,
+        exception_handlers=exception_handlers,
+        middleware=middleware_for(config, recorder),
+        lifespan=lifespan,
+    )
+    app.state.config = config
+    app.state.metrics = recorder
+    app.state.http_port = config.server.port
+    return app

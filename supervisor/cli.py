@@ -9,6 +9,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from . import pull, status
+from .api.auth import exposure_warning
 from .config import (
     ConfigError,
     GatewayConfig,
@@ -16,6 +18,7 @@ from .config import (
     load_config,
     override_server,
 )
+from .logs import setup_logging
 
 log = logging.getLogger("mlx_gateway")
 
@@ -34,13 +37,21 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--host", help="override server.host")
     launch.add_argument("--port", type=int, help="override server.port")
     launch.add_argument("--log-level", help="override server.log_level")
+    launch.add_argument("--log-format", choices=("text", "json"), help="override server.log_format")
+    status.add_parser(sub)
+    pull.add_parser(sub)
     return parser
 
 
 def resolve_config(args: argparse.Namespace) -> GatewayConfig:
     overrides = {
         key: value
-        for key, value in (("host", args.host), ("port", args.port), ("log_level", args.log_level))
+        for key, value in (
+            ("host", args.host),
+            ("port", args.port),
+            ("log_level", args.log_level),
+            ("log_format", args.log_format),
+        )
         if value is not None
     }
     if args.config:
@@ -50,15 +61,6 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
         model_type=args.model_type,
         served_model_name=args.served_model_name,
         **overrides,
-    )
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
     )
 
 
@@ -81,19 +83,26 @@ async def serve(config: GatewayConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     names = ", ".join(model.served_model_name for model in config.models)
     log.info("serving %s on http://%s:%d/v1", names, host, port)
+    warning = exposure_warning(host, config.server.api_keys)
+    if warning:
+        log.warning(warning)
     await hypercorn_serve(create_app(config), hconfig, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
     log.info("gateway stopped")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "status":
+        return status.run(args)
+    if args.command == "pull":
+        return pull.run(args)
     if args.command == "launch":
         try:
             config = resolve_config(args)
         except ConfigError as exc:
             print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
             return 2
-        setup_logging(config.server.log_level)
+        setup_logging(config.server.log_level, config.server.log_format)
         asyncio.run(serve(config))
     return 0
 

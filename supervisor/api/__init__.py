@@ -14,7 +14,9 @@ from .completions import create_completion
 from .embeddings import create_embeddings
 from .exceptions import exception_handlers
 from .health import health
+from .metrics import metrics
 from .models import list_models, retrieve_model
+from .openapi import openapi
 
 routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
@@ -25,6 +27,8 @@ routes: list[Route] = [
     Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
 ]
 
 __all__ = ["exception_handlers", "routes"]

@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 import anyio
 
-from ...protocol.messages import Chunk, Done, Error, Generate
+from ...protocol.messages import Chunk, Done, Error, Generate, Started
 from ..errors import GatewayError, ModelUnavailable
+from . import recorder
 
 
 class Handle(Protocol):
@@ -50,6 +51,9 @@ class Generation:
 
         Raises the request's :class:`GatewayError` (e.g. 400 context too long, 503
         model failed to load) with nothing left open."""
+        name = getattr(handle, "name", None)
+        if isinstance(name, str):
+            recorder.note_model(name)
         stack = contextlib.AsyncExitStack()
         try:
             session = await stack.enter_async_context(handle.session())
@@ -74,16 +78,27 @@ class Generation:
             if self._pending is not None:
                 reply, self._pending = self._pending, None
             else:
-                reply = await _next(self._stream)
+                try:
+                    reply = await _next(self._stream)
+                except GatewayError:
+                    recorder.note_outcome("error")
+                    raise
             match reply:
                 case Chunk():
+                    recorder.note_output(reply.tokens)
                     return reply
-                case Done():
+                case Done(usage=usage):
                     self._finished = True
+                    recorder.note_done(
+                        reply.finish_reason, usage.prompt_tokens, usage.completion_tokens
+                    )
                     return reply
                 case Error():
+                    recorder.note_outcome("error")
                     _raise_error(reply)
-                # Started and anything else carry nothing for the client.
+                case Started():
+                    recorder.note_started(reply.prompt_tokens)
+                # Anything else carries nothing for the client.
         raise StopAsyncIteration
 
     async def collect(self) -> tuple[str, Done]:
@@ -101,6 +116,8 @@ class Generation:
         if self._closed:
             return
         self._closed = True
+        if not self._finished:
+            recorder.note_outcome("client_left")
         with anyio.CancelScope(shield=True):
             await self._stack.aclose()
 

@@ -1,0 +1,172 @@
+"""``mlx-gateway status``: a running gateway's models as a table.
+
+Reads ``GET /v1/models`` with the standard library (no HTTP client dependency in
+the gateway), and prints one row per model: name, state (with load progress),
+pid, in flight, waiting, memory, last used and the last error's first line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .config import GatewayConfig
+
+COLUMNS = ("MODEL", "STATE", "PID", "INFLIGHT", "WAITING", "MEMORY", "LAST USED", "ERROR")
+ERROR_WIDTH = 60
+
+
+class StatusError(Exception):
+    """The gateway could not be asked; the message says why."""
+
+
+def default_url(config: GatewayConfig | None) -> str:
+    """The gateway's base URL from its config (a wildcard bind is asked on loopback)."""
+    if config is None:
+        return "http://127.0.0.1:8000"
+    host = config.server.host
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{config.server.port}"
+
+
+def fetch_models(url: str, key: str | None = None, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """The ``data`` of ``GET {url}/v1/models``."""
+    request = urllib.request.Request(url.rstrip("/") + "/v1/models")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:
+        raise StatusError(f"{url} answered {exc.code}: {_error_message(exc)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StatusError(f"cannot reach the gateway at {url}: {reason}") from None
+    except ValueError as exc:
+        raise StatusError(f"{url}/v1/models did not answer JSON: {exc}") from None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        raise StatusError(f"{url}/v1/models did not answer a model list")
+    return [entry for entry in data if isinstance(entry, dict)]
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.load(exc)["error"]["message"])
+    except Exception:
+        return exc.reason or "error"
+
+
+def human_bytes(value: Any) -> str:
+    """``1.5 GiB``; ``-`` when unknown. A dict of figures shows its ``rss``."""
+    if isinstance(value, Mapping):
+        value = value.get("rss") or value.get("total")
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def ago(timestamp: Any, now: float) -> str:
+    """``12s ago``, ``5m ago``, ``3h ago``, ``2d ago``; ``-`` for never."""
+    if not isinstance(timestamp, int | float) or isinstance(timestamp, bool):
+        return "-"
+    seconds = max(0, int(now - timestamp))
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def _state(entry: Mapping[str, Any]) -> str:
+    state = str(entry.get("state") or "-")
+    progress = entry.get("progress")
+    fraction = progress.get("fraction") if isinstance(progress, Mapping) else progress
+    if state == "loading" and isinstance(fraction, int | float) and not isinstance(fraction, bool):
+        state += f" {fraction * 100:.0f}%"
+    return state
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def rows(models: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
+    out = []
+    for entry in models:
+        error = entry.get("error")
+        error_line = str(error).strip().splitlines()[0] if error else ""
+        if len(error_line) > ERROR_WIDTH:
+            error_line = error_line[: ERROR_WIDTH - 1] + "…"
+        out.append(
+            (
+                _cell(entry.get("id")),
+                _state(entry),
+                _cell(entry.get("pid")),
+                _cell(entry.get("inflight", 0)),
+                _cell(entry.get("waiting", 0)),
+                human_bytes(entry.get("memory")),
+                ago(entry.get("last_used"), now),
+                error_line or "-",
+            )
+        )
+    return out
+
+
+def table(models: Sequence[Mapping[str, Any]], now: float | None = None) -> str:
+    """The models as an aligned text table with a header line."""
+    body = rows(models, time.time() if now is None else now)
+    widths = [max(len(row[i]) for row in (COLUMNS, *body)) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (COLUMNS, *body)
+    ]
+    return "\n".join(lines)
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``status`` on the ``mlx-gateway`` subcommand parser ``sub``."""
+    parser = sub.add_parser("status", help="show the models of a running gateway")
+    parser.add_argument("--url", help="the gateway (default: from --config, else :8000)")
+    parser.add_argument("--config", help="the gateway's YAML file: its host, port and keys")
+    parser.add_argument("--api-key", help="a key, if the gateway needs one (else from --config)")
+    parser.add_argument("--json", action="store_true", help="print the raw model list")
+
+
+def run(args: Any) -> int:
+    """``mlx-gateway status``: 0 when the gateway answered, 1 when not, 2 on a bad config."""
+    from .config import ConfigError, load_config
+
+    config = None
+    if args.config:
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
+            return 2
+    key = args.api_key or os.environ.get("MLX_GATEWAY_API_KEY")
+    if key is None and config is not None and config.server.api_keys:
+        key = config.server.api_keys[0]
+    url = args.url or default_url(config)
+    try:
+        models = fetch_models(url, key)
+    except StatusError as exc:
+        print(f"mlx-gateway: status: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(models, indent=2) if args.json else table(models))
+    return 0
