@@ -64,18 +64,47 @@ class ModelFacts(msgspec.Struct, omit_defaults=True):
     extra: dict[str, str] = {}
 
 
+class Constraint(msgspec.Struct, omit_defaults=True):
+    """A grammar the generated text must match, in llguidance's Lark dialect
+    (``%json {…}`` embeds a JSON schema). ``param`` names the request field it came
+    from, for the 400 when it does not compile."""
+
+    grammar: str
+    param: str = "response_format"
+
+
+class TokenLogprob(msgspec.Struct, array_like=True):
+    """One generated token: its text (the text of the tokens of a chunk joins to the
+    chunk's text), its log-probability and the most likely alternatives as
+    ``(text, logprob)`` pairs."""
+
+    text: str
+    logprob: float
+    top: list[tuple[str, float]] = []
+
+
 # ---------------------------------------------------------------- gateway → worker
 
 
 class Generate(Message, tag="generate"):
     """Text generation: either chat ``messages`` (the worker applies the chat
-    template) or a raw ``prompt`` (completions)."""
+    template) or a raw ``prompt`` (completions).
+
+    Images (vision models): a message's image part reads ``{"type": "image",
+    "detail": "auto"|"low"|"high"}`` and ``images[k]`` is the index of the payload
+    frame holding the file of the ``k``-th image part, in message order."""
 
     request_id: str
     messages: list[dict[str, Any]] | None = None
     prompt: str | list[int] | None = None
     sampling: SamplingParams = msgspec.field(default_factory=SamplingParams)
     chat_template_kwargs: dict[str, Any] = {}
+    images: list[int] = []
+    logprobs: int | None = None
+    """Report each generated token's log-probability with this many most likely
+    alternatives (0 to 20) in :attr:`Chunk.logprobs`; ``None``: no log-probabilities."""
+    constraint: Constraint | None = None
+    """Constrained decoding: the output must match this grammar."""
 
 
 class Embed(Message, tag="embed"):
@@ -101,6 +130,42 @@ class Transcribe(Message, tag="transcribe"):
     prompt: str | None = None
     temperature: float = 0.0
     word_timestamps: bool = False
+
+
+class GenerateImage(Message, tag="generate_image"):
+    """Text to image, or an edit: then payloads ``0 … images-1`` are the input image
+    files and, with ``mask``, the last payload is the mask (transparent = edit here).
+    ``None`` fields take the model's defaults. Answered by :class:`ImageStep` progress,
+    :class:`Image` per picture (``n`` of them, seeds ``seed``, ``seed+1``, …), then
+    :class:`Done`."""
+
+    request_id: str
+    prompt: str
+    n: int = 1
+    width: int | None = None
+    height: int | None = None
+    seed: int | None = None
+    steps: int | None = None
+    guidance: float | None = None
+    negative_prompt: str | None = None
+    images: int = 0
+    mask: bool = False
+    output_format: str = "png"
+    """``png``, ``jpeg`` or ``webp``."""
+    output_compression: int | None = None
+    partial_images: int = 0
+    """How many intermediate previews to send per picture (0 to 3)."""
+
+
+class CountTokens(Message, tag="count_tokens"):
+    """Count the prompt tokens of ``messages`` (chat template applied, as for a
+    :class:`Generate`) or of ``prompt``; answered by one :class:`Done` whose
+    ``usage.prompt_tokens`` is the count (``finish_reason`` ``counted``), or an Error."""
+
+    request_id: str
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    chat_template_kwargs: dict[str, Any] = {}
 
 
 class Cancel(Message, tag="cancel"):
@@ -153,6 +218,9 @@ class Started(Message, tag="started"):
     request_id: str
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    reasoning: bool = False
+    """The prompt ends inside an open thinking block (the chat template opened it):
+    the output starts with reasoning."""
 
 
 class Chunk(Message, tag="chunk"):
@@ -162,6 +230,8 @@ class Chunk(Message, tag="chunk"):
     request_id: str
     text: str = ""
     tokens: int = 0
+    logprobs: list[TokenLogprob] = []
+    """With ``Generate.logprobs``: the tokens whose text this chunk completes."""
 
 
 class Batch(Message, tag="batch"):
@@ -191,6 +261,29 @@ class Transcript(Message, tag="transcript"):
     segments: list[dict[str, Any]] = []
 
 
+class ImageStep(Message, tag="image_step"):
+    """Progress of a :class:`GenerateImage`: picture ``index`` finished denoising
+    step ``step`` of ``steps``."""
+
+    request_id: str
+    index: int
+    step: int
+    steps: int
+
+
+class Image(Message, tag="image"):
+    """One picture of a :class:`GenerateImage`: payload 0 is the encoded file (in the
+    request's ``output_format``). ``partial`` is set on an intermediate preview (its
+    number, from 0); the finished picture has ``partial`` ``None``."""
+
+    request_id: str
+    index: int
+    width: int
+    height: int
+    seed: int
+    partial: int | None = None
+
+
 class Done(Message, tag="done"):
     """The request ended. ``finish_reason`` is ``stop``, ``length`` or ``cancelled``."""
 
@@ -214,7 +307,18 @@ class Error(Message, tag="error"):
     code: str | None = None
 
 
-Request = Generate | Embed | Transcribe | Cancel | Shutdown | Ping
+Request = Generate | Embed | Transcribe | GenerateImage | CountTokens | Cancel | Shutdown | Ping
 Reply = (
-    Ready | Progress | Heartbeat | Started | Chunk | Batch | Embeddings | Transcript | Done | Error
+    Ready
+    | Progress
+    | Heartbeat
+    | Started
+    | Chunk
+    | Batch
+    | Embeddings
+    | Transcript
+    | ImageStep
+    | Image
+    | Done
+    | Error
 )

@@ -50,6 +50,9 @@ EXIT_LOAD_FAILED = 3
 BACKENDS: dict[str, str] = {
     "lm": "mlx_gateway.workers.lm",
     "embeddings": "mlx_gateway.workers.embeddings",
+    "whisper": "mlx_gateway.workers.whisper",
+    "vlm": "mlx_gateway.workers.vlm",
+    "image": "mlx_gateway.workers.image",
 }
 """Worker kind → module with a ``create_backend() -> Backend`` factory. Imported
 lazily, on the MLX thread: backend modules import MLX libraries."""
@@ -223,7 +226,14 @@ def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
     Blocks on the inbox only while the backend is idle, so a cancel or a new
     request is seen before the next step. ``Shutdown(grace)`` stops admission and
     lets running work finish until the grace period ends, then cancels the rest.
+
+    A backend whose one step is long (a whole diffusion) may define
+    ``watch_inbox(inbox)``: it gets the inbox to peek at, so that it can stop
+    inside a step for a ``Cancel``; the items stay for this loop to take.
     """
+    watch = getattr(backend, "watch_inbox", None)
+    if watch is not None:
+        watch(inbox)
     drain_until: float | None = None
     while True:
         block = drain_until is None and not backend.has_work()
