@@ -89,13 +89,11 @@ def bert(tiny_bert_path: Path) -> tuple[EmbeddingsBackend, Recorder]:
 
 
 def test_facts_and_vectors_match_mlx_embeddings(tiny_bert_path: Path) -> None:
-    backend, out = make_backend(tiny_bert_path)
-    facts = backend.load(
-        WorkerSpec(
-            worker_id="w", kind="embeddings", model_path=str(tiny_bert_path), served_model_name="t"
-        ),
-        out,
+    backend, out = EmbeddingsBackend(), Recorder()
+    spec = WorkerSpec(
+        worker_id="w", kind="embeddings", model_path=str(tiny_bert_path), served_model_name="t"
     )
+    facts = backend.load(spec, out)
     assert facts.context_length == 64  # tokenizer model_max_length = position table
     assert facts.model_type == "bert"
     assert facts.extra["dimensions"] == "32"
