@@ -159,7 +159,7 @@ class EmbeddingsBackend:
         info = _Model(
             max_length=_max_length(path, config, tokenizer, spec.context_length),
             dims=0,
-            vocab_size=len(tokenizer),
+            vocab_size=_vocab_size(config, tokenizer),
             pad_id=int(pad_id),
             left_padding=getattr(tokenizer, "padding_side", "right") == "left",
             pooling=pooling,
@@ -399,6 +399,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _vocab_size(config: dict[str, Any], tokenizer: Any) -> int:
+    """Token ids below this are valid: in the tokenizer and in the embedding table."""
+    table = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return min(len(tokenizer), table) if isinstance(table, int) and table > 0 else len(tokenizer)
 
 
 def _max_length(path: Path, config: dict[str, Any], tokenizer: Any, configured: int | None) -> int:

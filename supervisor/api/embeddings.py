@@ -15,6 +15,8 @@ import sys
 from typing import Any
 from uuid import uuid4
 
+import anyio
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -25,9 +27,10 @@ from .body import read_json
 from .disconnect import unless_disconnected
 from .embedding_types import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage, split_input
 from .kinds import EMBEDDING_KINDS, require_kind
-from .responses import JSONResponse
 
 ENDPOINT = "/v1/embeddings"
+INLINE_VALUES = 1 << 16
+"""Replies with more numbers than this are encoded on a worker thread."""
 
 
 async def create_embeddings(request: Request) -> Response:
@@ -44,18 +47,27 @@ async def create_embeddings(request: Request) -> Response:
         truncate=bool(getattr(handle.config, "truncate", False)),
     )
     header, matrix, prompt_tokens = await unless_disconnected(request, embed(handle, msg))
+    usage = EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
+    args = (header, matrix, req.encoding_format, handle.name, usage)
+    if header.rows * header.dims <= INLINE_VALUES:
+        body = render(*args)
+    else:
+        # Hundreds of milliseconds for the largest float replies: not on the event loop.
+        body = await anyio.to_thread.run_sync(render, *args)
+    return Response(body, media_type="application/json")
+
+
+def render(
+    header: Embeddings, matrix: bytes, encoding_format: str, model: str, usage: EmbeddingUsage
+) -> bytes:
+    """The JSON body of the reply."""
     rows = split_rows(header, matrix)
-    if req.encoding_format == "base64":
+    if encoding_format == "base64":
         vectors: list[Any] = [base64.b64encode(row).decode("ascii") for row in rows]
     else:
         vectors = [_floats(row) for row in rows]
-    return JSONResponse(
-        EmbeddingList(
-            data=[Embedding(index=i, embedding=v) for i, v in enumerate(vectors)],
-            model=handle.name,
-            usage=EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
-        )
-    )
+    data = [Embedding(index=i, embedding=v) for i, v in enumerate(vectors)]
+    return msgspec.json.encode(EmbeddingList(data=data, model=model, usage=usage))
 
 
 async def embed(handle: Any, msg: Embed) -> tuple[Embeddings, bytes, int]:

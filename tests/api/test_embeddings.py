@@ -16,6 +16,7 @@ import openai
 import pytest
 import pytest_asyncio
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.supervisor.api import embeddings as embeddings_api
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from mlx_gateway.supervisor.process import worker_command
@@ -256,3 +257,13 @@ async def test_model_entry_reports_the_limit(http: httpx.AsyncClient) -> None:
     entry = (await http.get(f"/v1/models/{BERT}")).json()
     assert entry["model_type"] == "embeddings"
     assert entry["context_length"] == 64
+
+
+async def test_large_replies_are_rendered_off_the_event_loop(
+    http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = {"model": BERT, "input": SENTENCES, "encoding_format": "float"}
+    inline = (await http.post("/v1/embeddings", json=body)).json()
+    monkeypatch.setattr(embeddings_api, "INLINE_VALUES", 0)
+    threaded = (await http.post("/v1/embeddings", json=body)).json()
+    assert threaded == inline
