@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import pull, status
 from .api.auth import exposure_warning
@@ -37,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--host", help="override server.host")
     launch.add_argument("--port", type=int, help="override server.port")
     launch.add_argument("--log-level", help="override server.log_level")
+    launch.add_argument(
+        "--watch",
+        action="store_true",
+        help="reload the models when the config file changes (SIGHUP always reloads)",
+    )
     launch.add_argument("--log-format", choices=("text", "json"), help="override server.log_format")
     status.add_parser(sub)
     pull.add_parser(sub)
@@ -54,17 +60,22 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
         )
         if value is not None
     }
+    from .placement import check_fits
+
     if args.config:
-        return override_server(load_config(args.config), **overrides)
-    return config_from_model_path(
-        args.model_path,
-        model_type=args.model_type,
-        served_model_name=args.served_model_name,
-        **overrides,
-    )
+        config = override_server(load_config(args.config), **overrides)
+    else:
+        config = config_from_model_path(
+            args.model_path,
+            model_type=args.model_type,
+            served_model_name=args.served_model_name,
+            **overrides,
+        )
+    check_fits(config)  # a model that can never fit is a config error at launch
+    return config
 
 
-async def serve(config: GatewayConfig) -> None:
+async def serve(config: GatewayConfig, config_path: str | None = None, watch: bool = False) -> None:
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config as HypercornConfig
 
@@ -86,7 +97,22 @@ async def serve(config: GatewayConfig) -> None:
     warning = exposure_warning(host, config.server.api_keys)
     if warning:
         log.warning(warning)
-    await hypercorn_serve(create_app(config), hconfig, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    app = create_app(config)
+    tasks: set[asyncio.Task[Any]] = set()
+    if config_path is not None:
+        from .reload import reload_from, watch_file
+
+        def on_hup() -> None:
+            task = asyncio.create_task(reload_from(config_path, app))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+        if watch:
+            tasks.add(asyncio.create_task(watch_file(config_path, app)))
+    await hypercorn_serve(app, hconfig, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    for task in tasks:
+        task.cancel()
     log.info("gateway stopped")
 
 
@@ -103,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
             return 2
         setup_logging(config.server.log_level, config.server.log_format)
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, config_path=args.config, watch=args.watch))
     return 0
 
 
