@@ -46,7 +46,38 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--log-format", choices=("text", "json"), help="override server.log_format")
     status.add_parser(sub)
     pull.add_parser(sub)
+    convert = sub.add_parser(
+        "convert-whisper",
+        help="convert a CTranslate2 (faster-whisper) Whisper model to mlx-whisper's format",
+    )
+    convert.add_argument("src", help="directory holding the CTranslate2 model.bin")
+    convert.add_argument("dst", help="output directory (config.json, weights.safetensors)")
+    convert.add_argument(
+        "--dtype",
+        choices=("float16", "float32"),
+        default="float16",
+        help="dtype of the stored weights (default: float16)",
+    )
     return parser
+
+
+def convert_whisper(args: argparse.Namespace) -> int:
+    # Imported here: the converter is a worker-side module (numpy only, no MLX), and
+    # `launch` must not pay for numpy.
+    from ..workers.convert_whisper import ConversionError, convert
+
+    try:
+        done = convert(args.src, args.dst, dtype=args.dtype)
+    except (ConversionError, OSError) as exc:
+        print(f"mlx-gateway: convert-whisper: {exc}", file=sys.stderr)
+        return 1
+    config = done.config
+    print(
+        f"wrote {done.weights} ({done.tensors} tensors, {args.dtype}) and config.json in "
+        f"{done.seconds:.2f} s: {config['n_audio_layer']}+{config['n_text_layer']} layers, "
+        f"width {config['n_text_state']}, vocabulary {config['n_vocab']}"
+    )
+    return 0
 
 
 def resolve_config(args: argparse.Namespace) -> GatewayConfig:
@@ -122,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status.run(args)
     if args.command == "pull":
         return pull.run(args)
+    if args.command == "convert-whisper":
+        return convert_whisper(args)
     if args.command == "launch":
         try:
             config = resolve_config(args)

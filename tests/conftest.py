@@ -8,4 +8,4 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-pytest_plugins = ["tests.fixtures.plugin"]
+pytest_plugins = ["tests.fixtures.plugin", "tests.fixtures.whisper"]

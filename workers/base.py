@@ -49,6 +49,7 @@ EXIT_LOAD_FAILED = 3
 
 BACKENDS: dict[str, str] = {
     "lm": "mlx_gateway.workers.lm",
+    "whisper": "mlx_gateway.workers.whisper",
     "embeddings": "mlx_gateway.workers.embeddings",
     "whisper": "mlx_gateway.workers.whisper",
     "vlm": "mlx_gateway.workers.vlm",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from starlette.routing import Route
 
 from .admin import load_model, unload_model
+from .audio import create_transcription, create_translation
 from .chat import create_chat_completion
 from .completions import create_completion
 from .embeddings import create_embeddings
@@ -21,6 +22,8 @@ from .openapi import openapi
 routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
     Route("/v1/completions", create_completion, methods=["POST"]),
+    Route("/v1/audio/transcriptions", create_transcription, methods=["POST"]),
+    Route("/v1/audio/translations", create_translation, methods=["POST"]),
     Route("/v1/embeddings", create_embeddings, methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),

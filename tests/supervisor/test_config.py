@@ -483,9 +483,7 @@ def test_unknown_model_type_lists_the_allowed_ones(tmp_path: Path) -> None:
         assert kind in str(err)
 
 
-@pytest.mark.parametrize(
-    "model_type", ["multimodal", "vlm", "whisper", "image-generation", "image-edit"]
-)
+@pytest.mark.parametrize("model_type", ["multimodal", "vlm", "image-generation", "image-edit"])
 def test_known_but_not_servable_model_type(tmp_path: Path, model_type: str) -> None:
     path = write(
         tmp_path,
@@ -798,8 +796,8 @@ def test_config_from_model_path_validates() -> None:
         config_from_model_path(HF_ID, port=70000)
     with pytest.raises(ConfigError, match=r"^unknown key 'prot' in server; did you mean 'port'"):
         config_from_model_path(HF_ID, prot=80)
-    with pytest.raises(ConfigError, match="model_type 'whisper' is not supported yet"):
-        config_from_model_path("mlx-community/whisper-tiny", model_type="whisper")
+    with pytest.raises(ConfigError, match="model_type 'image-generation' is not supported yet"):
+        config_from_model_path("org/some-image-model", model_type="image-generation")
     with pytest.raises(ConfigError, match=r"^models\[0\]\.model_path \(model '\./nope'\)"):
         config_from_model_path("./nope")
 
