@@ -59,7 +59,7 @@ MODEL_TYPES: dict[str, str] = {
 }
 """Every ``model_type`` a config may name, mapped to the worker kind that serves it."""
 
-SERVABLE_KINDS: tuple[str, ...] = ("lm", "embeddings", "whisper")
+SERVABLE_KINDS: tuple[str, ...] = ("lm", "embeddings", "whisper", "vlm")
 """Worker kinds this gateway can run today; an entry of another kind fails at load."""
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -128,6 +128,9 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     min_resident_seconds: _Seconds = 30.0
     """A busy model that blocks another's load stops taking new requests once it
     has been resident this long, so one model's traffic cannot starve another."""
+    allow_private_image_urls: bool = False
+    """Let vision models' image URLs reach loopback, private and link-local
+    addresses (the gateway's own network); a model's own setting wins."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -185,6 +188,24 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_upload_mb: Annotated[float, msgspec.Meta(gt=0)] = 100.0
     """Largest audio upload accepted for this model, in MiB (speech-to-text models);
     a bigger one is answered with 413."""
+    max_image_mb: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    """Vision models: largest image file (a ``data:`` URL's bytes or a fetched one),
+    in MiB → else 413."""
+    max_images: _Positive = 8
+    """Vision models: most images in one request → else 400."""
+    image_fetch_timeout: _PositiveSeconds = 10.0
+    """Vision models: seconds the gateway may spend fetching one http(s) image URL."""
+    allow_private_image_urls: bool | None = None
+    """Vision models: overrides ``server.allow_private_image_urls`` for this model."""
+    resize_shape: Annotated[list[_Positive], msgspec.Meta(min_length=1, max_length=2)] | None = None
+    """Vision models: resize every image to exactly ``[width, height]`` (one number:
+    a square) before the model's processor sees it."""
+    max_pixels: _Positive | None = None
+    """Vision models: scale larger images down to at most this many pixels, keeping
+    their aspect ratio."""
+    prefix_cache: bool = True
+    """Vision models: keep recent prompts' key/value blocks and reuse a repeated
+    prefix (mlx-vlm's automatic prefix cache, in memory)."""
 
     def __post_init__(self) -> None:
         if not self.served_model_name:
@@ -231,6 +252,7 @@ _DURATION_KEYS = frozenset(
         "queue_timeout",
         "hang_timeout",
         "min_resident_seconds",
+        "image_fetch_timeout",
     }
 )
 
@@ -866,7 +888,11 @@ def _explain(message: str, path: _KeyPath, value: Any) -> str:
         types = [t for t in m.group("types").split(" | ") if t != "null"] or ["null"]
         words = " or ".join(_TYPE_WORDS.get(t, t) for t in types)
         if m.group("length"):
-            return f"expected a non-empty {'string' if types == ['str'] else 'list'}"
+            what = "string" if types == ["str"] else "list"
+            if m.group("op") in ("<", "<="):
+                items = "characters" if what == "string" else "items"
+                return f"expected a {what} of at most {m.group('bound')} {items}"
+            return f"expected a non-empty {what}"
         if m.group("op"):
             return (
                 f"expected {words} {m.group('op')} {_number(m.group('bound'))}, got {_show(value)}"
@@ -955,6 +981,17 @@ def _name_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> list[tuple[_Ke
 _EMBEDDINGS_ONLY: dict[str, Any] = {"max_batch_tokens": None, "truncate": False}
 """Per-model keys of embeddings models, with their defaults."""
 
+_VISION_ONLY: dict[str, Any] = {
+    "max_images": 8,
+    "image_fetch_timeout": 10.0,
+    "allow_private_image_urls": None,
+    "resize_shape": None,
+    "max_pixels": None,
+    "prefix_cache": True,
+}
+"""Per-model keys of vision models (``vlm``), with their defaults."""
+
+
 
 def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
     kind = MODEL_TYPES.get(model.model_type)
@@ -979,6 +1016,14 @@ def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
                     (*here, key),
                     f"{key} applies to embeddings models only, and this entry's "
                     f"model_type is {model.model_type!r}; remove it",
+                )
+    if kind != "vlm":
+        for key, default in _VISION_ONLY.items():
+            if getattr(model, key) != default:
+                raise ctx.error(
+                    (*here, key),
+                    f"{key} applies to vision models (model_type vlm) only, and this "
+                    f"entry's model_type is {model.model_type!r}; remove it",
                 )
 
 

@@ -46,6 +46,8 @@ from .memory import measured_need
 from .process import WorkerCommand, describe_exit, worker_command
 from .relay import Relay, RequestItem, WithPayloads, WorkerUnreachable
 from .state import WorkerState, check_transition, failure_backoff
+from .vision import VISION_KIND
+from .vision import worker_options as vision_options
 
 if TYPE_CHECKING:
     from .placement import Placement
@@ -139,6 +141,8 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if config.max_batch_tokens is not None:
         options["max_batch_tokens"] = config.max_batch_tokens
+    if config.worker_kind == VISION_KIND:
+        options.update(vision_options(config))
     return options
 
 

@@ -14,6 +14,7 @@ from . import sse
 from .body import read_json
 from .disconnect import unless_disconnected
 from .generation import Generation
+from .image_parts import prepare_images
 from .kinds import CHAT_KINDS, require_kind
 from .loading import start_stream
 from .objects import (
@@ -73,19 +74,21 @@ async def create_chat_completion(request: Request) -> Response:
     check_common(req)
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/chat/completions")
+    inputs = await prepare_images(request, handle, messages_to_builtins(req.messages))
     msg = Generate(
         request_id=f"chatcmpl-{uuid4().hex}",
-        messages=messages_to_builtins(req.messages),
+        messages=inputs.messages,
         sampling=sampling_params(req, handle.config),
         chat_template_kwargs=req.chat_template_kwargs or {},
+        images=inputs.frame_indices,
     )
     created = int(time.time())
     if req.stream:
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         events = ChatEvents(msg.request_id, created, handle.name, include_usage)
-        start = unless_disconnected(request, Generation.start(handle, msg))
+        start = unless_disconnected(request, Generation.start(handle, msg, inputs.files))
         return await start_stream(handle, start, lambda g: relay(g, events))
-    generation = await unless_disconnected(request, Generation.start(handle, msg))
+    generation = await unless_disconnected(request, Generation.start(handle, msg, inputs.files))
     try:
         text, done = await unless_disconnected(request, generation.collect())
     finally:

@@ -9,6 +9,7 @@ decides between an HTTP error and a stream, and the stream itself.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -45,9 +46,12 @@ class Generation:
         self._closed = False
 
     @classmethod
-    async def start(cls, handle: Handle, msg: Generate) -> Generation:
+    async def start(
+        cls, handle: Handle, msg: Generate, payloads: Sequence[bytes] = ()
+    ) -> Generation:
         """Enter ``handle``'s session (waiting for the model to be ready), send
-        ``msg`` and wait for the worker's first reply.
+        ``msg`` (with binary ``payloads``: a vision request's images) and wait for
+        the worker's first reply.
 
         Raises the request's :class:`GatewayError` (e.g. 400 context too long, 503
         model failed to load) with nothing left open."""
@@ -57,7 +61,10 @@ class Generation:
         stack = contextlib.AsyncExitStack()
         try:
             session = await stack.enter_async_context(handle.session())
-            stream = session.generate(msg)
+            if payloads:
+                stream = session.call(msg, msg.request_id, payloads)
+            else:
+                stream = session.generate(msg)
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:
                 stack.push_async_callback(aclose)

@@ -38,6 +38,22 @@ class TextPart(Struct, tag="text", tag_field="type"):
 Content = str | list[TextPart]
 
 
+class ImageURL(Struct):
+    url: str
+    """A ``data:`` URL (base64) or an http(s) URL the gateway fetches."""
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
+class ImagePart(Struct, tag="image_url", tag_field="type"):
+    """A content part ``{"type": "image_url", "image_url": {"url": ..., "detail": ...}}``
+    (user messages only; models of model_type vlm)."""
+
+    image_url: ImageURL
+
+
+UserContent = str | list[TextPart | ImagePart]
+
+
 class FunctionCall(Struct):
     name: str
     arguments: str
@@ -68,7 +84,7 @@ class DeveloperMessage(ChatMessage, tag="developer"):
 
 
 class UserMessage(ChatMessage, tag="user"):
-    content: Content
+    content: UserContent
     name: str | UnsetType | None = UNSET
 
 

@@ -154,7 +154,7 @@ def test_example_config_loads() -> None:
         assert model.on_demand is True
         assert model.model_path.startswith("mlx-community/")  # HF ids, kept as is
         assert model.worker_kind in SERVABLE_KINDS
-    assert "embeddings" in {model.worker_kind for model in config.models}
+    assert {"embeddings", "vlm"} <= {model.worker_kind for model in config.models}
     names = [name for model in config.models for name in model.names]
     assert len(names) == len(set(names))
 
@@ -483,7 +483,7 @@ def test_unknown_model_type_lists_the_allowed_ones(tmp_path: Path) -> None:
         assert kind in str(err)
 
 
-@pytest.mark.parametrize("model_type", ["multimodal", "vlm", "image-generation", "image-edit"])
+@pytest.mark.parametrize("model_type", ["image-generation", "image-edit"])
 def test_known_but_not_servable_model_type(tmp_path: Path, model_type: str) -> None:
     path = write(
         tmp_path,
