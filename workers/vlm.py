@@ -61,10 +61,10 @@ from ..protocol.messages import (
 from ..protocol.spec import WorkerSpec
 from .base import Emit, RequestError
 from .hub import LoadError, resolve_model_path
-from .vlm_images import DETAILS, ImageLimits, decode_image
 from .lm import FALLBACK_CONTEXT_LENGTH, _check_sampling, _overflow_message
 from .row_sampler import argmax_sampler, row_processors
 from .stops import scan_stops
+from .vlm_images import DETAILS, ImageLimits, decode_image
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +191,7 @@ class VlmBackend:
         if request.request_id in self._by_id:
             log.warning("duplicate request_id %s ignored", request.request_id)
             return
+        _check_supported(request)
         params = request.sampling
         _check_sampling(params)
         assert self._stream is not None
@@ -497,6 +498,23 @@ class VlmBackend:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _check_supported(request: Generate) -> None:
+    """Refuse what this worker cannot honour, rather than ignore it."""
+    if request.constraint is not None:
+        raise RequestError(
+            "constrained decoding (response_format json_schema/json_object, forced tool "
+            "calls) is not supported by vision models yet",
+            param=request.constraint.param,
+            code="unsupported_parameter",
+        )
+    if request.logprobs is not None:
+        raise RequestError(
+            "logprobs are not supported by vision models yet",
+            param="logprobs",
+            code="unsupported_parameter",
+        )
 
 
 def _limits(options: dict[str, Any]) -> ImageLimits:

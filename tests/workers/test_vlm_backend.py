@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from mlx_gateway.protocol.messages import (
     Batch,
+    Constraint,
     Done,
     Error,
     Generate,
@@ -310,4 +311,16 @@ def test_request_checks(run: Run) -> None:
     assert (overflow.code, overflow.param) == ("context_length_exceeded", "max_tokens")
     assert run.error("detail").param == "messages[0].content[0].image_url.detail"
     assert run.error("part").param == "messages[0].content[2].type"
+    assert run.backend.counts() == (0, 0)
+
+
+def test_unsupported_options_are_refused(run: Run) -> None:
+    constrained = ask("constrained", images=0)
+    constrained.constraint = Constraint(grammar='start: "x"')
+    run.submit(constrained)
+    with_logprobs = ask("logprobs", images=0)
+    with_logprobs.logprobs = 2
+    run.submit(with_logprobs)
+    assert run.error("constrained").param == "response_format"
+    assert run.error("logprobs").param == "logprobs"
     assert run.backend.counts() == (0, 0)
