@@ -56,11 +56,15 @@ MODEL_TYPES: dict[str, str] = {
     "whisper": "whisper",
     "image-generation": "image",
     "image-edit": "image",
+    "image": "image",
 }
 """Every ``model_type`` a config may name, mapped to the worker kind that serves it."""
 
-SERVABLE_KINDS: tuple[str, ...] = ("lm", "embeddings", "whisper", "vlm")
+SERVABLE_KINDS: tuple[str, ...] = ("lm", "embeddings", "whisper", "vlm", "image")
 """Worker kinds this gateway can run today; an entry of another kind fails at load."""
+
+IMAGE_SIZE_MULTIPLE = 16
+"""Image models: width and height are multiples of this (mflux: VAE factor 8, patch 2)."""
 
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 
@@ -131,6 +135,11 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     allow_private_image_urls: bool = False
     """Let vision models' image URLs reach loopback, private and link-local
     addresses (the gateway's own network); a model's own setting wins."""
+    image_url_ttl: _PositiveSeconds = 3600.0
+    """Seconds a generated image asked for with ``response_format: url`` stays
+    downloadable from the gateway."""
+    image_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 256.0
+    """Memory for those images, in MiB; the oldest go first when it is full."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -206,6 +215,27 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prefix_cache: bool = True
     """Vision models: keep recent prompts' key/value blocks and reuse a repeated
     prefix (mlx-vlm's automatic prefix cache, in memory)."""
+    config_name: str | None = None
+    """Image models: the mflux preset (``flux2-klein-4b``, ``schnell``, ``dev-kontext``,
+    ``qwen-image-edit``, …); left out, mflux infers it from ``model_path``."""
+    quantize: Literal[3, 4, 5, 6, 8] | None = None
+    """Image models: quantize the weights to this many bits at load."""
+    lora_paths: list[str] = []
+    """Image models: LoRA adapters (local ``.safetensors`` files or Hugging Face repos)."""
+    lora_scales: list[float] = []
+    """Image models: one scale per LoRA path (default 1.0 each)."""
+    model_config: dict[str, Any] = {}
+    """Image models: overrides of mflux's ModelConfig fields for the preset (mapping
+    fields such as ``transformer_overrides`` are merged key by key)."""
+    steps: Annotated[int, msgspec.Meta(ge=1, le=500)] | None = None
+    """Image models: default denoising steps (else mflux's for the preset)."""
+    guidance: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    """Image models: default guidance scale (else mflux's for the preset)."""
+    size: str = "1024x1024"
+    """Image models: the ``WxH`` size of a generation that does not ask for one."""
+    max_output_pixels: _Positive = 2048 * 2048
+    """Image models: the largest ``width * height`` a request may ask for → else 400."""
+
 
     def __post_init__(self) -> None:
         if not self.served_model_name:
@@ -253,6 +283,7 @@ _DURATION_KEYS = frozenset(
         "hang_timeout",
         "min_resident_seconds",
         "image_fetch_timeout",
+        "image_url_ttl",
     }
 )
 
@@ -296,10 +327,6 @@ _MODEL_IGNORED = frozenset(
     {
         "queue_timeout",
         "queue_size",
-        "quantize",
-        "config_name",
-        "lora_paths",
-        "lora_scales",
         "lora_paths_str",
         "lora_scales_str",
         "disable_auto_resize",
@@ -948,6 +975,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         ctx.labels[i] = model.model_path if clash else model.served_model_name
         _check_kind(ctx, here, model)
         _check_paths(ctx, here, model)
+        _check_image(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
             if not name.strip() or any(c.isspace() for c in name):
                 raise ctx.error(
@@ -1054,6 +1082,42 @@ def _check_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
         model.chat_template_file = resolved
     if model.python is not None:
         model.python = _resolve_python(ctx, (*here, "python"), model.python)
+
+
+def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """The image settings: one scale per LoRA, local LoRA files, a valid ``size``."""
+    if model.lora_scales and len(model.lora_scales) != len(model.lora_paths):
+        raise ctx.error(
+            (*here, "lora_scales"),
+            f"{len(model.lora_scales)} scale(s) for {len(model.lora_paths)} LoRA path(s); "
+            "give one scale per entry of lora_paths, or none (1.0 each)",
+        )
+    for j, path in enumerate(model.lora_paths):
+        if _looks_local(ctx.base_dir, path):
+            resolved = _absolute(ctx.base_dir, path)
+            if not os.path.exists(resolved):
+                raise ctx.error(
+                    (*here, "lora_paths", j),
+                    f"LoRA file {resolved!r} does not exist; fix the path (relative paths "
+                    "start from the config file's folder) or give a Hugging Face repo id",
+                )
+            model.lora_paths[j] = resolved
+    width, _, height = model.size.partition("x")
+    if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+        raise ctx.error(
+            (*here, "size"), f"expected 'WIDTHxHEIGHT' such as '1024x1024', got {_show(model.size)}"
+        )
+    width, height = int(width), int(height)
+    if width % IMAGE_SIZE_MULTIPLE or height % IMAGE_SIZE_MULTIPLE:
+        raise ctx.error(
+            (*here, "size"),
+            f"{model.size!r}: width and height must be multiples of {IMAGE_SIZE_MULTIPLE}",
+        )
+    if width * height > model.max_output_pixels:
+        raise ctx.error(
+            (*here, "size"),
+            f"{model.size!r} is more than max_output_pixels ({model.max_output_pixels})",
+        )
 
 
 def _resolve_python(ctx: _Ctx, path: _KeyPath, value: str) -> str:

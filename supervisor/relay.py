@@ -29,6 +29,8 @@ from ..protocol.messages import (
     Done,
     Embeddings,
     Error,
+    Image,
+    ImageStep,
     Reply,
     Request,
     Started,
@@ -152,7 +154,7 @@ class Relay:
             case Batch(chunks=chunks):
                 for chunk in chunks:
                     self._deliver(chunk.request_id, chunk)
-            case Started() | Chunk() | Embeddings() | Transcript() | Done():
+            case Started() | Chunk() | Embeddings() | Transcript() | ImageStep() | Image() | Done():
                 item = WithPayloads(reply, payloads) if payloads else reply
                 self._deliver(reply.request_id, item)
             case Error(request_id=request_id) if request_id:

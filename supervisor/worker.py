@@ -42,6 +42,8 @@ from ..protocol.messages import (
 from ..protocol.spec import WorkerSpec
 from .config import ModelConfig, ServerConfig
 from .errors import GatewayError, ModelUnavailable, TooManyRequests, WorkerCrashed
+from .image_models import IMAGE_KIND
+from .image_models import worker_options as image_options
 from .memory import measured_need
 from .process import WorkerCommand, describe_exit, worker_command
 from .relay import Relay, RequestItem, WithPayloads, WorkerUnreachable
@@ -143,6 +145,8 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
         options["max_batch_tokens"] = config.max_batch_tokens
     if config.worker_kind == VISION_KIND:
         options.update(vision_options(config))
+    if config.worker_kind == IMAGE_KIND:
+        options.update(image_options(config))
     return options
 
 

@@ -15,6 +15,7 @@ from .completions import create_completion
 from .embeddings import create_embeddings
 from .exceptions import exception_handlers
 from .health import health
+from .images import create_image, create_image_edit, get_image_file
 from .metrics import metrics
 from .models import list_models, retrieve_model
 from .openapi import openapi
@@ -24,6 +25,9 @@ routes: list[Route] = [
     Route("/v1/completions", create_completion, methods=["POST"]),
     Route("/v1/audio/transcriptions", create_transcription, methods=["POST"]),
     Route("/v1/audio/translations", create_translation, methods=["POST"]),
+    Route("/v1/images/generations", create_image, methods=["POST"]),
+    Route("/v1/images/edits", create_image_edit, methods=["POST"]),
+    Route("/v1/images/files/{name}", get_image_file, methods=["GET"]),
     Route("/v1/embeddings", create_embeddings, methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),

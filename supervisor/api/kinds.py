@@ -17,7 +17,7 @@ _ENDPOINTS = {
     "vlm": "/v1/chat/completions",
     "embeddings": "/v1/embeddings",
     "whisper": "/v1/audio/transcriptions or /v1/audio/translations",
-    "image": "/v1/images/generations",
+    "image": "/v1/images/generations or /v1/images/edits",
 }
 
 

@@ -8,6 +8,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..image_models import IMAGE_KIND
+from .image_job import progress_of
+from .kinds import kind_of
 from .responses import JSONResponse
 
 CREATED = int(time.time())
@@ -29,6 +32,8 @@ def model_object(handle: Any) -> dict[str, Any]:
         entry.setdefault(key, value)
     entry.setdefault("aliases", list(handle.config.aliases))
     entry.setdefault("model_type", handle.config.model_type)
+    if kind_of(handle) == IMAGE_KIND:  # how far each image request got
+        entry.setdefault("progress", progress_of(handle.name))
     return entry
 
 

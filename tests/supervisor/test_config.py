@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from mlx_gateway.supervisor import config as config_module
 from mlx_gateway.supervisor.config import (
     MODEL_TYPES,
     SERVABLE_KINDS,
@@ -154,7 +155,7 @@ def test_example_config_loads() -> None:
         assert model.on_demand is True
         assert model.model_path.startswith("mlx-community/")  # HF ids, kept as is
         assert model.worker_kind in SERVABLE_KINDS
-    assert {"embeddings", "vlm"} <= {model.worker_kind for model in config.models}
+    assert {"embeddings", "image", "vlm"} <= {model.worker_kind for model in config.models}
     names = [name for model in config.models for name in model.names]
     assert len(names) == len(set(names))
 
@@ -484,7 +485,11 @@ def test_unknown_model_type_lists_the_allowed_ones(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("model_type", ["image-generation", "image-edit"])
-def test_known_but_not_servable_model_type(tmp_path: Path, model_type: str) -> None:
+def test_known_but_not_servable_model_type(
+    tmp_path: Path, model_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every kind is servable now; a gateway built without one still says so clearly.
+    monkeypatch.setattr(config_module, "SERVABLE_KINDS", ("lm",))
     path = write(
         tmp_path,
         f"""
@@ -699,7 +704,7 @@ def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) ->
     assert "model_starting_port" in caplog.text
 
 
-def test_mlx_openai_server_example_with_other_kinds_fails_clearly(tmp_path: Path) -> None:
+def test_mlx_openai_server_example_with_an_image_model(tmp_path: Path) -> None:
     # The example of mlx-openai-server's configuration docs: an lm and an image model.
     path = write(
         tmp_path,
@@ -727,12 +732,9 @@ def test_mlx_openai_server_example_with_other_kinds_fails_clearly(tmp_path: Path
             on_demand_idle_timeout: 120
         """,
     )
-    err = error_of(path)
-    assert err.line == 16
-    assert str(err).startswith(
-        f"models[1].model_type at {path}:16 (model 'flux2-klein-4b'): model_type "
-        "'image-generation' is not supported yet by this gateway"
-    )
+    _, flux = load_config(path).models
+    assert (flux.worker_kind, flux.config_name, flux.quantize) == ("image", "flux2-klein-4b", 4)
+    assert (flux.on_demand, flux.idle_timeout) == (True, 120)
 
 
 def test_compat_key_errors_point_at_the_written_key(tmp_path: Path) -> None:
@@ -796,8 +798,8 @@ def test_config_from_model_path_validates() -> None:
         config_from_model_path(HF_ID, port=70000)
     with pytest.raises(ConfigError, match=r"^unknown key 'prot' in server; did you mean 'port'"):
         config_from_model_path(HF_ID, prot=80)
-    with pytest.raises(ConfigError, match="model_type 'image-generation' is not supported yet"):
-        config_from_model_path("org/some-image-model", model_type="image-generation")
+    image = config_from_model_path("org/some-image-model", model_type="image")
+    assert image.models[0].worker_kind == "image"
     with pytest.raises(ConfigError, match=r"^models\[0\]\.model_path \(model '\./nope'\)"):
         config_from_model_path("./nope")
 

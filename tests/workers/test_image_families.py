@@ -1,0 +1,80 @@
+"""Which mflux pipeline serves which preset, and how an entry's overrides apply."""
+
+from __future__ import annotations
+
+import pytest
+from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.workers.image_families import (
+    FAMILIES,
+    import_object,
+    pipeline_class,
+    resolve_preset,
+)
+
+# Imports mflux and every pipeline module it names (seconds).
+pytestmark = pytest.mark.slow
+
+
+def test_every_family_names_real_mflux_objects() -> None:
+    from mflux.models.common.config.model_config import AVAILABLE_MODELS
+
+    for key, family in FAMILIES.items():
+        assert key in AVAILABLE_MODELS
+        for ref in (family.generator, family.editor, family.latent_creator):
+            if ref is not None:
+                assert callable(import_object(ref)), ref
+
+
+@pytest.mark.parametrize(
+    ("config_name", "model_path", "key"),
+    [
+        ("flux2-klein-4b", "/models/anything", "flux2-klein-4b"),
+        ("klein-9b", "/models/anything", "flux2-klein-9b"),
+        ("kontext", "/models/anything", "dev-kontext"),
+        (None, "mlx-community/flux2-klein-4b-4bit", "flux2-klein-4b"),
+        (None, "mlx-community/qwen-image-edit-2511-8bit", "qwen-image-edit-2511"),
+        (None, "filipstrand/Z-Image-Turbo-mflux-4bit", "z-image-turbo"),
+    ],
+)
+def test_presets_resolve(config_name: str | None, model_path: str, key: str) -> None:
+    assert resolve_preset(config_name, model_path, {}).key == key
+
+
+def test_unknown_presets_say_what_to_set() -> None:
+    with pytest.raises(LoadError, match="config_name 'flux9' is not an mflux preset"):
+        resolve_preset("flux9", "/models/x", {})
+    with pytest.raises(LoadError, match="cannot be told from its name; set config_name"):
+        resolve_preset(None, "/models/my-finetune", {})
+
+
+def test_overrides_apply_to_a_copy() -> None:
+    from mflux.models.common.config.model_config import AVAILABLE_MODELS
+
+    preset = resolve_preset(
+        "flux2-klein-4b",
+        "/x",
+        {"transformer_overrides": {"num_layers": 1}, "max_sequence_length": 64},
+    )
+    config = preset.model_config
+    assert config.transformer_overrides["num_layers"] == 1
+    assert config.transformer_overrides["joint_attention_dim"] == 7680  # merged, kept
+    assert config.max_sequence_length == 64
+    shared = AVAILABLE_MODELS["flux2-klein-4b"]
+    assert (shared.transformer_overrides["num_layers"], shared.max_sequence_length) == (5, 512)
+    with pytest.raises(LoadError, match="'layers' is not a field of mflux's ModelConfig"):
+        resolve_preset("flux2-klein-4b", "/x", {"layers": 1})
+
+
+def test_a_preset_without_the_pipeline_names_the_other_model_type() -> None:
+    kontext = resolve_preset("dev-kontext", "/x", {})
+    with pytest.raises(
+        LoadError, match="cannot generate images from text alone; use model_type image-edit"
+    ):
+        pipeline_class(kontext, "generate")
+    schnell = resolve_preset("schnell", "/x", {})
+    with pytest.raises(LoadError, match="cannot edit images; use model_type image-generation"):
+        pipeline_class(schnell, "edit")
+    assert (
+        pipeline_class(resolve_preset("flux2-klein-4b", "/x", {}), "edit").__name__
+        == "Flux2KleinEdit"
+    )
