@@ -105,6 +105,10 @@ class Generate(Message, tag="generate"):
     alternatives (0 to 20) in :attr:`Chunk.logprobs`; ``None``: no log-probabilities."""
     constraint: Constraint | None = None
     """Constrained decoding: the output must match this grammar."""
+    parse_tools: bool = False
+    """Parse tool calls with the tokenizer's own parser (mlx-lm's, for the format
+    its chat template shows): their text is withheld and each call arrives in
+    :attr:`Chunk.tool_calls` instead."""
 
 
 class Embed(Message, tag="embed"):
@@ -120,8 +124,10 @@ class Embed(Message, tag="embed"):
 
 class Transcribe(Message, tag="transcribe"):
     """Speech to text. Payload 0 is the uploaded audio file, in any container.
-    ``task`` is ``transcribe`` or ``translate`` (to English). Streaming text comes as
-    :class:`Chunk`; the result as :class:`Transcript`, then :class:`Done`."""
+    ``task`` is ``transcribe`` or ``translate`` (to English). :class:`Started` comes
+    once the file is decoded (a file that is not audio gets ``Error(400)`` instead);
+    then each 30 s window's text as a :class:`Chunk`, the result as
+    :class:`Transcript`, and :class:`Done`."""
 
     request_id: str
     task: str = "transcribe"
@@ -232,6 +238,9 @@ class Chunk(Message, tag="chunk"):
     tokens: int = 0
     logprobs: list[TokenLogprob] = []
     """With ``Generate.logprobs``: the tokens whose text this chunk completes."""
+    tool_calls: list[tuple[str, str]] = []
+    """With ``Generate.parse_tools``: calls completed by this chunk, as ``(name,
+    arguments as JSON text)``."""
 
 
 class Batch(Message, tag="batch"):

@@ -33,6 +33,9 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 import msgspec
 import yaml
 
+from .parsers.formats import TOOL_PARSER_CHOICES
+from .parsers.reasoning import REASONING_CHOICES
+
 __all__ = [
     "LOG_LEVELS",
     "MODEL_TYPES",
@@ -138,8 +141,16 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     image_url_ttl: _PositiveSeconds = 3600.0
     """Seconds a generated image asked for with ``response_format: url`` stays
     downloadable from the gateway."""
+    preload_openblas: bool = True
+    """Linux: preload the system's OpenBLAS into the workers (``LD_PRELOAD``) when it
+    is installed; the ``mlx-cpu`` wheel's own BLAS is several times slower."""
     image_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 256.0
     """Memory for those images, in MiB; the oldest go first when it is full."""
+    response_store_ttl: _PositiveSeconds = 3600.0
+    """Responses API: seconds a stored response (``store: true``) can be continued
+    with ``previous_response_id`` or fetched with ``GET /v1/responses/{id}``."""
+    response_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 64.0
+    """Responses API: memory for stored responses, in MiB; the oldest go first."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -173,6 +184,23 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_concurrency: _Positive = 8
     prefill_batch_size: _Positive = 8
     prefill_step_size: _Positive = 2048
+    prompt_cache_bytes: str | int = "512MiB"
+    """Language models: bytes of KV cache kept after requests end, to reuse the
+    longest common token prefix of later prompts (``512MiB``, ``2GB``; 0: off)."""
+    prompt_cache_entries: Annotated[int, msgspec.Meta(ge=0)] = 32
+    """Language models: most KV caches kept in the prompt cache (0: off)."""
+    tool_call_parser: str = "auto"
+    """Language models: the format of the model's tool calls (``hermes``,
+    ``qwen3_coder``, ``llama3_json``, ``mistral``, ``function_gemma``, ``gemma4``,
+    ``pythonic``, or an alias); ``auto``: the one its chat template shows; ``none``:
+    never parse tool calls."""
+    reasoning_parser: str = "auto"
+    """Language models: the markers of the model's thinking blocks (``think``,
+    ``gemma4``, ``mistral``, ``kimi``, ``longcat``, ``seed``, or an alias such as
+    ``qwen3``, ``deepseek_r1``); ``auto``: those in its vocabulary; ``none``: keep
+    thinking in the answer text."""
+    preload_openblas: bool | None = None
+    """Overrides ``server.preload_openblas`` for this model's worker."""
     python: str | None = None
     """Interpreter for this model's worker (a backend in its own virtualenv)."""
     worker_env: dict[str, str] = {}
@@ -236,7 +264,6 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_output_pixels: _Positive = 2048 * 2048
     """Image models: the largest ``width * height`` a request may ask for → else 400."""
 
-
     def __post_init__(self) -> None:
         if not self.served_model_name:
             self.served_model_name = self.model_path
@@ -284,6 +311,7 @@ _DURATION_KEYS = frozenset(
         "min_resident_seconds",
         "image_fetch_timeout",
         "image_url_ttl",
+        "response_store_ttl",
     }
 )
 
@@ -317,6 +345,8 @@ _MODEL_RENAMES = {
     "batch_completion_size": "max_concurrency",
     "batch_prefill_size": "prefill_batch_size",
     "batch_prefill_step_size": "prefill_step_size",
+    "prompt_cache_size": "prompt_cache_entries",
+    "prompt_cache_max_bytes": "prompt_cache_bytes",
 }
 # Keys handled one by one in _normalize_model.
 _MODEL_SPECIAL = frozenset(
@@ -331,13 +361,9 @@ _MODEL_IGNORED = frozenset(
         "lora_scales_str",
         "disable_auto_resize",
         "enable_auto_tool_choice",
-        "tool_call_parser",
-        "reasoning_parser",
         "message_converter",
         "debug",
         "pipeline",
-        "prompt_cache_size",
-        "prompt_cache_max_bytes",
         "prompt_cache_dir",
         "draft_model_path",
         "num_draft_tokens",
@@ -964,6 +990,11 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
                 parse_size(model.memory_estimate)
             except ValueError as exc:
                 raise ctx.error(("models", i, "memory_estimate"), str(exc)) from None
+        try:
+            if parse_size(model.prompt_cache_bytes) < 0:
+                raise ValueError(f"expected a size ≥ 0, got {model.prompt_cache_bytes!r}")
+        except ValueError as exc:
+            raise ctx.error(("models", i, "prompt_cache_bytes"), str(exc)) from None
 
 
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
@@ -976,6 +1007,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         _check_kind(ctx, here, model)
         _check_paths(ctx, here, model)
         _check_image(ctx, here, model)
+        _check_parsers(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
             if not name.strip() or any(c.isspace() for c in name):
                 raise ctx.error(
@@ -1018,7 +1050,6 @@ _VISION_ONLY: dict[str, Any] = {
     "prefix_cache": True,
 }
 """Per-model keys of vision models (``vlm``), with their defaults."""
-
 
 
 def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
@@ -1082,6 +1113,30 @@ def _check_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
         model.chat_template_file = resolved
     if model.python is not None:
         model.python = _resolve_python(ctx, (*here, "python"), model.python)
+
+
+def _check_parsers(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """An output parser this gateway does not know falls back to ``auto`` with a
+    warning (mlx-openai-server configs name parsers of families not covered here)."""
+    for key, choices in (
+        ("tool_call_parser", TOOL_PARSER_CHOICES),
+        ("reasoning_parser", REASONING_CHOICES),
+    ):
+        value = getattr(model, key)
+        if value in choices:
+            continue
+        pos = ctx.positions.get((*here, key))
+        line = f" (line {pos.key_line})" if pos else ""
+        log.warning(
+            "%s%s%s: %s %r is not one this gateway knows (%s); detecting it from the model",
+            f"{ctx.file}: " if ctx.file else "",
+            _display(here),
+            line,
+            key,
+            value,
+            ", ".join(choices),
+        )
+        setattr(model, key, "auto")
 
 
 def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:

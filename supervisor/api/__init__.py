@@ -9,6 +9,7 @@ from __future__ import annotations
 from starlette.routing import Route
 
 from .admin import load_model, unload_model
+from .anthropic_api import count_tokens, create_message
 from .audio import create_transcription, create_translation
 from .chat import create_chat_completion
 from .completions import create_completion
@@ -19,16 +20,28 @@ from .images import create_image, create_image_edit, get_image_file
 from .metrics import metrics
 from .models import list_models, retrieve_model
 from .openapi import openapi
+from .responses_api import (
+    create_response,
+    delete_response,
+    list_input_items,
+    retrieve_response,
+)
 
 routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
     Route("/v1/completions", create_completion, methods=["POST"]),
+    Route("/v1/responses", create_response, methods=["POST"]),
+    Route("/v1/messages", create_message, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+    Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+    Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
+    Route("/v1/embeddings", create_embeddings, methods=["POST"]),
     Route("/v1/audio/transcriptions", create_transcription, methods=["POST"]),
     Route("/v1/audio/translations", create_translation, methods=["POST"]),
     Route("/v1/images/generations", create_image, methods=["POST"]),
     Route("/v1/images/edits", create_image_edit, methods=["POST"]),
     Route("/v1/images/files/{name}", get_image_file, methods=["GET"]),
-    Route("/v1/embeddings", create_embeddings, methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),

@@ -3,34 +3,38 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from uuid import uuid4
 
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ...protocol.messages import Generate
+from ..parsers.reasoning import resolve_reasoning
 from . import sse
 from .body import read_json
+from .chat_objects import (
+    ChatChoiceOut,
+    ChatCompletionOut,
+    ChatMessageOut,
+    ChoiceLogprobs,
+    FunctionOut,
+    ToolCallOut,
+    logprobs_out,
+)
+from .chat_stream import ChatStream, total_usage
+from .conversation import for_template
 from .disconnect import unless_disconnected
-from .generation import Generation
 from .image_parts import prepare_images
 from .kinds import CHAT_KINDS, require_kind
 from .loading import start_stream
-from .objects import (
-    AssistantMessage,
-    ChatChoice,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChunkChoice,
-    Delta,
-    Usage,
-    usage_from,
-)
+from .objects import ChatCompletionChunk, ChunkChoice, Delta, Usage, usage_from
 from .responses import JSONResponse
 from .sampling import check_common, sampling_params
 from .schemas import ChatCompletionRequest, messages_to_builtins
 from .streaming import relay
+from .tool_schemas import output_spec, tool_spec
+from .turns import ChoiceResult, Turn, TurnRequest, check_turn, template_kwargs
 
 
 class ChatEvents:
@@ -39,6 +43,15 @@ class ChatEvents:
     def __init__(self, id: str, created: int, model: str, include_usage: bool) -> None:
         self.id, self.created, self.model = id, created, model
         self.include_usage = include_usage
+        self._content = sse.Template(
+            ChatCompletionChunk(
+                id=id,
+                created=created,
+                model=model,
+                choices=[ChunkChoice(index=0, delta=Delta(content=sse.HOLE))],
+                usage=None if include_usage else UNSET,
+            )
+        )
 
     def _chunk(self, delta: Delta, finish_reason: str | None = None) -> bytes:
         return sse.data(
@@ -55,7 +68,7 @@ class ChatEvents:
         return self._chunk(Delta(role="assistant", content=""))
 
     def content(self, text: str) -> bytes:
-        return self._chunk(Delta(content=text))
+        return self._content.fill(text)
 
     def finish(self, finish_reason: str) -> bytes:
         return self._chunk(Delta(), finish_reason)
@@ -74,37 +87,88 @@ async def create_chat_completion(request: Request) -> Response:
     check_common(req)
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/chat/completions")
-    inputs = await prepare_images(request, handle, messages_to_builtins(req.messages))
-    msg = Generate(
-        request_id=f"chatcmpl-{uuid4().hex}",
+    tools = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
+    messages = for_template(messages_to_builtins(req.messages))
+    inputs = await prepare_images(request, handle, messages)
+    turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(req, handle.config),
-        chat_template_kwargs=req.chat_template_kwargs or {},
+        template_kwargs=template_kwargs(
+            req.chat_template_kwargs, tools, thinking_of(req.reasoning_effort)
+        ),
+        tools=tools,
+        output=output_spec(req.response_format),
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+        n=req.n or 1,
+        files=inputs.files,
         images=inputs.frame_indices,
     )
+    check_turn(handle, turn)
+    request_id = f"chatcmpl-{uuid4().hex}"
     created = int(time.time())
     if req.stream:
         include_usage = req.stream_options is not None and req.stream_options.include_usage
-        events = ChatEvents(msg.request_id, created, handle.name, include_usage)
-        start = unless_disconnected(request, Generation.start(handle, msg, inputs.files))
-        return await start_stream(handle, start, lambda g: relay(g, events))
-    generation = await unless_disconnected(request, Generation.start(handle, msg, inputs.files))
+        start = unless_disconnected(request, Turn.start(handle, turn, request_id))
+
+        def events(running: Turn) -> AsyncIterator[bytes]:
+            if plain(running):  # the lean path: text only, one choice
+                plain_events = ChatEvents(request_id, created, handle.name, include_usage)
+                return relay(running.generations[0], plain_events)
+            stream = ChatStream(
+                request_id, created, handle.name, include_usage, req.logprobs is True
+            )
+            return stream.events(running)
+
+        return await start_stream(handle, start, events)  # type: ignore[arg-type]
+    running = await unless_disconnected(request, Turn.start(handle, turn, request_id))
     try:
-        text, done = await unless_disconnected(request, generation.collect())
+        results = await unless_disconnected(request, running.collect())
     finally:
-        await generation.aclose()
+        await running.aclose()
     return JSONResponse(
-        ChatCompletion(
-            id=msg.request_id,
+        ChatCompletionOut(
+            id=request_id,
             created=created,
             model=handle.name,
-            choices=[
-                ChatChoice(
-                    index=0,
-                    message=AssistantMessage(content=text),
-                    finish_reason=done.finish_reason,
-                )
-            ],
-            usage=usage_from(done.usage),
+            choices=[_choice(r, req.logprobs is True) for r in results],
+            usage=usage_from(total_usage([r.finish.usage for r in results if r.finish])),
         )
+    )
+
+
+def thinking_of(effort: str | None) -> bool | None:
+    """``reasoning_effort`` as the templates' ``enable_thinking`` (``None``: leave it)."""
+    if effort is None:
+        return None
+    return effort not in ("none", "minimal")
+
+
+def plain(turn: Turn) -> bool:
+    """Whether a turn needs none of the parsers: one choice of text, nothing to split."""
+    request = turn.request
+    return (
+        request.n == 1
+        and not request.tools.active
+        and request.logprobs is None
+        and resolve_reasoning(
+            getattr(turn.handle.config, "reasoning_parser", None),
+            getattr(getattr(turn.handle, "facts", None), "extra", None),
+        )
+        is None
+    )
+
+
+def _choice(result: ChoiceResult, logprobs: bool) -> ChatChoiceOut:
+    finish = result.finish
+    calls = [ToolCallOut(c.id, FunctionOut(c.name, c.arguments)) for c in result.calls]
+    message = ChatMessageOut(
+        content=result.text if result.text or not calls else None,
+        tool_calls=calls or UNSET,
+        reasoning_content=result.reasoning or UNSET,
+    )
+    return ChatChoiceOut(
+        index=result.index,
+        message=message,
+        finish_reason=finish.reason if finish else "stop",
+        logprobs=ChoiceLogprobs(logprobs_out(result.logprobs)) if logprobs else None,
     )

@@ -9,7 +9,7 @@ decides between an HTTP error and a stream, and the stream itself.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -42,16 +42,25 @@ class Generation:
         self._stack = stack
         self._stream = stream
         self._pending: Any = first
+        self._failure: GatewayError | None = None
         self._finished = False
         self._closed = False
+        self.started: Started | None = first if isinstance(first, Started) else None
+        """The worker's ``Started`` (prompt tokens, whether the output starts in a
+        thinking block), when that was its first reply."""
 
     @classmethod
     async def start(
-        cls, handle: Handle, msg: Generate, payloads: Sequence[bytes] = ()
+        cls,
+        handle: Handle,
+        msg: Generate,
+        payloads: Sequence[bytes] = (),
+        prepare: Callable[[Generate], Generate] | None = None,
     ) -> Generation:
         """Enter ``handle``'s session (waiting for the model to be ready), send
         ``msg`` (with binary ``payloads``: a vision request's images) and wait for
-        the worker's first reply.
+        the worker's first reply. ``prepare`` may complete ``msg`` once the model is
+        ready (what it needs may come from the worker's ``Ready``).
 
         Raises the request's :class:`GatewayError` (e.g. 400 context too long, 503
         model failed to load) with nothing left open."""
@@ -61,6 +70,8 @@ class Generation:
         stack = contextlib.AsyncExitStack()
         try:
             session = await stack.enter_async_context(handle.session())
+            if prepare is not None:
+                msg = prepare(msg)
             if payloads:
                 stream = session.call(msg, msg.request_id, payloads)
             else:
@@ -81,6 +92,9 @@ class Generation:
         return self
 
     async def __anext__(self) -> Chunk | Done:
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
         while not self._finished:
             if self._pending is not None:
                 reply, self._pending = self._pending, None
@@ -90,23 +104,54 @@ class Generation:
                 except GatewayError:
                     recorder.note_outcome("error")
                     raise
-            match reply:
-                case Chunk():
-                    recorder.note_output(reply.tokens)
-                    return reply
-                case Done(usage=usage):
-                    self._finished = True
-                    recorder.note_done(
-                        reply.finish_reason, usage.prompt_tokens, usage.completion_tokens
-                    )
-                    return reply
-                case Error():
-                    recorder.note_outcome("error")
-                    _raise_error(reply)
-                case Started():
-                    recorder.note_started(reply.prompt_tokens)
-                # Anything else carries nothing for the client.
+            accepted = self._accept(reply)
+            if accepted is not None:
+                return accepted
         raise StopAsyncIteration
+
+    def ready(self) -> list[Chunk | Done]:
+        """The chunks (and the ``Done``) that already arrived, taken without waiting.
+
+        A stream that fell behind the worker writes them all at once instead of
+        one write per generation step. A failure among them is kept for the next
+        iteration, so the chunks before it still reach the client."""
+        take = getattr(self._stream, "take_ready", None)
+        replies: list[Chunk | Done] = []
+        try:
+            while take is not None and not self._finished and self._failure is None:
+                if self._pending is not None:
+                    reply, self._pending = self._pending, None
+                else:
+                    reply = take()
+                    if reply is None:
+                        break
+                accepted = self._accept(reply)
+                if accepted is not None:
+                    replies.append(accepted)
+        except GatewayError as exc:
+            recorder.note_outcome("error")
+            self._failure = exc
+        return replies
+
+    def _accept(self, reply: Any) -> Chunk | Done | None:
+        """What the client gets of a worker reply (``None``: nothing)."""
+        match reply:
+            case Chunk():
+                recorder.note_output(reply.tokens)
+                return reply
+            case Done(usage=usage):
+                self._finished = True
+                recorder.note_done(
+                    reply.finish_reason, usage.prompt_tokens, usage.completion_tokens
+                )
+                return reply
+            case Error():
+                recorder.note_outcome("error")
+                _raise_error(reply)
+            case Started():
+                recorder.note_started(reply.prompt_tokens)
+            # Anything else carries nothing for the client.
+        return None
 
     async def collect(self) -> tuple[str, Done]:
         """Run the generation to its end: the whole text and the final ``Done``."""

@@ -31,7 +31,12 @@ def _first(*values: T | None, default: T) -> T:
 
 def check_common(req: SamplingFields) -> None:
     """Checks across fields, beyond what the schema types express."""
-    if req.n is not None and req.n != 1:
+    if isinstance(req, ChatCompletionRequest):
+        if req.top_logprobs is not None and not req.logprobs:
+            raise BadRequest(
+                "'top_logprobs' is only allowed when 'logprobs' is true.", param="top_logprobs"
+            )
+    elif req.n is not None and req.n != 1:
         raise BadRequest("Only n=1 is supported.", param="n")
     if req.stream_options is not None and not req.stream:
         raise BadRequest(

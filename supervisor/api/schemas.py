@@ -13,18 +13,25 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from .tool_schemas import FunctionTool, NamedToolChoice, ResponseFormat, ToolChoiceMode
+
 # ---------------------------------------------------------------- value ranges
 
-MaxTokens = Annotated[int, Meta(ge=1)]
+# Integers are bounded where the wire (msgpack: 64 bits) and the workers (int32
+# token ids; MLX seeds are unsigned) end: beyond, a 400 names the field, not a 500.
+INT32_MAX = 2**31 - 1
+MaxTokens = Annotated[int, Meta(ge=1, le=INT32_MAX)]
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
 TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
-TopK = Annotated[int, Meta(ge=-1)]
+TopK = Annotated[int, Meta(ge=-1, le=INT32_MAX)]
 """``0`` and ``-1`` (vLLM's spelling) both mean "no top-k"."""
 MinP = Annotated[float, Meta(ge=0.0, le=1.0)]
 RepetitionPenalty = Annotated[float, Meta(gt=0.0)]
 Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
-N = Annotated[int, Meta(ge=1)]
-TokenId = Annotated[int, Meta(ge=0)]
+N = Annotated[int, Meta(ge=1, le=16)]
+TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
+TokenId = Annotated[int, Meta(ge=0, le=INT32_MAX)]
+Seed = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 
 # ---------------------------------------------------------------- chat messages
 
@@ -92,6 +99,8 @@ class AssistantMessage(ChatMessage, tag="assistant"):
     content: Content | UnsetType | None = UNSET
     name: str | UnsetType | None = UNSET
     tool_calls: list[ToolCall] | UnsetType | None = UNSET
+    reasoning_content: str | UnsetType | None = UNSET
+    """An earlier turn's thinking (vLLM's field), for templates that render it."""
 
 
 class ToolMessage(ChatMessage, tag="tool"):
@@ -118,7 +127,7 @@ class SamplingFields(Struct, kw_only=True):
     top_p: TopP | None = None
     top_k: TopK | None = None
     min_p: MinP | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     repetition_penalty: RepetitionPenalty | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
@@ -137,6 +146,14 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     metadata: dict[str, str] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     """vLLM's extension: extra variables for the model's chat template."""
+    tools: list[FunctionTool] | None = None
+    tool_choice: ToolChoiceMode | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: TopLogprobs | None = None
+    reasoning_effort: str | None = None
+    """``none`` turns a hybrid model's thinking off; other values turn it on."""
 
 
 class CompletionRequest(SamplingFields, kw_only=True):

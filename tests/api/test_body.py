@@ -201,10 +201,11 @@ def test_stop_more_than_four_is_fine() -> None:
 # ---------------------------------------------------------------- checks across fields
 
 
-def test_n_other_than_one_is_rejected() -> None:
-    check_common(chat(n=1))
+def test_n_other_than_one_is_rejected_for_legacy_completions() -> None:
+    check_common(chat(n=2))  # chat completions run n choices
+    check_common(completion(prompt="x", n=1))
     with pytest.raises(BadRequest) as info:
-        check_common(chat(n=2))
+        check_common(completion(prompt="x", n=2))
     assert info.value.param == "n"
 
 

@@ -232,7 +232,7 @@ async def test_unknown_model_is_a_404_listing_models(sdk: openai.AsyncOpenAI) ->
         ("/v1/chat/completions", {"messages": USER}, "model"),
         ("/v1/chat/completions", {"model": "a", "messages": [{"role": "x"}]}, "messages[0].role"),
         ("/v1/chat/completions", {"model": "a", "messages": USER, "temperature": 9}, "temperature"),
-        ("/v1/chat/completions", {"model": "a", "messages": USER, "n": 3}, "n"),
+        ("/v1/chat/completions", {"model": "a", "messages": USER, "n": 17}, "n"),
         (
             "/v1/chat/completions",
             {"model": "a", "messages": USER, "stream_options": {"include_usage": True}},

@@ -9,6 +9,13 @@ behaviour at start comes from the last segment of the spec's ``model_path``:
 * ``fake/die-on-load``: dies by SIGKILL while loading.
 * ``fake/no-ready``: never sends Ready (start timeout).
 * ``fake/ignore-sigterm``: ignores Shutdown and SIGTERM (needs SIGKILL).
+* ``fake/reasoner``: like ``ok``, and its Ready reports thinking markers
+  (``<think>``/``</think>``) and the ``json_tools`` tool-call format, as a real
+  worker does for a Qwen3 model.
+* ``fake/mlxparsed``: like ``ok``; its Ready reports the ``minimax_m2`` tool-call
+  format (one only mlx-lm parses), and with ``Generate.parse_tools`` its ``say``
+  sends each ``<tool_call>{"name", "arguments"}</tool_call>`` as ``Chunk.tool_calls``
+  instead of text, as a real worker's tokenizer parser does.
 
 The environment variable ``FAKE_RSS`` sets the memory it reports (bytes).
 
@@ -17,18 +24,26 @@ Per request, the last message's text (or the prompt) decides:
 * ``crash``: emits a few chunks, then the process kills itself with SIGKILL.
 * ``hang``: never answers (a cancel still ends it).
 * ``reject``: an Error 400 before Started (like a context overflow).
+* ``say <text>``: sends ``<text>`` exactly, four characters per step (canned tool
+  calls and thinking blocks); with ``chat_template_kwargs.enable_thinking`` its
+  Started says the prompt opened a thinking block.
+* ``roles``: says the roles of all the request's messages (``system user …``).
 * anything else: echoes the words back, one per step, ``max_tokens`` capping them
   (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
+
+A ``CountTokens`` is answered at once with the number of words in all messages.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import zmq
 from mlx_gateway.protocol.frames import pack, unpack_request
@@ -36,6 +51,7 @@ from mlx_gateway.protocol.messages import (
     Batch,
     Cancel,
     Chunk,
+    CountTokens,
     Done,
     Error,
     Generate,
@@ -62,6 +78,8 @@ class Active:
     prompt_tokens: int
     behaviour: str
     sent: int = 0
+    verbatim: bool = False
+    calls: list[tuple[str, str]] = field(default_factory=list)
 
 
 def text_of(msg: Generate) -> str:
@@ -112,10 +130,15 @@ def main() -> None:
             time.sleep(1)
     # The memory it "uses", as a real worker would measure and report it.
     rss = int(os.environ.get("FAKE_RSS", "1000000"))
+    extra = {}
+    if mode == "reasoner":
+        extra = {"think_start": "<think>", "think_end": "</think>", "tool_parser": "json_tools"}
+    if mode == "mlxparsed":
+        extra = {"tool_parser": "minimax_m2"}
     send(
         Ready(
             pid=os.getpid(),
-            facts=ModelFacts(context_length=256, model_type="fake"),
+            facts=ModelFacts(context_length=256, model_type="fake", extra=extra),
             memory=Memory(rss=rss),
         )
     )
@@ -150,14 +173,34 @@ def main() -> None:
                         )
                         continue
                     words = text.split()
-                    send(Started(request_id=request.request_id, prompt_tokens=len(words)))
-                    active[request.request_id] = Active(
+                    thinking = bool(request.chat_template_kwargs.get("enable_thinking"))
+                    started = Started(request_id=request.request_id, prompt_tokens=len(words))
+                    started.reasoning = behaviour == "say" and thinking
+                    send(started)
+                    item = Active(
                         request.request_id,
                         words,
                         request.sampling.max_tokens,
                         len(words),
                         behaviour,
                     )
+                    if behaviour == "roles":
+                        item.words = [str(m.get("role")) for m in request.messages or []]
+                    if behaviour == "say":
+                        rest = text.split("say", 1)[1].lstrip()
+                        if request.parse_tools:
+                            for body in re.findall(r"<tool_call>(.*?)</tool_call>", rest, re.S):
+                                call = json.loads(body)
+                                item.calls.append((call["name"], json.dumps(call["arguments"])))
+                            rest = re.sub(r"<tool_call>.*?</tool_call>", "", rest, flags=re.S)
+                        item.words = [rest[i : i + 4] for i in range(0, len(rest), 4)] or [""]
+                        item.verbatim = True
+                    active[request.request_id] = item
+                case CountTokens(request_id=rid):
+                    count = sum(
+                        len(str(m.get("content", "")).split()) for m in request.messages or []
+                    )
+                    send(Done(request_id=rid, finish_reason="counted", usage=Usage(count, 0)))
                 case Cancel(request_id=rid) if rid in active:
                     print(f"cancelled {rid}", flush=True)
                     item = active.pop(rid)
@@ -186,7 +229,11 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             word = item.words[item.sent % len(item.words)] if item.words else "x"
             item.sent += 1
-            chunks.append(Chunk(request_id=item.request_id, text=word + " ", tokens=1))
+            text = word if item.verbatim else word + " "
+            chunk = Chunk(request_id=item.request_id, text=text, tokens=1)
+            if item.sent >= len(item.words):
+                chunk.tool_calls = item.calls
+            chunks.append(chunk)
             if item.max_tokens is not None and item.sent >= item.max_tokens:
                 finished.append((item, "length"))
             elif item.behaviour != "crash" and item.sent >= len(item.words):

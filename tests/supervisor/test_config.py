@@ -684,7 +684,7 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     # ignored keys are listed, with their lines, as warnings — never errors
     text = caplog.text
     assert "max_loaded_models (line 11)" in text
-    assert "tool_call_parser (line 25)" in text
+    assert "enable_auto_tool_choice (line 24)" in text
     assert "draft_model_path (line 55)" in text
 
 

@@ -1,0 +1,85 @@
+"""The real app with fake-worker models for the language-model API tests.
+
+``say <text>`` makes the fake worker send ``<text>`` exactly (four characters per
+step), so a test scripts what "the model" writes: tool calls in a family's format,
+thinking blocks, JSON. ``lab/fake/reasoner`` reports thinking markers and the
+``json_tools`` format in its Ready, as a real worker does for a Qwen3 model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from mlx_gateway.supervisor.app import create_app
+from starlette.applications import Starlette
+
+from ..supervisor.fakes import fake_command, fake_config
+
+OK = "lab/fake/ok"
+"""Explicit parsers: ``tool_call_parser: hermes``, ``reasoning_parser: think``."""
+REASONER = "lab/fake/reasoner"
+"""Parsers detected from what its worker reports."""
+PLAIN = "plain/fake/ok"
+"""No parsers at all (``none``)."""
+XML = "xml/fake/ok"
+"""``tool_call_parser: qwen3_coder``."""
+MLX_PARSED = "mlx/fake/mlxparsed"
+"""Reports a format only mlx-lm parses: its worker parses the calls."""
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def say(text: str) -> list[dict[str, Any]]:
+    """A user message that makes the fake model write ``text``."""
+    return [{"role": "user", "content": f"say {text}"}]
+
+
+def hermes_call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[Starlette]:
+    config = fake_config(
+        {"model_path": OK, "tool_call_parser": "hermes", "reasoning_parser": "think"},
+        {"model_path": REASONER},
+        {"model_path": PLAIN, "tool_call_parser": "none", "reasoning_parser": "none"},
+        {"model_path": XML, "tool_call_parser": "qwen3_coder"},
+        {"model_path": MLX_PARSED},
+    )
+    app = create_app(config, command=fake_command)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@pytest.fixture
+async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        yield client
+
+
+@pytest.fixture
+def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url="http://gw/v1",
+        api_key="unused",
+        http_client=http,
+        max_retries=0,
+        _strict_response_validation=True,
+    )

@@ -1,0 +1,226 @@
+"""The Anthropic Messages API with the real app and a fake worker, through the official
+``anthropic`` SDK in strict mode: blocks, tools, stop sequences, the stream's exact
+event order, count_tokens, Anthropic-shaped errors and ``x-api-key``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import httpx
+import httpx2
+import pytest
+from mlx_gateway.supervisor.app import create_app
+from starlette.applications import Starlette
+
+from ..supervisor.fakes import fake_command, fake_config
+from .lm_app import OK, REASONER, app, hermes_call, http
+from .test_responses_api import sse_events
+
+pytestmark = pytest.mark.slow
+__all__ = ["app", "http"]  # fixtures
+
+TOOL = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+def client_for(app: Starlette, api_key: str = "unused") -> anthropic.AsyncAnthropic:
+    http_client = httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://gw")
+    return anthropic.AsyncAnthropic(
+        base_url="http://gw",
+        api_key=api_key,
+        http_client=http_client,
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+
+
+@pytest.fixture
+def sdk(app: Starlette) -> anthropic.AsyncAnthropic:
+    return client_for(app)
+
+
+def user(text: str) -> list[Any]:
+    return [{"role": "user", "content": text}]
+
+
+async def test_a_message(sdk: anthropic.AsyncAnthropic) -> None:
+    message = await sdk.messages.create(
+        model=OK,
+        max_tokens=50,
+        system=[{"type": "text", "text": "You are terse."}],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "hello claude"}]}],
+        metadata={"user_id": "u1"},
+    )
+    assert message.id.startswith("msg_")
+    assert message.role == "assistant" and message.model == OK
+    assert [b.type for b in message.content] == ["text"]
+    assert message.content[0].text == "hello claude "  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn" and message.stop_sequence is None
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (2, 2)
+
+
+async def test_stop_sequences_and_max_tokens(sdk: anthropic.AsyncAnthropic) -> None:
+    message = await sdk.messages.create(
+        model=OK, max_tokens=50, messages=user("say alpha beta STOP gamma"), stop_sequences=["STOP"]
+    )
+    assert message.content[0].text == "alpha beta "  # type: ignore[union-attr]
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "STOP")
+
+    capped = await sdk.messages.create(model=OK, max_tokens=2, messages=user("a b c d"))
+    assert capped.stop_reason == "max_tokens"
+    assert capped.content[0].text == "a b "  # type: ignore[union-attr]
+
+
+async def test_the_stream_event_order(http: httpx.AsyncClient) -> None:
+    text = "<think>hmm</think>Sure." + hermes_call("get_weather", '{"city": "Linz"}')
+    body = {
+        "model": REASONER,
+        "max_tokens": 100,
+        "messages": user(f"say {text}"),
+        "tools": [TOOL],
+        "stream": True,
+    }
+    r = await http.post("/v1/messages", json=body)
+    assert r.status_code == 200
+    events = sse_events(r.content)
+    assert all(name == data["type"] for name, data in events)
+    names = [name for name, _ in events if name != "content_block_delta"]
+    assert names == [
+        "message_start",
+        "content_block_start",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    starts = [d["content_block"]["type"] for n, d in events if n == "content_block_start"]
+    assert starts == ["thinking", "text", "tool_use"]
+    deltas = [d["delta"] for n, d in events if n == "content_block_delta"]
+    assert "".join(d.get("thinking", "") for d in deltas) == "hmm"
+    assert "".join(d.get("text", "") for d in deltas) == "Sure."
+    (partial,) = [d["partial_json"] for d in deltas if d["type"] == "input_json_delta"]
+    assert json.loads(partial) == {"city": "Linz"}
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+
+
+async def test_stream_helper_and_the_agent_loop(sdk: anthropic.AsyncAnthropic) -> None:
+    call = hermes_call("get_weather", '{"city": "Riga"}')
+    async with sdk.messages.stream(
+        model=REASONER,
+        max_tokens=100,
+        messages=user(f"say <think>plan</think>{call}"),
+        tools=[TOOL],
+    ) as stream:
+        async for _ in stream:
+            pass
+        first = await stream.get_final_message()
+    assert first.stop_reason == "tool_use"
+    assert [b.type for b in first.content] == ["thinking", "tool_use"]
+    tool_use = first.content[1]
+    assert tool_use.type == "tool_use" and tool_use.id.startswith("toolu_")
+    assert (tool_use.name, tool_use.input) == ("get_weather", {"city": "Riga"})
+
+    # The fake model answers "roles" with the roles of the conversation it got.
+    second = await sdk.messages.create(
+        model=REASONER,
+        max_tokens=100,
+        system="Use tools.",
+        tools=[TOOL],
+        messages=[
+            {"role": "user", "content": "weather in Riga?"},
+            {"role": "assistant", "content": first.content},  # type: ignore[typeddict-item]
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": tool_use.id, "content": "roles"}
+                ],
+            },
+        ],
+    )
+    assert second.content[0].text == "system user assistant tool "  # type: ignore[union-attr]
+    assert second.stop_reason == "end_turn"
+
+
+async def test_forced_tool_choice(sdk: anthropic.AsyncAnthropic) -> None:
+    message = await sdk.messages.create(
+        model=OK,
+        max_tokens=100,
+        messages=user("say " + hermes_call("get_weather", '{"city": "Oulu"}')),
+        tools=[TOOL],
+        tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+    )
+    (block,) = message.content
+    assert block.type == "tool_use" and block.input == {"city": "Oulu"}
+
+
+async def test_count_tokens(sdk: anthropic.AsyncAnthropic) -> None:
+    count = await sdk.messages.count_tokens(
+        model=OK, system="one two", messages=user("three four five")
+    )
+    assert count.input_tokens == 5  # the fake counts the words of every message
+
+
+async def test_errors_are_anthropic_shaped(
+    sdk: anthropic.AsyncAnthropic, http: httpx.AsyncClient
+) -> None:
+    r = await http.post("/v1/messages", json={"model": OK, "messages": user("hi")})
+    assert r.status_code == 400
+    body = r.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "max_tokens" in body["error"]["message"]
+
+    with pytest.raises(anthropic.NotFoundError) as info:
+        await sdk.messages.create(model="claude-opus-4", max_tokens=5, messages=user("hi"))
+    assert info.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+    }
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        await sdk.messages.create(
+            model=OK, max_tokens=5, messages=[{"role": "user", "content": [image]}]
+        )
+    assert "does not accept images" in str(bad.value)
+
+    unsupported = {"type": "document", "source": {"type": "text", "data": "x"}}
+    r = await http.post(
+        "/v1/messages",
+        json={
+            "model": OK,
+            "max_tokens": 5,
+            "messages": [{"role": "user", "content": [unsupported]}],
+        },
+    )
+    assert r.status_code == 400 and "messages[0].content" in r.json()["error"]["message"]
+
+
+@pytest.fixture
+async def keyed_app() -> AsyncIterator[Starlette]:
+    app = create_app(fake_config({"model_path": OK}, api_keys=["sk-local"]), command=fake_command)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+async def test_x_api_key(keyed_app: Starlette) -> None:
+    good = client_for(keyed_app, "sk-local")
+    message = await good.messages.create(model=OK, max_tokens=5, messages=user("hi there"))
+    assert message.content[0].text == "hi there "  # type: ignore[union-attr]
+    with pytest.raises(anthropic.AuthenticationError):
+        await client_for(keyed_app, "sk-wrong").messages.create(
+            model=OK, max_tokens=5, messages=user("hi")
+        )

@@ -1,0 +1,168 @@
+"""The output parsers (pure string code): thinking blocks, every tool-call format,
+stop sequences — fed whole and in pieces of every size, as a stream splits them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlx_gateway.supervisor.parsers.formats import TOOL_FORMATS, resolve_tool_format
+from mlx_gateway.supervisor.parsers.markers import StopScanner, held_suffix
+from mlx_gateway.supervisor.parsers.reasoning import (
+    REASONING_PARSERS,
+    ReasoningSplitter,
+    resolve_reasoning,
+)
+from mlx_gateway.supervisor.parsers.tool_calls import Function, ParsedCall, ToolCallStream
+
+TOOLS = [
+    Function(
+        "get_weather",
+        {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "metric": {"type": "boolean"},
+            },
+            "required": ["city"],
+        },
+    )
+]
+
+
+def pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def run_tools(
+    fmt: str, text: str, size: int, parallel: bool = True
+) -> tuple[str, list[ParsedCall]]:
+    stream = ToolCallStream(TOOL_FORMATS[fmt], TOOLS, parallel=parallel)
+    events = [e for piece in pieces(text, size) for e in stream.feed(piece)] + stream.finish()
+    text_out = "".join(e for e in events if isinstance(e, str))
+    return text_out, [e for e in events if isinstance(e, ParsedCall)]
+
+
+def run_reasoning(
+    text: str, size: int, inside: bool = False, name: str = "think"
+) -> tuple[str, str]:
+    splitter = ReasoningSplitter(REASONING_PARSERS[name], inside=inside)
+    out = [p for piece in pieces(text, size) for p in splitter.feed(piece)] + splitter.finish()
+    reasoning = "".join(t for kind, t in out if kind == "reasoning")
+    return reasoning, "".join(t for kind, t in out if kind == "content")
+
+
+SIZES = [1, 2, 3, 5, 1000]
+
+CALLS = {
+    "hermes": (
+        'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}\n'
+        "</tool_call>",
+        "Sure.",
+    ),
+    "qwen3_coder": (
+        "On it.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+        "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+        "On it.",
+    ),
+    "llama3_json": ('{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}', ""),
+    "mistral": (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]',
+        "",
+    ),
+    "function_gemma": (
+        "<start_function_call>call:get_weather{city:<escape>Paris<escape>,days:2}"
+        "<end_function_call>",
+        "",
+    ),
+    "gemma4": ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>', ""),
+    "pythonic": ('<|tool_call_start|>[get_weather(city="Paris", days=2)]<|tool_call_end|>', ""),
+}
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("fmt", list(CALLS))
+def test_every_format_parses_in_any_pieces(fmt: str, size: int) -> None:
+    text, before = CALLS[fmt]
+    content, calls = run_tools(fmt, text, size)
+    assert content.strip() == before.strip()
+    (call,) = calls
+    assert call.name == "get_weather"
+    expected = {"city": "New York" if fmt == "qwen3_coder" else "Paris", "days": 2}
+    assert json.loads(call.arguments) == expected
+
+
+def test_several_calls_and_parallel_false() -> None:
+    one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "A"}}\n</tool_call>'
+    text = one + "\n" + one.replace('"A"', '"B"')
+    _, calls = run_tools("hermes", text, 4)
+    assert [json.loads(c.arguments)["city"] for c in calls] == ["A", "B"]
+    _, calls = run_tools("hermes", text, 4, parallel=False)
+    assert len(calls) == 1
+    llama = '{"name": "get_weather", "parameters": {"city": "A"}}; {"name": "f", "parameters": {}}'
+    assert [c.name for c in run_tools("llama3_json", llama, 7)[1]] == ["get_weather", "f"]
+
+
+def test_text_without_calls_passes_through_unchanged() -> None:
+    text = "A <tool or two> and {braces}, nothing more. <tool_"
+    for size in SIZES:
+        assert run_tools("hermes", text, size) == (text, [])
+    assert run_tools("llama3_json", "Plain answer {not a call}", 3) == (
+        "Plain answer {not a call}",
+        [],
+    )
+
+
+def test_a_broken_call_is_kept_as_text() -> None:
+    text = "<tool_call>\n{oops}\n</tool_call> after"
+    assert run_tools("hermes", text, 3) == (text, [])
+    unterminated = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "X"}}'
+    content, calls = run_tools("hermes", unterminated, 5)  # EOS came before </tool_call>
+    assert content == "" and [c.name for c in calls] == ["get_weather"]
+
+
+def test_qwen3_coder_values_follow_the_schema() -> None:
+    text = (
+        "<tool_call><function=get_weather><parameter=city>\n42\n</parameter>"
+        "<parameter=metric>\ntrue\n</parameter><parameter=extra>\n[1, 2]\n</parameter>"
+        "</function></tool_call>"
+    )
+    (call,) = run_tools("qwen3_coder", text, 1000)[1]
+    assert json.loads(call.arguments) == {"city": "42", "metric": True, "extra": [1, 2]}
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_reasoning_split(size: int) -> None:
+    assert run_reasoning("<think>a < b</think>\n\nAnswer", size) == ("a < b", "Answer")
+    assert run_reasoning("  <think>x</think>y", size) == ("x", "y")
+    assert run_reasoning("no thinking here <think>", size) == ("", "no thinking here <think>")
+    assert run_reasoning("opened by the template</think>Yes", size, inside=True) == (
+        "opened by the template",
+        "Yes",
+    )
+    assert run_reasoning("<think>cut short by max_tokens", size) == ("cut short by max_tokens", "")
+    assert run_reasoning("[THINK]hm[/THINK]ok", size, name="mistral") == ("hm", "ok")
+
+
+def test_parser_choice() -> None:
+    assert resolve_tool_format(None, {"tool_parser": "qwen3_coder"}) is TOOL_FORMATS["qwen3_coder"]
+    assert resolve_tool_format("auto", {"tool_parser": "json_tools"}) is TOOL_FORMATS["hermes"]
+    assert resolve_tool_format("auto", {"tool_parser": "kimi_k2"}) is TOOL_FORMATS["hermes"]
+    assert resolve_tool_format("llama3", {}) is TOOL_FORMATS["llama3_json"]
+    assert resolve_tool_format("none", {"tool_parser": "json_tools"}) is None
+    think = {"think_start": "<think>", "think_end": "</think>"}
+    assert resolve_reasoning(None, think) == REASONING_PARSERS["think"]
+    assert resolve_reasoning("auto", {}) is None
+    assert resolve_reasoning("qwen3", {}) == REASONING_PARSERS["think"]
+    assert resolve_reasoning("none", think) is None
+
+
+def test_stop_scanner_and_markers() -> None:
+    assert held_suffix("abc <too", ["<tool_call>"]) == 4
+    assert held_suffix("abc", ["<tool_call>"]) == 0
+    scanner = StopScanner(["END", "##"])
+    out = "".join(scanner.feed(p) for p in pieces("one #two EN three END four", 2))
+    assert (out, scanner.matched) == ("one #two EN three ", "END")
+    scanner = StopScanner(["END"])
+    assert scanner.feed("tail E") + scanner.finish() == "tail E"

@@ -1,0 +1,116 @@
+"""What the lm worker learns from a model's chat format: the tool-call format it
+reports in Ready, whether a prompt opened a thinking block, and tool calls read by
+the tokenizer's own (mlx-lm) parser — on tiny llamas whose templates show a format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlx_gateway.protocol.messages import (
+    Batch,
+    Constraint,
+    Done,
+    Generate,
+    Reply,
+    SamplingParams,
+    Started,
+)
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.lm import LmBackend
+
+from tests.fixtures.tiny_models import build_tiny_lm
+
+pytestmark = pytest.mark.slow
+
+# Renders tools and earlier calls the way Hermes/Qwen templates do; mlx-lm reads the
+# "json_tools" format off it.
+HERMES_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+    "<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
+    "{% for call in m.get('tool_calls') or [] %}{% set tool_call = call.function %}"
+    '<tool_call>\n{"name": "{{ tool_call.name }}", "arguments": '
+    "{{ tool_call.arguments | tojson }}}\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+LLAMA3_TEMPLATE = (
+    "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n"
+    "{{ m['content'] }}{% if m.get('tool_calls') %}<|python_tag|>"
+    '{"name": "x", "parameters": {}}{% endif %}<|im_end|>{% endfor %}'
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n{% endif %}"
+)
+
+
+def tiny_with_template(out: Path, template: str) -> Path:
+    build_tiny_lm(out)
+    config_path = out / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["chat_template"] = template
+    config_path.write_text(json.dumps(config))
+    return out
+
+
+def load(path: Path) -> tuple[LmBackend, list[Reply], Any]:
+    replies: list[Reply] = []
+    spec = WorkerSpec(worker_id="w", kind="lm", model_path=str(path), served_model_name="t")
+    backend = LmBackend()
+    facts = backend.load(spec, replies.append)
+    return backend, replies, facts
+
+
+@pytest.fixture(scope="module")
+def hermes(tmp_path_factory: pytest.TempPathFactory) -> tuple[LmBackend, list[Reply], Any]:
+    return load(tiny_with_template(tmp_path_factory.mktemp("hermes"), HERMES_TEMPLATE))
+
+
+def run(backend: LmBackend) -> None:
+    while backend.has_work():
+        backend.step()
+
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+def test_the_reported_tool_format(hermes: Any, tmp_path: Path, tiny_lm_path: Path) -> None:
+    _, _, facts = hermes
+    assert facts.extra["tool_parser"] == "json_tools"
+    _, _, llama = load(tiny_with_template(tmp_path / "llama", LLAMA3_TEMPLATE))
+    assert llama.extra["tool_parser"] == "llama3_json"
+    _, _, plain = load(tiny_lm_path)
+    assert "tool_parser" not in plain.extra and "think_start" not in plain.extra
+
+
+def test_calls_parsed_by_the_tokenizer(hermes: Any) -> None:
+    backend, replies, _ = hermes
+    # The grammar makes the random model write a call in the template's format.
+    call = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+    grammar = 'start: "Sure. " ' + json.dumps(call)
+    request = Generate(
+        request_id="t",
+        messages=[
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "f", "arguments": {"a": 0}}}],
+            },
+            {"role": "tool", "content": "done"},
+        ],
+        sampling=SamplingParams(max_tokens=200),
+        chat_template_kwargs={"tools": TOOLS},
+        constraint=Constraint(grammar),
+        parse_tools=True,
+    )
+    replies.clear()
+    backend.submit(request, [])
+    run(backend)
+    chunks = [c for r in replies if isinstance(r, Batch) for c in r.chunks]
+    assert "".join(c.text for c in chunks) == "Sure. "
+    assert [tc for c in chunks for tc in c.tool_calls] == [("f", '{"a": 1}')]
+    done = replies[-1]
+    assert isinstance(done, Done) and done.finish_reason == "stop"
+    started = next(r for r in replies if isinstance(r, Started))
+    assert started.reasoning is False
