@@ -60,7 +60,7 @@ def pull_models(
     config: GatewayConfig,
     *,
     only: set[str] | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     download: Callable[..., str] | None = None,
 ) -> list[Pulled]:
     """Download the hub models of ``config`` (those named in ``only``, if given).
@@ -76,6 +76,7 @@ def pull_models(
     )
 
     fetch = download or snapshot_download
+    out = out or sys.stdout
     results: list[Pulled] = []
     seen: set[str] = set()
     for model in config.models:

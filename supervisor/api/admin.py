@@ -31,7 +31,12 @@ async def unload_model(request: Request) -> Response:
     if body.strip():
         try:
             force = force or msgspec.json.decode(body, type=UnloadOptions).force
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (
+            msgspec.DecodeError,
+            msgspec.ValidationError,
+            UnicodeDecodeError,
+            RecursionError,
+        ) as exc:
             raise BadRequest(f"Invalid body: {exc}", param="force") from None
     handle = await request.app.state.registry.unload(request.path_params["model_id"], force=force)
     return JSONResponse(model_object(handle))

@@ -36,6 +36,10 @@ def decode(data: bytes, type_: type[T]) -> T:
         raise validation_error(str(exc)) from None
     except msgspec.DecodeError as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}.") from None
+    except UnicodeDecodeError as exc:  # bytes that are not UTF-8 inside a JSON string
+        raise BadRequest(f"The request body is not valid UTF-8: {exc.reason}.") from None
+    except RecursionError:  # msgspec's guard against very deep nesting
+        raise BadRequest("The request body is nested too deeply.") from None
 
 
 def validation_error(text: str) -> BadRequest:

@@ -12,7 +12,8 @@ from ..errors import BadRequest
 MAX_INPUTS = 2048
 """Most inputs in one request, as OpenAI allows."""
 
-TokenId = Annotated[int, Meta(ge=0)]
+# Bounded so that an oversized number is a 400 naming the field, not a wire error.
+TokenId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 Input = str | list[str | TokenId | list[TokenId]]
 
 
@@ -22,7 +23,7 @@ class EmbeddingRequest(Struct, kw_only=True):
     model: str
     input: Input
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: Annotated[int, Meta(ge=1)] | None = None
+    dimensions: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
     user: str | None = None
 
 

@@ -8,7 +8,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from ..errors import GatewayError
+from ..errors import BadRequest, GatewayError
 from .responses import error_response
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,19 @@ async def client_disconnect(request: Request, exc: Exception) -> Response:
     return Response(status_code=499)
 
 
+async def number_too_large(request: Request, exc: Exception) -> Response:
+    """A number from the request that the wire to the worker cannot carry (msgpack
+    holds 64-bit integers): the fields with known ranges are checked when the body
+    is decoded; this catches one inside free-form data (``chat_template_kwargs``)."""
+    logger.warning("request to %s held an unencodable number: %s", request.url.path, exc)
+    return error_response(
+        BadRequest(
+            "The request holds a number too large to pass to the model (integers must "
+            "fit in 64 bits)."
+        )
+    )
+
+
 async def unexpected_error(request: Request, exc: Exception) -> Response:
     """Any other exception: a generic OpenAI-shaped 500, the traceback in the log."""
     logger.error("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
@@ -56,6 +69,7 @@ exception_handlers = {
     GatewayError: gateway_error,
     HTTPException: http_exception,
     ClientDisconnect: client_disconnect,
+    OverflowError: number_too_large,
     Exception: unexpected_error,
 }
 """For ``Starlette(exception_handlers=...)``."""

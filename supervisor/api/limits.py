@@ -2,11 +2,12 @@
 
 Checked twice, so neither a lying nor a missing ``Content-Length`` gets past it: a
 declared length over the cap is refused before the body is read, and the bytes
-are counted as they arrive (chunked bodies included). Upload endpoints
-(``multipart/form-data``: audio now, images later) get the larger of the cap and
-the largest ``max_upload_mb`` of any model (plus room for the form's other
-fields); their handler then applies the exact limit of the model named in the
-form (see :mod:`.upload`).
+are counted as they arrive (chunked bodies included).
+
+Endpoints that carry files get a larger cap where the configured models allow
+larger files (see :func:`.middleware.route_limits`): the audio uploads, image
+edits, and chat requests with base64 images. Their handlers then apply the exact
+limit of the model the request names.
 """
 
 from __future__ import annotations
@@ -17,12 +18,6 @@ from ..errors import GatewayError
 from .responses import error_response
 
 MIB = 1 << 20
-FORM_OVERHEAD = 64 * 1024
-"""Room beyond the largest file for a form's other fields and part headers (as
-the upload reader allows)."""
-
-UPLOAD_PREFIXES = ("/v1/audio/", "/v1/images/edits", "/v1/images/variations")
-"""Paths whose bodies are file uploads (multipart forms)."""
 
 
 class BodyTooLarge(GatewayError):
@@ -38,15 +33,19 @@ class BodyTooLarge(GatewayError):
 
 
 class BodyLimitMiddleware:
-    """Cap request bodies at ``max_body`` bytes (``upload_max`` on upload paths)."""
+    """Cap request bodies at ``max_body`` bytes; a path starting with a key of
+    ``routes`` gets that key's cap instead, if larger."""
 
-    def __init__(self, app: ASGIApp, *, max_body: int, upload_max: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_body: int, routes: dict[str, int] | None = None):
         self.app = app
         self.max_body = max_body
-        self.upload_max = max(upload_max + FORM_OVERHEAD, max_body)
+        self.routes = {prefix: max(limit, max_body) for prefix, limit in (routes or {}).items()}
 
     def limit_for(self, path: str) -> int:
-        return self.upload_max if path.startswith(UPLOAD_PREFIXES) else self.max_body
+        for prefix, limit in self.routes.items():
+            if path.startswith(prefix):
+                return limit
+        return self.max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -40,15 +40,18 @@ class Operation:
     summary: str
     request: str | None = None
     """``module:Struct`` of the JSON (or form) body, relative to this package."""
-    form: bool = False
-    """The body is ``multipart/form-data`` with a binary ``file`` part."""
+    files: tuple[str, ...] = ()
+    """The body is ``multipart/form-data`` with these binary parts (the first one
+    required) beside the Struct's text fields."""
     response: str | None = None
-    """``module:Struct`` of the 200 JSON body; ``None``: described in ``extra``."""
+    """``module:Struct`` of the 200 JSON body (alternatives separated by ``|``: the
+    first whose module exists); ``None``: described in ``extra``."""
     stream: bool = False
     """The endpoint may answer ``text/event-stream`` (``"stream": true``)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """200 content types beyond (or instead of) ``response``."""
     statuses: tuple[int, ...] = (400, 404, 413, 429, 503)
+    optional_body: bool = False
 
 
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}
@@ -60,7 +63,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "createChatCompletion",
         "Chat completion, as one JSON object or as server-sent events.",
         request="schemas:ChatCompletionRequest",
-        response="objects:ChatCompletion",
+        response="chat_objects:ChatCompletionOut|objects:ChatCompletion",
         stream=True,
     ),
     ("POST", "/v1/completions"): Operation(
@@ -68,6 +71,13 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "Legacy text completion, as one JSON object or as server-sent events.",
         request="schemas:CompletionRequest",
         response="objects:Completion",
+        stream=True,
+    ),
+    ("POST", "/v1/responses"): Operation(
+        "createResponse",
+        "A model response (the Responses API), as one JSON object or as server-sent events.",
+        request="responses_schemas:ResponsesRequest",
+        extra={"application/json": {"schema": {"type": "object"}}},
         stream=True,
     ),
     ("POST", "/v1/embeddings"): Operation(
@@ -80,7 +90,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "createTranscription",
         "Speech to text in the language spoken.",
         request="transcripts:TranscriptionForm",
-        form=True,
+        files=("file",),
         response="transcripts:TranscriptionBody",
         stream=True,
         extra={"text/plain": _TEXT["text/plain"], "text/vtt": {"schema": {"type": "string"}}},
@@ -89,9 +99,47 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         "createTranslation",
         "Speech in any language to English text.",
         request="transcripts:TranslationForm",
-        form=True,
+        files=("file",),
         response="transcripts:TextBody",
         extra={"text/plain": _TEXT["text/plain"], "text/vtt": {"schema": {"type": "string"}}},
+    ),
+    ("POST", "/v1/images/generations"): Operation(
+        "createImage",
+        "Images from a text prompt, as JSON or as server-sent events.",
+        request="image_schemas:ImageGenerationRequest",
+        response="image_schemas:ImagesResponse",
+        stream=True,
+    ),
+    ("POST", "/v1/images/edits"): Operation(
+        "createImageEdit",
+        "An edit of one or more input images (and a mask, for inpainting models).",
+        request="image_schemas:ImageEditForm",
+        files=("image", "mask"),
+        response="image_schemas:ImagesResponse",
+        stream=True,
+    ),
+    ("GET", "/v1/images/files/{name}"): Operation(
+        "getImageFile",
+        "A generated image kept for response_format 'url' (until it expires).",
+        extra={
+            f"image/{ext}": {"schema": {"type": "string", "contentMediaType": f"image/{ext}"}}
+            for ext in ("png", "jpeg", "webp")
+        },
+        statuses=(404,),
+    ),
+    ("POST", "/v1/models/{model_id}/load"): Operation(
+        "loadModel",
+        "Start the model now (an admin endpoint); clears a failure backoff.",
+        extra={"application/json": {"schema": _MODEL}},
+        statuses=(404, 503),
+    ),
+    ("POST", "/v1/models/{model_id}/unload"): Operation(
+        "unloadModel",
+        "Stop the model (an admin endpoint); 409 while busy unless force is true.",
+        request="admin:UnloadOptions",
+        optional_body=True,
+        extra={"application/json": {"schema": _MODEL}},
+        statuses=(400, 404, 409),
     ),
     ("GET", "/v1/models"): Operation(
         "listModels",
@@ -153,13 +201,18 @@ _PATH_PARAM = re.compile(r"\{([^}:]+)(?::[^}]*)?\}")
 
 
 def _struct(ref: str) -> Any | None:
-    """The Struct named by ``module:Name``, or ``None`` when that module is absent."""
-    module_name, _, name = ref.partition(":")
-    try:
-        module = importlib.import_module(f"{__package__}.{module_name}")
-    except ImportError:
-        return None
-    return getattr(module, name, None)
+    """The Struct named by ``module:Name`` (or the first of ``a:X|b:Y`` that exists),
+    or ``None`` when none does."""
+    for alternative in ref.split("|"):
+        module_name, _, name = alternative.partition(":")
+        try:
+            module = importlib.import_module(f"{__package__}.{module_name}")
+        except ImportError:
+            continue
+        struct = getattr(module, name, None)
+        if struct is not None:
+            return struct
+    return None
 
 
 def _routes(routes: Iterable[BaseRoute]) -> list[tuple[str, str, Route]]:
@@ -245,10 +298,13 @@ def _operation(
         operation: dict[str, Any] = {
             "operationId": re.sub(r"\W+", "_", f"{method.lower()}{path}").strip("_"),
             "summary": doc.splitlines()[0],
-            "responses": {"200": {"description": "OK"}},
+            "responses": {"200": {"description": "OK"}, "default": {"description": "An error."}},
         }
         if params:
             operation["parameters"] = params
+        if method in ("POST", "PUT", "PATCH"):
+            any_json = {"application/json": {"schema": {"type": "object"}}}
+            operation["requestBody"] = {"required": False, "content": any_json}
         return operation
 
     operation = {"operationId": op.operation_id, "summary": op.summary}
@@ -256,18 +312,19 @@ def _operation(
         operation["parameters"] = params
     if op.request and op.request in by_ref:
         schema = by_ref[op.request]
-        if op.form:
+        if op.files:
             name = schema["$ref"].rsplit("/", 1)[-1]
             form = {**components[name]}
+            binary = {"type": "string", "contentMediaType": "application/octet-stream"}
             form["properties"] = {
-                "file": {"type": "string", "contentMediaType": "application/octet-stream"},
+                **{part: binary for part in op.files},
                 **form.get("properties", {}),
             }
-            form["required"] = ["file", *form.get("required", [])]
+            form["required"] = [op.files[0], *form.get("required", [])]
             content = {"multipart/form-data": {"schema": form}}
         else:
             content = {"application/json": {"schema": schema}}
-        operation["requestBody"] = {"required": True, "content": content}
+        operation["requestBody"] = {"required": not op.optional_body, "content": content}
     ok: dict[str, Any] = {}
     if op.response and op.response in by_ref:
         ok["application/json"] = {"schema": by_ref[op.response]}
@@ -284,6 +341,7 @@ def _operation(
 _STATUS_TEXT = {
     400: "Invalid request (the error's param names the field).",
     404: "Unknown model (the message lists the served names).",
+    409: "The model is busy (unload without force).",
     413: "The request body is too large.",
     429: "Too many requests for this model (see Retry-After).",
     503: "The model cannot serve now (failed to load, crashed, or busy past the wait).",

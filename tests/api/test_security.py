@@ -233,3 +233,21 @@ async def test_launch_warns_when_public_without_keys(
     os.kill(os.getpid(), signal.SIGINT)  # serve() stops on SIGINT, as at the terminal
     await asyncio.wait_for(task, 10)
     assert "binding 0.0.0.0 without server.api_keys" in caplog.text
+
+
+def test_route_limits_follow_the_models_files() -> None:
+    """File-carrying paths get caps that fit the largest files the models accept."""
+    from mlx_gateway.supervisor.api.middleware import route_limits
+
+    mib = 2**20
+    models = [
+        ModelConfig(model_path="a", model_type="lm"),
+        ModelConfig(model_path="v", model_type="vlm", max_image_mb=3, max_images=2),
+        ModelConfig(model_path="w", model_type="whisper", max_upload_mb=50),
+        ModelConfig(model_path="i", model_type="image-edit", max_image_mb=10),
+    ]
+    limits = route_limits(models)
+    assert limits["/v1/chat/completions"] == 8 * mib + mib  # 2 x 3 MiB in base64, + text
+    assert limits["/v1/audio/"] == 50 * mib + 64 * 1024
+    assert limits["/v1/images/edits"] == 5 * 10 * mib + 64 * 1024
+    assert route_limits(models[:1]) == {}

@@ -1,0 +1,253 @@
+"""Many streaming clients at once, clients that leave mid-stream, and workers killed
+or frozen under load: the real gateway over real TCP, fake workers behind it.
+
+The property throughout: no request is lost or hangs. Each one ends, within a
+bound, in a complete answer, a clear OpenAI-shaped 429/503 before the stream, or
+(when its worker died under it) an error event followed by ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from ..supervisor.live import LiveGateway
+
+pytestmark = pytest.mark.slow
+
+MODELS = ("fake/one", "fake/two", "fake/three")
+
+
+@dataclass
+class Outcome:
+    """One streaming request as its client saw it."""
+
+    status: int
+    text: str = ""
+    request_id: str | None = None
+    finish_reason: str | None = None
+    error: dict[str, Any] | None = None
+    done: bool = False
+    seconds: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+async def stream_chat(
+    http: httpx.AsyncClient, model: str, prompt: str, *, leave_after: int | None = None
+) -> Outcome:
+    """Stream one chat completion; with ``leave_after``, close the connection after
+    that many content events (the client goes away)."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True}
+    started = time.monotonic()
+    async with http.stream("POST", "/v1/chat/completions", json=body) as r:
+        out = Outcome(r.status_code, headers=dict(r.headers))
+        if r.status_code != 200:
+            await r.aread()
+            out.error = r.json()["error"]
+            out.seconds = time.monotonic() - started
+            return out
+        contents = 0
+        async for line in r.aiter_lines():
+            if not line.startswith("data: "):
+                continue  # keep-alive comments while a model loads, blank lines
+            data = line[len("data: ") :]
+            if data == "[DONE]":
+                out.done = True
+                break
+            event = json.loads(data)
+            if "error" in event:
+                out.error = event["error"]
+                continue
+            out.request_id = event["id"]
+            for choice in event["choices"]:
+                out.text += choice["delta"].get("content") or ""
+                out.finish_reason = choice.get("finish_reason") or out.finish_reason
+            contents += 1
+            if leave_after is not None and contents >= leave_after:
+                break  # leaving the block closes the connection mid-stream
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def client(gateway: LiveGateway, connections: int = 300) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(base_url=gateway.url, limits=limits, timeout=60)
+
+
+def answered(out: Outcome, prompt: str) -> bool:
+    return out.status == 200 and out.done and out.error is None and out.text == prompt + " "
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def wait_idle(gateway: LiveGateway, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while any(h.inflight for h in gateway.registry.handles):
+        assert time.monotonic() < deadline, [(h.name, h.inflight) for h in gateway.registry.handles]
+        time.sleep(0.05)
+
+
+async def test_200_concurrent_streams_across_three_models() -> None:
+    models = [{"model_path": name, "max_concurrency": 16, "max_queue": 80} for name in MODELS]
+    with LiveGateway(*models) as gw:
+        prompts = [f"client {i} says w{i % 7} x{i % 5} y z" for i in range(200)]
+        async with client(gw) as http:
+            started = time.monotonic()
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(
+                    *(stream_chat(http, MODELS[i % 3], p) for i, p in enumerate(prompts))
+                ),
+                120,
+            )
+            wall = time.monotonic() - started
+        lost = [o for o, p in zip(outcomes, prompts, strict=True) if not answered(o, p)]
+        assert not lost, lost[:3]
+        seconds = [o.seconds for o in outcomes]
+        logging.getLogger(__name__).warning(
+            "200 streams over 3 models: %.2f s wall, p50 %.2f s, p99 %.2f s",
+            wall,
+            percentile(seconds, 0.5),
+            percentile(seconds, 0.99),
+        )
+        wait_idle(gw)
+        assert all(h.crashes == 0 for h in gw.registry.handles)
+
+
+async def test_over_the_limits_is_a_clear_429_never_a_hang() -> None:
+    """Beyond max_concurrency + max_queue a model answers 429 with Retry-After at
+    once; everyone else gets a whole answer."""
+    models = [{"model_path": name, "max_concurrency": 4, "max_queue": 8} for name in MODELS]
+    with LiveGateway(*models) as gw:
+        # Start the workers first, so that every request meets the same limits.
+        async with client(gw) as http:
+            await asyncio.gather(*(stream_chat(http, m, "warm") for m in MODELS))
+            prompts = [f"req {i} a b c d e f g h" for i in range(150)]
+            outcomes = await asyncio.wait_for(
+                asyncio.gather(
+                    *(stream_chat(http, MODELS[i % 3], p) for i, p in enumerate(prompts))
+                ),
+                120,
+            )
+        kinds: Counter[str] = Counter()
+        for out, prompt in zip(outcomes, prompts, strict=True):
+            if answered(out, prompt):
+                kinds["answered"] += 1
+            else:
+                assert out.status in (429, 503), out
+                assert out.error is not None and out.error["message"], out
+                if out.status == 429:
+                    assert int(out.headers["retry-after"]) >= 1
+                kinds[str(out.status)] += 1
+        assert kinds["answered"] >= 3 * (4 + 8)  # at least what the limits hold at once
+        assert kinds["429"] > 0
+        assert sum(kinds.values()) == 150
+        wait_idle(gw)
+
+
+async def test_clients_leaving_mid_stream_free_their_slots(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="mlx_gateway.worker.output")
+    with LiveGateway(*({"model_path": name} for name in MODELS)) as gw:
+        async with client(gw) as http:
+            long_prompt = " ".join(f"w{i}" for i in range(400))  # 8 s of words each
+            leavers = [
+                stream_chat(http, MODELS[i % 3], long_prompt, leave_after=2) for i in range(30)
+            ]
+            stayers = [stream_chat(http, MODELS[i % 3], f"stay {i} a b") for i in range(30)]
+            outcomes = await asyncio.wait_for(asyncio.gather(*leavers, *stayers), 60)
+        left, stayed = outcomes[:30], outcomes[30:]
+        assert all(o.status == 200 and o.request_id for o in left)
+        assert all(o.seconds < 5 for o in left)  # they left long before the end
+        assert all(answered(o, f"stay {i} a b") for i, o in enumerate(stayed))
+        # Every worker was told, and dropped the request (its batch slot is free).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            missing = [o.request_id for o in left if f"cancelled {o.request_id}" not in caplog.text]
+            if not missing:
+                break
+            await asyncio.sleep(0.05)
+        assert not missing, missing[:3]
+        wait_idle(gw)
+        assert all(h.crashes == 0 for h in gw.registry.handles)
+
+
+async def test_kill_9_under_load_fails_fast_and_recovers() -> None:
+    with LiveGateway({"model_path": MODELS[0]}, {"model_path": MODELS[1]}) as gw:
+        async with client(gw) as http:
+            await stream_chat(http, MODELS[0], "warm")
+            victim = gw.registry.resolve(MODELS[0])
+            pid = victim.pid
+            long_prompt = " ".join(f"w{i}" for i in range(300))
+            tasks = [
+                asyncio.create_task(stream_chat(http, MODELS[i % 2], long_prompt))
+                for i in range(40)
+            ]
+            await asyncio.sleep(1.0)  # mid-answer
+            killed_at = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            victims = [t for i, t in enumerate(tasks) if i % 2 == 0]
+            done = await asyncio.wait_for(asyncio.gather(*victims), 10)
+            ended = time.monotonic() - killed_at
+            streamed = 0
+            for out in done:
+                # Mid-answer: an error event then [DONE]. Still queued in the gateway
+                # (beyond max_concurrency): a plain 503 before any stream.
+                assert out.error is not None and "SIGKILL" in out.error["message"], out
+                if out.status == 200:
+                    assert out.done and out.error["code"] == "worker_crashed", out
+                    streamed += 1
+                else:
+                    assert out.status == 503, out
+            assert streamed >= 8  # max_concurrency (8) of them were mid-answer
+            assert ended < 3, ended  # failed at once, not after a timeout
+            # The other model's streams were untouched.
+            others = await asyncio.wait_for(asyncio.gather(*tasks[1::2]), 30)
+            assert all(answered(o, long_prompt) for o in others)
+            # The next request starts a fresh worker.
+            again = await stream_chat(http, MODELS[0], "back again")
+            assert answered(again, "back again")
+            assert victim.pid != pid and victim.crashes == 1
+
+
+async def test_frozen_worker_is_killed_by_the_hang_watchdog() -> None:
+    """SIGSTOP a busy worker: no heartbeat for hang_timeout → it is killed, its
+    streams end with an error and [DONE], and the next request restarts it."""
+    with LiveGateway({"model_path": MODELS[0]}, hang_timeout=2.0) as gw:
+        async with client(gw) as http:
+            await stream_chat(http, MODELS[0], "warm")
+            victim = gw.registry.resolve(MODELS[0])
+            pid = victim.pid
+            long_prompt = " ".join(f"w{i}" for i in range(300))
+            tasks = [
+                asyncio.create_task(stream_chat(http, MODELS[0], long_prompt)) for _ in range(5)
+            ]
+            await asyncio.sleep(0.5)
+            os.kill(pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
+            try:
+                done = await asyncio.wait_for(asyncio.gather(*tasks), 15)
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            ended = time.monotonic() - frozen_at
+            for out in done:
+                assert out.status == 200 and out.done and out.error is not None, out
+            assert 1.5 < ended < 8, ended
+            again = await stream_chat(http, MODELS[0], "thawed")
+            assert answered(again, "thawed")
+            assert victim.pid != pid
