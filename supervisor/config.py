@@ -227,7 +227,7 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     a bigger one is answered with 413."""
     max_image_mb: Annotated[float, msgspec.Meta(gt=0)] = 20.0
     """Vision models: largest image file (a ``data:`` URL's bytes or a fetched one),
-    in MiB → else 413."""
+    in MiB → else 413. Image-edit models: largest uploaded ``image`` or ``mask``."""
     max_images: _Positive = 8
     """Vision models: most images in one request → else 400."""
     image_fetch_timeout: _PositiveSeconds = 10.0
