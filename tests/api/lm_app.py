@@ -29,6 +29,14 @@ XML = "xml/fake/ok"
 """``tool_call_parser: qwen3_coder``."""
 MLX_PARSED = "mlx/fake/mlxparsed"
 """Reports a format only mlx-lm parses: its worker parses the calls."""
+VISION = "vis/fake/ok"
+"""``model_type: vlm``: image parts reach its (fake) worker as frames."""
+
+PNG_1PX = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+    "AAAABJRU5ErkJggg=="
+)
+"""A one-pixel PNG, base64."""
 
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -61,6 +69,7 @@ async def app() -> AsyncIterator[Starlette]:
         {"model_path": PLAIN, "tool_call_parser": "none", "reasoning_parser": "none"},
         {"model_path": XML, "tool_call_parser": "qwen3_coder"},
         {"model_path": MLX_PARSED},
+        {"model_path": VISION, "model_type": "vlm"},
     )
     app = create_app(config, command=fake_command)
     async with app.router.lifespan_context(app):

@@ -16,7 +16,7 @@ from mlx_gateway.supervisor.app import create_app
 from starlette.applications import Starlette
 
 from ..supervisor.fakes import fake_command, fake_config
-from .lm_app import OK, REASONER, app, hermes_call, http
+from .lm_app import OK, PNG_1PX, REASONER, VISION, app, hermes_call, http
 from .test_responses_api import sse_events
 
 pytestmark = pytest.mark.slow
@@ -224,3 +224,16 @@ async def test_x_api_key(keyed_app: Starlette) -> None:
         await client_for(keyed_app, "sk-wrong").messages.create(
             model=OK, max_tokens=5, messages=user("hi")
         )
+
+
+async def test_image_blocks_reach_a_vision_model(sdk: anthropic.AsyncAnthropic) -> None:
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": PNG_1PX},
+    }
+    message = await sdk.messages.create(
+        model=VISION,
+        max_tokens=20,
+        messages=[{"role": "user", "content": [image, {"type": "text", "text": "say a pixel"}]}],
+    )
+    assert message.content[0].text == "a pixel"  # type: ignore[union-attr]

@@ -12,7 +12,7 @@ import pytest
 from mlx_gateway.supervisor.api.response_store import ResponseStore
 from pydantic import BaseModel
 
-from .lm_app import OK, REASONER, WEATHER_TOOL, app, hermes_call, http, sdk
+from .lm_app import OK, PNG_1PX, REASONER, VISION, WEATHER_TOOL, app, hermes_call, http, sdk
 
 pytestmark = pytest.mark.slow
 __all__ = ["app", "http", "sdk"]  # fixtures
@@ -139,6 +139,21 @@ async def test_function_call_loop_with_previous_response_id(sdk: openai.AsyncOpe
         ],
     )
     assert again.output_text == "system user assistant tool "
+
+
+async def test_input_images_reach_a_vision_model(sdk: openai.AsyncOpenAI) -> None:
+    image = {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_1PX}"}
+    response = await sdk.responses.create(
+        model=VISION,
+        input=[{"role": "user", "content": [image, {"type": "input_text", "text": "say seen"}]}],  # type: ignore[list-item]
+    )
+    assert response.output_text == "seen"
+    with pytest.raises(openai.BadRequestError) as info:
+        await sdk.responses.create(
+            model=OK,
+            input=[{"role": "user", "content": [image]}],  # type: ignore[list-item]
+        )
+    assert "does not accept images" in str(info.value)
 
 
 class City(BaseModel):

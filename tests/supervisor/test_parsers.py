@@ -148,7 +148,10 @@ def test_reasoning_split(size: int) -> None:
 def test_parser_choice() -> None:
     assert resolve_tool_format(None, {"tool_parser": "qwen3_coder"}) is TOOL_FORMATS["qwen3_coder"]
     assert resolve_tool_format("auto", {"tool_parser": "json_tools"}) is TOOL_FORMATS["hermes"]
-    assert resolve_tool_format("auto", {"tool_parser": "kimi_k2"}) is TOOL_FORMATS["hermes"]
+    # A format only mlx-lm parses is left to the worker's tokenizer.
+    assert resolve_tool_format("auto", {"tool_parser": "kimi_k2"}) is TOOL_FORMATS["tokenizer"]
+    assert resolve_tool_format("minimax_m2", {}) is TOOL_FORMATS["tokenizer"]
+    assert resolve_tool_format("auto", {}) is TOOL_FORMATS["hermes"]
     assert resolve_tool_format("llama3", {}) is TOOL_FORMATS["llama3_json"]
     assert resolve_tool_format("none", {"tool_parser": "json_tools"}) is None
     think = {"think_start": "<think>", "think_end": "</think>"}
