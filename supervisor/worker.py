@@ -26,8 +26,6 @@ import msgspec
 
 from ..protocol.frames import Frame
 from ..protocol.messages import (
-    Cancel,
-    Done,
     Error,
     Generate,
     Heartbeat,
@@ -37,16 +35,19 @@ from ..protocol.messages import (
     Ready,
     Reply,
     Shutdown,
-    Started,
 )
 from ..protocol.spec import WorkerSpec
+from .blas import openblas_for, with_preload
 from .config import ModelConfig, ServerConfig
 from .errors import GatewayError, ModelUnavailable, TooManyRequests, WorkerCrashed
 from .image_models import IMAGE_KIND
 from .image_models import worker_options as image_options
+from .lm_models import LM_KIND
+from .lm_models import worker_options as lm_options
 from .memory import measured_need
 from .process import WorkerCommand, describe_exit, worker_command
-from .relay import Relay, RequestItem, WithPayloads, WorkerUnreachable
+from .relay import Relay, WorkerUnreachable
+from .replies import ReplyStream
 from .state import WorkerState, check_transition, failure_backoff
 from .vision import VISION_KIND
 from .vision import worker_options as vision_options
@@ -60,7 +61,6 @@ STDERR_LINES_KEPT = 40
 KILL_WAIT = 3.0  # seconds between SIGTERM and SIGKILL
 CRASH_LOOP = 3  # crashes of a ready worker within CRASH_WINDOW that make it FAILED
 CRASH_WINDOW = 60.0
-UNREACHABLE_WAIT = 2.0  # seconds to wait for the exit of a worker whose socket is gone
 
 
 # ---------------------------------------------------------------- owner inbox
@@ -147,6 +147,8 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
         options.update(vision_options(config))
     if config.worker_kind == IMAGE_KIND:
         options.update(image_options(config))
+    if config.worker_kind == LM_KIND:
+        options.update(lm_options(config))
     return options
 
 
@@ -243,6 +245,12 @@ class WorkerHandle:
     def pid(self) -> int | None:
         return self._proc.proc.pid if self._proc else None
 
+    @property
+    def preload_openblas(self) -> bool:
+        """The model's ``preload_openblas``, else the server's."""
+        own = self.config.preload_openblas
+        return self._server.preload_openblas if own is None else own
+
     def status(self) -> dict[str, Any]:
         """What /v1/models and /health show of this model."""
         memory = self.memory if self.state is WorkerState.READY else None
@@ -269,6 +277,7 @@ class WorkerHandle:
             "draining": self.draining,
             "crashes": self.crashes,
             "evictions": self.evictions,
+            "blas": self.facts.extra.get("blas") if self.facts else None,
         }
 
     @contextlib.asynccontextmanager
@@ -567,6 +576,8 @@ class WorkerHandle:
         spec = spec_for(self.config, worker_id, heartbeat_interval=beat)
         argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
+        if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:
+            env = with_preload(env, openblas)
         self._set_state(WorkerState.STARTING)
         self.progress = None
 
@@ -645,64 +656,29 @@ class Session:
     def __init__(self, handle: WorkerHandle) -> None:
         self._handle = handle
 
-    def generate(self, msg: Generate) -> AsyncIterator[Started | Any]:
+    def generate(self, msg: Generate) -> ReplyStream:
         """Send ``msg`` and yield the worker's Started and Chunks, ending with Done.
 
         Raises a :class:`GatewayError` for the worker's Error (its status) or its
         death (:class:`WorkerCrashed`). Leaving early sends ``Cancel``."""
         return self.call(msg, msg.request_id)
 
-    async def call(
-        self, msg: Any, request_id: str, payloads: Sequence[Frame] = ()
-    ) -> AsyncIterator[Any]:
+    def call(self, msg: Any, request_id: str, payloads: Sequence[Frame] = ()) -> ReplyStream:
         """Send any request message (with binary ``payloads``) and yield its replies up
         to and including ``Done``; a reply that came with frames is yielded as
-        :class:`~.relay.WithPayloads`. Errors and leaving early as for :meth:`generate`."""
+        :class:`~.relay.WithPayloads`. Errors and leaving early as for :meth:`generate`.
+        Nothing is sent before the first iteration."""
         handle = self._handle
-        proc = handle._proc
-        if handle.state is not WorkerState.READY or proc is None:
-            raise WorkerCrashed(f"model '{handle.name}' worker {handle.last_error or 'is gone'}")
-        relay = handle._relay
-        worker_id = proc.worker_id
-        # No await between the state check and open(): the owner cannot detach in between.
-        queue = relay.open(worker_id, request_id)
-        finished = False
-        try:
-            try:
-                await relay.send(worker_id, msg, payloads)
-            except WorkerUnreachable:
-                # The worker's socket is gone; its exit (and the error) normally follows.
-                try:
-                    item = await asyncio.wait_for(queue.get(), UNREACHABLE_WAIT)
-                except TimeoutError:
-                    item = WorkerCrashed(f"model '{handle.name}' worker is unreachable")
-                raise _as_error(item) from None
-            while True:
-                item = await queue.get()
-                match item:
-                    case Done() | WithPayloads(reply=Done()):
-                        finished = True
-                        yield item
-                        return
-                    case Error() | BaseException():
-                        finished = True
-                        raise _as_error(item)
-                    case _:
-                        yield item
-        finally:
-            relay.close_request(request_id)
-            if not finished:  # the client left (or we raised): free the worker's slot
-                relay.post(worker_id, Cancel(request_id=request_id))
 
+        def opener() -> str:
+            proc = handle._proc
+            if handle.state is not WorkerState.READY or proc is None:
+                raise WorkerCrashed(
+                    f"model '{handle.name}' worker {handle.last_error or 'is gone'}"
+                )
+            return proc.worker_id
 
-def _as_error(item: RequestItem) -> BaseException:
-    if isinstance(item, Error):
-        return GatewayError(
-            item.message, status=item.status, type=item.type, param=item.param, code=item.code
-        )
-    if isinstance(item, BaseException):
-        return item
-    return GatewayError(f"unexpected reply {type(item).__name__}")
+        return ReplyStream(handle._relay, opener, msg, request_id, payloads, handle.name)
 
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()

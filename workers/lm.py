@@ -20,6 +20,13 @@ Replies per request::
 or one ``Error`` instead of all of these when a check fails (400, before
 ``Started``). ``usage.completion_tokens`` counts every generated token, the EOS
 token included (its text is never sent) and the token that completed a stop string.
+
+Prompt cache: a request that ends leaves its KV cache (prompt and completion) in a
+:class:`~.prompt_cache.PromptCache`; a request admitted later starts from the entry
+sharing the longest token prefix with its prompt and prefills only the rest (the
+next turn of a chat re-reads only the new turn). ``usage.cached_tokens`` counts the
+reused tokens. Options (``spec.options``): ``prompt_cache_bytes`` and
+``prompt_cache_entries``; either 0 turns the cache off.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ from ..protocol.messages import (
 )
 from ..protocol.spec import WorkerSpec
 from .base import Emit, RequestError
+from .blas import blas_in_use
 from .hub import LoadError, resolve_model_path
+from .prompt_cache import PromptCache
 from .sampling import LogitsProcessor, Sampler, make_request_processors, make_request_sampler
 from .stops import scan_stops
 
@@ -59,6 +68,9 @@ log = logging.getLogger(__name__)
 
 FALLBACK_CONTEXT_LENGTH = 4096
 """Used when neither the spec nor the model tells the context length."""
+PROMPT_CACHE_BYTES = 512 * 1024**2
+PROMPT_CACHE_ENTRIES = 32
+"""Prompt cache caps when the spec's options leave them out."""
 _UNBOUNDED = 10**7  # tokenizers without a limit report model_max_length ≈ 1e30
 _TEMPLATE_RESERVED = {
     "conversation",
@@ -82,6 +94,8 @@ class _Active:
     detokenizer: StreamingDetokenizer
     uid: int | None = None
     """The generator's id once the request joined the batch."""
+    cached: int = 0
+    """Prompt tokens taken from the prompt cache instead of prefilled."""
     held: str = ""
     """Text withheld because it may be the start of a stop string."""
     generated: int = 0
@@ -108,6 +122,7 @@ class LmBackend:
         self._queue: deque[_Active] = deque()
         self._by_id: dict[str, _Active] = {}
         self._by_uid: dict[int, _Active] = {}
+        self.prompt_cache = PromptCache(0, 0)
 
     # ------------------------------------------------------------ loading
 
@@ -135,10 +150,14 @@ class LmBackend:
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
+        self.prompt_cache = PromptCache(
+            _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
+            _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
+        )
         return ModelFacts(
             context_length=self.context_length,
             model_type=config.get("model_type"),
-            extra={"vocab_size": str(config.get("vocab_size", ""))},
+            extra={"vocab_size": str(config.get("vocab_size", "")), "blas": blas_in_use()},
         )
 
     def _new_generator(self) -> BatchGenerator:
@@ -242,8 +261,7 @@ class LmBackend:
         if active.uid is None:
             self._queue.remove(active)
         else:
-            assert self._generator is not None
-            self._generator.remove([active.uid])
+            self._leave_batch(active)
         self._finish(active, "cancelled")
 
     def cancel_all(self) -> None:
@@ -276,6 +294,8 @@ class LmBackend:
                 chunks.append(chunk)
             if active.finish is not None:
                 finished.append(active)
+                if response.finish_reason is not None and response.prompt_cache:
+                    self._keep_cache(active, response.all_tokens, response.prompt_cache)
         if chunks:
             self._emit(Batch(chunks=chunks))
         for active in finished:
@@ -285,12 +305,26 @@ class LmBackend:
         assert self._spec is not None
         while self._queue and len(self._by_uid) < max(self._spec.max_concurrency, 1):
             active = self._queue.popleft()
-            (uid,) = generator.insert(
-                [active.prompt],
-                max_tokens=[active.max_tokens],
-                samplers=[active.sampler],
-                logits_processors=[active.processors],
-            )
+            hit = self.prompt_cache.fetch(active.prompt) if self.prompt_cache.enabled else None
+            if hit is None:
+                (uid,) = generator.insert(
+                    [active.prompt],
+                    max_tokens=[active.max_tokens],
+                    samplers=[active.sampler],
+                    logits_processors=[active.processors],
+                )
+            else:
+                active.cached = hit.tokens
+                # all_tokens: what the cache holds, so logits processors see the
+                # whole context (the penalties count from len(prompt) on).
+                (uid,) = generator.insert(
+                    [active.prompt[hit.tokens :]],
+                    max_tokens=[active.max_tokens],
+                    caches=[hit.cache],
+                    all_tokens=[active.prompt[: hit.tokens]],
+                    samplers=[active.sampler],
+                    logits_processors=[active.processors],
+                )
             active.uid = uid
             self._by_uid[uid] = active
 
@@ -310,8 +344,7 @@ class LmBackend:
                 active.held, segment, active.stops, final=finish is not None
             )
         if stopped and finish is None:
-            assert self._generator is not None and active.uid is not None
-            self._generator.remove([active.uid])
+            self._leave_batch(active)
         if stopped:
             finish = "stop"
         active.finish = finish
@@ -321,11 +354,32 @@ class LmBackend:
         active.unsent_tokens = 0
         return chunk
 
+    def _leave_batch(self, active: _Active) -> None:
+        """Take a running request out of the batch, keeping its KV cache."""
+        assert self._generator is not None and active.uid is not None
+        if not self.prompt_cache.enabled:
+            self._generator.remove([active.uid])
+            return
+        caches = self._generator.remove([active.uid], return_prompt_caches=True)
+        cache, tokens = caches.get(active.uid, (None, None))
+        if cache and tokens is not None:
+            self._keep_cache(active, tokens, cache)
+
+    def _keep_cache(self, active: _Active, tokens: list[int], cache: list[Any]) -> None:
+        # A request cancelled before its prefill started holds only the cache it
+        # was given: nothing new to keep.
+        if len(tokens) > active.cached:
+            self.prompt_cache.store(list(tokens), cache)
+
     def _finish(self, active: _Active, reason: str) -> None:
         self._by_id.pop(active.request_id, None)
         if active.uid is not None:
             self._by_uid.pop(active.uid, None)
-        usage = Usage(prompt_tokens=len(active.prompt), completion_tokens=active.generated)
+        usage = Usage(
+            prompt_tokens=len(active.prompt),
+            completion_tokens=active.generated,
+            cached_tokens=active.cached,
+        )
         self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
 
     def fail_active(self, message: str) -> None:
@@ -345,6 +399,13 @@ class LmBackend:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _option_int(spec: WorkerSpec, key: str, default: int) -> int:
+    value = spec.options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise LoadError(f"option {key} must be a whole number ≥ 0, got {value!r}")
+    return value
 
 
 def _read_template(path: str) -> str:

@@ -51,6 +51,15 @@ class CompletionEvents:
         self.id, self.created, self.model = id, created, model
         self.include_usage = include_usage
         self.echo = echo
+        self._content = sse.Template(
+            Completion(
+                id=id,
+                created=created,
+                model=model,
+                choices=[CompletionChoice(index=0, text=sse.HOLE)],
+                usage=None if include_usage else UNSET,
+            )
+        )
 
     def _chunk(self, text: str, finish_reason: str | None = None) -> bytes:
         return sse.data(
@@ -67,7 +76,7 @@ class CompletionEvents:
         return self._chunk(self.echo) if self.echo else None
 
     def content(self, text: str) -> bytes:
-        return self._chunk(text)
+        return self._content.fill(text)
 
     def finish(self, finish_reason: str) -> bytes:
         return self._chunk("", finish_reason)

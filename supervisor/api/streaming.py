@@ -33,25 +33,42 @@ class EventFormat(Protocol):
 
 async def relay(generation: Generation, fmt: EventFormat) -> AsyncIterator[bytes]:
     """The events of ``generation``: opening, content, finish, usage (if asked),
-    ``[DONE]``. A failure ends the stream with an error event and ``[DONE]``."""
+    ``[DONE]``. A failure ends the stream with an error event and ``[DONE]``.
+
+    Each wake-up writes once: the text of every chunk that arrived meanwhile goes
+    out as one content event (a stream that fell behind catches up in one write,
+    not one per generation step), and the last content, the finish, the usage and
+    ``[DONE]`` leave together."""
+    tail = b""
     try:
         opening = fmt.opening()
         if opening is not None:
             yield opening
         async for reply in generation:
-            if isinstance(reply, Done):
-                yield fmt.finish(reply.finish_reason)
-                if fmt.include_usage:
-                    yield fmt.usage(usage_from(reply.usage))
-                break
-            if reply.text:
-                yield fmt.content(reply.text)
+            done = reply if isinstance(reply, Done) else None
+            texts = [] if done is not None else [reply.text]
+            if done is None:
+                for more in generation.ready():
+                    if isinstance(more, Done):
+                        done = more
+                    else:
+                        texts.append(more.text)
+            text = "".join(texts)
+            event = fmt.content(text) if text else b""
+            if done is None:
+                if event:
+                    yield event
+                continue
+            tail = event + fmt.finish(done.finish_reason)
+            if fmt.include_usage:
+                tail += fmt.usage(usage_from(done.usage))
+            break
     except GatewayError as exc:
         logger.warning("stream failed after it started: %s", exc.message)
-        yield error_event(exc)
+        tail = error_event(exc)
     except Exception:
         logger.exception("stream failed after it started")
-        yield error_event(GatewayError("The server had an error while streaming the response."))
+        tail = error_event(GatewayError("The server had an error while streaming the response."))
     finally:
         await generation.aclose()
-    yield sse.DONE
+    yield tail + sse.DONE

@@ -1,0 +1,1 @@
+"""Benchmarks (run with ``uv run python -m bench.<name>``)."""

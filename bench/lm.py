@@ -1,0 +1,452 @@
+"""Language-model throughput: the gateway against mlx-lm in-process and mlx_lm.server.
+
+    uv run python -m bench.lm            # about 3 minutes on 2 cores
+    uv run python -m bench.lm --rounds 5 --profile --json out.json
+
+One run measures, side by side on the same tiny llama (built here, hidden 64,
+2 layers, random weights that never emit EOS, so every request generates exactly
+``--max-tokens`` tokens):
+
+* the limit: ``mlx_lm.stream_generate`` (1 stream) and ``BatchGenerator`` (8 and 32
+  sequences) in this process;
+* ``mlx-gateway launch`` (the real command) and ``python -m mlx_lm.server`` at 1, 8
+  and 32 concurrent streams: aggregate tokens/s, time to first token p50/p99, errors;
+* the time to first token of the second turn of a 2,000-token conversation against
+  the first turn's (the prompt cache);
+* the gateway's and the worker's CPU time per relayed token at 32 streams.
+
+Every setup runs once per round, rounds interleaved, and the report gives medians:
+on a shared machine the ratios between setups measured in the same round are what
+counts. On Linux, OpenBLAS (when installed) is preloaded into this process and
+into mlx_lm.server, as the gateway preloads it into its workers, so all three
+compute with the same BLAS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
+
+
+def _reexec_with_openblas(argv: list[str]) -> None:
+    """Restart this benchmark with OpenBLAS preloaded (it must be there at exec)."""
+    from mlx_gateway.supervisor.blas import find_openblas, with_preload
+
+    library = find_openblas()
+    if library is None or os.environ.get(PRELOADED):
+        return
+    env = with_preload(dict(os.environ), library)
+    env[PRELOADED] = library
+    os.execve(sys.executable, [sys.executable, "-m", "bench.lm", *argv], env)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.lm", description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per request")
+    parser.add_argument(
+        "--requests-per-stream", type=int, default=4, help="requests each stream sends in a row"
+    )
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--prefill-batch", type=int, default=8, help="prompts prefilled together")
+    parser.add_argument("--conversations", type=int, default=3, help="2,000-token conversations")
+    parser.add_argument("--no-mlx-lm-server", action="store_true", help="skip mlx_lm.server")
+    parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the gateway and worker at 32 streams"
+    )
+    parser.add_argument("--workdir", type=Path, help="keep the model, logs and profiles here")
+    parser.add_argument("--json", type=Path, help="write every figure to this file")
+    return parser.parse_args(argv)
+
+
+# ---------------------------------------------------------------- the model
+
+SENTENCES = [
+    "hello world, this is a tiny test corpus.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Models stream tokens; the gateway relays them to every client.",
+    "One, two, three: count the steps and stop when done!",
+]
+SERVED_NAME = "tiny"
+
+
+def build_model(out: Path) -> Path:
+    """The tests' tiny llama, with the EOS row of its output layer zeroed: EOS then
+    has logit 0, below the best of the other tokens, so greedy decoding never stops
+    before ``max_tokens`` and every setup generates the same number of tokens."""
+    import mlx.core as mx
+
+    from tests.fixtures.tiny_models import build_tiny_lm
+
+    build_tiny_lm(out)
+    eos = json.loads((out / "config.json").read_text())["eos_token_id"]
+    weights = mx.load(str(out / "model.safetensors"))
+    head = weights["lm_head.weight"]
+    weights["lm_head.weight"] = head * (mx.arange(head.shape[0]) != eos)[:, None]
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return out
+
+
+def messages_for(i: int) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Request {i}: {SENTENCES[i % len(SENTENCES)]}"}]
+
+
+def long_message(tokenizer: Any, index: int, tokens: int) -> str:
+    """A user message of about ``tokens`` tokens (after the chat template)."""
+    words = " ".join(SENTENCES).split()
+    text = f"Conversation {index}:"
+    step = 0
+    while True:
+        chunk = " ".join(f"{words[(step + k) % len(words)]}" for k in range(40))
+        candidate = f"{text} {chunk} ({step})"
+        count = len(tokenizer.apply_chat_template([{"role": "user", "content": candidate}]))
+        if count > tokens:
+            return text
+        text, step = candidate, step + 40
+
+
+# ---------------------------------------------------------------- measuring
+
+
+@dataclass
+class Figures:
+    """Every round's figure for each named measurement."""
+
+    series: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, value: float) -> None:
+        self.series.setdefault(name, []).append(value)
+
+    def median(self, name: str) -> float:
+        from .client import median
+
+        return median(self.series.get(name, []))
+
+
+def cpu_seconds(process: Any) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def http_run(server: Any, streams: int, args: argparse.Namespace, offset: int) -> Any:
+    from .client import chat_body, closed_loop
+
+    def body(i: int) -> bytes:
+        return chat_body(server.model_name, messages_for(offset + i), args.max_tokens)
+
+    return asyncio.run(closed_loop(server.port, streams, args.requests_per_stream, body))
+
+
+def record_http(figures: Figures, label: str, streams: int, run: Any) -> None:
+    from .client import summarize
+
+    summary = summarize(run)
+    figures.add(f"{label}/{streams}/tok_s", summary["tok_s"])
+    figures.add(f"{label}/{streams}/ttft_p50_ms", summary["ttft_p50_ms"])
+    figures.add(f"{label}/{streams}/ttft_p99_ms", summary["ttft_p99_ms"])
+    figures.add(f"{label}/{streams}/errors", summary["errors"])
+    figures.add(f"{label}/{streams}/requests", summary["requests"])
+
+
+def one_round(
+    args: argparse.Namespace, figures: Figures, model: Any, tokenizer: Any, servers: dict[str, Any]
+) -> None:
+    import psutil
+
+    from .inprocess import batch_generator_run, stream_generate_run
+
+    def prompt_for(i: int) -> list[int]:
+        return list(tokenizer.apply_chat_template(messages_for(i), add_generation_prompt=True))
+
+    me = psutil.Process()
+    for streams in args.streams:
+        requests = args.requests_per_stream
+        if streams == 1:
+            run = stream_generate_run(model, tokenizer, prompt_for, requests, args.max_tokens)
+            figures.add("limit/1/tok_s", run.tokens_per_second)
+            figures.add("limit/1/ttft_p50_ms", run.ttft_percentile(50) * 1000)
+        else:
+            run = batch_generator_run(
+                model, prompt_for, streams, requests, args.max_tokens, args.prefill_batch
+            )
+            figures.add(f"limit/{streams}/tok_s", run.tokens_per_second)
+            figures.add(f"limit/{streams}/ttft_p50_ms", run.ttft_percentile(50) * 1000)
+            figures.add(f"limit/{streams}/ttft_p99_ms", run.ttft_percentile(99) * 1000)
+    for label, server in servers.items():
+        for streams in args.streams:
+            offset = int(time.monotonic() * 1000) % 100_000  # fresh prompts every run
+            processes = [server.process, *server.children()]
+            before = [cpu_seconds(p) for p in processes]
+            client_before = cpu_seconds(me)
+            run = http_run(server, streams, args, offset)
+            record_http(figures, label, streams, run)
+            if streams == max(args.streams) and run.tokens:
+                used = [cpu_seconds(p) - b for p, b in zip(processes, before, strict=True)]
+                per_token = 1e6 / run.tokens
+                figures.add(f"{label}/cpu_us_per_token/server", used[0] * per_token)
+                figures.add(f"{label}/cpu_us_per_token/workers", sum(used[1:]) * per_token)
+                figures.add(
+                    f"{label}/cpu_us_per_token/client",
+                    (cpu_seconds(me) - client_before) * per_token,
+                )
+                figures.add(f"{label}/cores/server", used[0] / run.wall)
+                figures.add(f"{label}/cores/workers", sum(used[1:]) / run.wall)
+
+
+def second_turns(
+    args: argparse.Namespace, figures: Figures, tokenizer: Any, servers: dict[str, Any]
+) -> None:
+    """TTFT of turn 2 / turn 1 of 2,000-token conversations (each one new)."""
+    from .client import chat_body, stream_chat, stream_text
+
+    base = int(time.time()) % 10_000
+    for label, server in servers.items():
+        for k in range(args.conversations):
+            first = [{"role": "user", "content": long_message(tokenizer, base + k, 1950)}]
+            one = asyncio.run(
+                stream_chat(server.port, chat_body(server.model_name, first, 16), keep_body=True)
+            )
+            if one.error or one.ttft is None:
+                figures.add(f"{label}/turn/errors", 1)
+                continue
+            second = [
+                *first,
+                {"role": "assistant", "content": stream_text(one.body)},
+                {"role": "user", "content": "Please go on."},
+            ]
+            two = asyncio.run(stream_chat(server.port, chat_body(server.model_name, second, 16)))
+            if two.error or two.ttft is None:
+                figures.add(f"{label}/turn/errors", 1)
+                continue
+            figures.add(f"{label}/turn1_ttft_ms", one.ttft * 1000)
+            figures.add(f"{label}/turn2_ttft_ms", two.ttft * 1000)
+            figures.add(f"{label}/turn2_over_turn1", two.ttft / one.ttft)
+            figures.add(f"{label}/turn2_cached_tokens", two.cached_tokens)
+        base += args.conversations
+
+
+def profile_gateway(args: argparse.Namespace, gateway: Any, workdir: Path) -> dict[str, str]:
+    from .profile import Recording, summarize
+
+    worker = gateway.children()[0]
+    recordings = {
+        "gateway": Recording(gateway.process.pid, workdir / "gateway.pyspy.txt"),
+        "worker": Recording(worker.pid, workdir / "worker.pyspy.txt", idle=False),
+    }
+    time.sleep(1.0)  # py-spy attaches
+    http_run(gateway, max(args.streams), args, offset=900_000)
+    summaries = {}
+    for name, recording in recordings.items():
+        errors = recording.stop()
+        if recording.out.exists():
+            summaries[name] = summarize(recording.out)
+        else:
+            summaries[name] = f"(py-spy wrote nothing: {errors.strip()[-500:]})"
+    return summaries
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def machine() -> dict[str, Any]:
+    from importlib.metadata import version
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "system": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "mlx": version("mlx"),
+        "mlx-lm": version("mlx-lm"),
+        "blas": os.environ.get(PRELOADED) or "the wheel's own (no OpenBLAS preloaded)",
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def _fmt(value: float, digits: int = 0) -> str:
+    return "—" if value != value else f"{value:,.{digits}f}"
+
+
+def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> list[str]:
+    med = figures.median
+    big = max(args.streams)
+    labels = [("limit", "mlx-lm in-process (the limit)")]
+    labels += [
+        (k, k)
+        for k in ("mlx-gateway", "mlx_lm.server")
+        if f"{k}/1/tok_s" in figures.series or f"{k}/{big}/tok_s" in figures.series
+    ]
+    lines = [
+        f"machine: {info['cpu']}, {info['cores']} cores, {info['system']}, Python {info['python']}, "
+        f"mlx {info['mlx']}, mlx-lm {info['mlx-lm']}",
+        f"blas: {info['blas']}; load average at start {info['load_average_start']}, end {info['load_average']}",
+        f"{args.rounds} rounds, medians; {args.max_tokens} tokens per request, "
+        f"{args.requests_per_stream} requests per stream",
+        "",
+        "| setup | "
+        + " | ".join(f"{s} stream{'s' if s > 1 else ''} tok/s" for s in args.streams)
+        + f" | {big} streams TTFT p50 / p99 ms | errors |",
+        "|---|" + "---|" * (len(args.streams) + 2),
+    ]
+    for key, name in labels:
+        rates = " | ".join(_fmt(med(f"{key}/{s}/tok_s")) for s in args.streams)
+        ttft = f"{_fmt(med(f'{key}/{big}/ttft_p50_ms'), 1)} / {_fmt(med(f'{key}/{big}/ttft_p99_ms'), 1)}"
+        errors = sum(sum(figures.series.get(f"{key}/{s}/errors", [])) for s in args.streams)
+        requests = sum(sum(figures.series.get(f"{key}/{s}/requests", [])) for s in args.streams)
+        error_text = "—" if key == "limit" else f"{errors:.0f} of {requests:.0f}"
+        lines.append(f"| {name} | {rates} | {ttft} | {error_text} |")
+    lines += ["", "second turn of a 2,000-token conversation (time to first token):"]
+    for key in ("mlx-gateway", "mlx_lm.server"):
+        if f"{key}/turn2_over_turn1" in figures.series:
+            lines.append(
+                f"  {key}: turn 1 {_fmt(med(f'{key}/turn1_ttft_ms'), 1)} ms, turn 2 "
+                f"{_fmt(med(f'{key}/turn2_ttft_ms'), 1)} ms ({_fmt(med(f'{key}/turn2_cached_tokens'))} "
+                f"cached tokens): {100 * med(f'{key}/turn2_over_turn1'):.0f}%"
+            )
+    lines += ["", f"CPU per relayed token at {big} streams (µs of CPU time / token; cores busy):"]
+    for key in ("mlx-gateway", "mlx_lm.server"):
+        if f"{key}/cpu_us_per_token/server" in figures.series:
+            lines.append(
+                f"  {key}: server process {_fmt(med(f'{key}/cpu_us_per_token/server'), 1)} µs "
+                f"({_fmt(med(f'{key}/cores/server'), 2)} cores), worker processes "
+                f"{_fmt(med(f'{key}/cpu_us_per_token/workers'), 1)} µs "
+                f"({_fmt(med(f'{key}/cores/workers'), 2)} cores), this client "
+                f"{_fmt(med(f'{key}/cpu_us_per_token/client'), 1)} µs"
+            )
+    lines += ["", "targets (paired per round, medians):"]
+    for text in targets(args, figures):
+        lines.append("  " + text)
+    return lines
+
+
+def _paired(figures: Figures, a: str, b: str) -> float:
+    from .client import median
+
+    xs, ys = figures.series.get(a, []), figures.series.get(b, [])
+    return median([x / y for x, y in zip(xs, ys, strict=False) if y])
+
+
+def targets(args: argparse.Namespace, figures: Figures) -> list[str]:
+    big = max(args.streams)
+    gw = "mlx-gateway"
+    out = []
+
+    def check(text: str, value: float, ok: bool) -> None:
+        out.append(f"[{'ok' if ok else 'MISS'}] {text}: {value:.2f}")
+
+    if 1 in args.streams:
+        r = _paired(figures, f"{gw}/1/tok_s", "limit/1/tok_s")
+        check("1 stream vs in-process stream_generate ≥ 0.85", r, r >= 0.85)
+    r = _paired(figures, f"{gw}/{big}/tok_s", f"limit/{big}/tok_s")
+    check(f"{big} streams vs in-process BatchGenerator ≥ 0.70", r, r >= 0.70)
+    if f"mlx_lm.server/{big}/tok_s" in figures.series:
+        r = _paired(figures, f"{gw}/{big}/tok_s", f"mlx_lm.server/{big}/tok_s")
+        check(f"{big} streams vs mlx_lm.server ≥ 2", r, r >= 2.0)
+    errors = sum(sum(figures.series.get(f"{gw}/{s}/errors", [])) for s in args.streams)
+    check("errors = 0", errors, errors == 0)
+    r = _paired(figures, f"{gw}/{big}/ttft_p99_ms", f"{gw}/{big}/ttft_p50_ms")
+    check(f"{big} streams TTFT p99 / p50 ≤ 3", r, r <= 3.0)
+    r = figures.median(f"{gw}/turn2_over_turn1")
+    check("second turn TTFT / first turn ≤ 0.25", r, r <= 0.25)
+    r = _paired(figures, f"{gw}/cores/server", f"{gw}/cores/workers")
+    check("gateway cores / worker cores < 1 (the worker is the bottleneck)", r, r < 1.0)
+    return out
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if not args.no_openblas:
+        _reexec_with_openblas(argv)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    info = machine()
+    info["load_average_start"] = info["load_average"]
+
+    from mlx_lm import load
+
+    from .servers import start_gateway, start_mlx_lm_server
+
+    with tempfile.TemporaryDirectory(prefix="bench-lm-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        model_dir = build_model(workdir / "tiny-lm")
+        model, tokenizer = load(str(model_dir))
+        big = max(args.streams)
+        servers: dict[str, Any] = {}
+        figures = Figures()
+        try:
+            print("starting mlx-gateway …", flush=True)
+            servers["mlx-gateway"] = start_gateway(
+                workdir, model_dir, SERVED_NAME, big, args.prefill_batch
+            )
+            if not args.no_mlx_lm_server:
+                print("starting mlx_lm.server …", flush=True)
+                env = {**os.environ}
+                servers["mlx_lm.server"] = start_mlx_lm_server(
+                    workdir, model_dir, big, args.prefill_batch, env
+                )
+            for name, server in servers.items():  # warm up: load, first compilations
+                run = http_run(
+                    server,
+                    big,
+                    argparse.Namespace(**{**vars(args), "requests_per_stream": 1}),
+                    500_000,
+                )
+                if run.errors:
+                    raise RuntimeError(
+                        f"{name} warm-up failed: {run.results[0].error}\n{server.log()}"
+                    )
+            health = servers["mlx-gateway"].get("/health")
+            for r in range(args.rounds):
+                print(f"round {r + 1}/{args.rounds} …", flush=True)
+                one_round(args, figures, model, tokenizer, servers)
+            print("second turns …", flush=True)
+            second_turns(args, figures, tokenizer, servers)
+            profiles = (
+                profile_gateway(args, servers["mlx-gateway"], workdir) if args.profile else {}
+            )
+        finally:
+            for server in servers.values():
+                server.stop()
+        info["load_average"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        lines = report(args, figures, info)
+        print()
+        print("\n".join(lines))
+        print(f"\ngateway /health: {json.dumps(health)}")
+        for name, text in profiles.items():
+            print(f"\npy-spy profile of the {name} at {big} streams:\n{text}")
+        if args.json:
+            args.json.write_text(
+                json.dumps(
+                    {"machine": info, "figures": figures.series, "profiles": profiles}, indent=1
+                )
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""The servers under test, each started as its own command on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """A server process whose output goes to a log file."""
+
+    def __init__(self, name: str, argv: list[str], port: int, log: Path, env: dict[str, str]):
+        self.name = name
+        self.port = port
+        self.model_name = "default_model"
+        """What requests put in ``model``."""
+        self.log_path = log
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        self.process = psutil.Process(self.proc.pid)
+
+    def wait_ready(self, path: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2):
+                    return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.2)
+        raise RuntimeError(f"{self.name} not ready in {timeout} s:\n{self.log()}")
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as response:
+            return json.loads(response.read())
+
+    def children(self) -> list[psutil.Process]:
+        try:
+            return self.process.children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+
+
+def start_gateway(
+    workdir: Path, model_dir: Path, served_name: str, max_concurrency: int, prefill_batch: int
+) -> Server:
+    """``mlx-gateway launch --config …`` serving the benchmark model, loaded at launch."""
+    port = free_port()
+    config = {
+        "server": {"port": port, "log_level": "warning", "shutdown_grace": 2},
+        "models": [
+            {
+                "served_model_name": served_name,
+                "model_path": str(model_dir),
+                "on_demand": False,
+                "idle_timeout": 0,
+                "max_concurrency": max_concurrency,
+                "prefill_batch_size": prefill_batch,
+            }
+        ],
+    }
+    path = workdir / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = Path(sys.executable).with_name("mlx-gateway")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    server = Server(
+        "mlx-gateway",
+        [str(command), "launch", "--config", str(path)],
+        port,
+        workdir / "gateway.log",
+        env,
+    )
+    server.model_name = served_name
+    server.wait_ready("/health")
+    return server
+
+
+def start_mlx_lm_server(
+    workdir: Path, model_dir: Path, decode: int, prefill_batch: int, env: dict[str, str]
+) -> Server:
+    """``python -m mlx_lm.server`` on the same model with the same batch sizes."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "mlx_lm.server",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--log-level",
+        "WARNING",
+        "--decode-concurrency",
+        str(decode),
+        "--prompt-concurrency",
+        str(prefill_batch),
+    ]
+    server = Server("mlx_lm.server", argv, port, workdir / "mlx_lm_server.log", env)
+    server.wait_ready("/v1/models")
+    return server

@@ -1,0 +1,183 @@
+"""Reuse of key/value caches across requests: the longest common token prefix.
+
+A request that finished leaves its KV cache (prompt and generated tokens) here.
+A new request whose prompt starts with the same tokens, typically the next turn
+of the same chat, starts from that cache and prefills only the rest.
+
+The store is LRU, bounded by bytes and by entries. Lookup compares the new prompt
+with every entry (entries are few; the comparison is a binary search on the token
+ids as bytes, so it runs in C).
+
+Two kinds of model caches:
+
+* *trimmable* (every layer a plain ``KVCache``, as in llama, qwen2/3, mistral):
+  any common prefix can be reused. The cache handed out is a view of the stored
+  arrays cut at the prefix; ``BatchGenerator`` copies it into its batch cache and
+  never writes to it, so the stored entry stays intact.
+* anything else (sliding windows, recurrent state): an entry is reused only when
+  all of its tokens begin the prompt, from a deep copy.
+
+Entries that another entry extends are dropped on insert (for trimmable caches the
+longer one serves both), so multi-turn chats keep one entry per conversation.
+"""
+
+from __future__ import annotations
+
+import copy
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+LayerCaches = list[Any]
+"""One model's cache: an object per layer (mlx-lm's ``make_prompt_cache`` shape)."""
+
+
+def token_bytes(tokens: list[int]) -> bytes:
+    """Token ids as fixed-width bytes, so prefixes compare with C's ``memcmp``."""
+    return array("I", tokens).tobytes()
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """The number of leading tokens ``a`` and ``b`` (see :func:`token_bytes`) share."""
+    low, high = 0, min(len(a), len(b)) // 4
+    if a[: high * 4] == b[: high * 4]:
+        return high
+    # Invariant: the first `low` tokens match and the first `high` do not.
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[: mid * 4] == b[: mid * 4]:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def is_trimmable(cache: LayerCaches) -> bool:
+    """Whether any prefix of this cache can be cut out of it (plain ``KVCache``)."""
+    return bool(cache) and all(type(layer) is KVCache for layer in cache)
+
+
+def cache_nbytes(cache: LayerCaches) -> int:
+    return sum(int(layer.nbytes) for layer in cache)
+
+
+def _view(cache: LayerCaches, tokens: int) -> LayerCaches:
+    """A cache holding the first ``tokens`` tokens of ``cache`` without copying."""
+    views = []
+    for layer in cache:
+        view = KVCache()
+        view.keys, view.values, view.offset = layer.keys, layer.values, tokens
+        views.append(view)
+    return views
+
+
+@dataclass
+class _Entry:
+    key: bytes
+    cache: LayerCaches
+    nbytes: int
+    trimmable: bool
+
+    @property
+    def tokens(self) -> int:
+        return len(self.key) // 4
+
+
+@dataclass
+class Hit:
+    """A cache to start a prompt from: it already holds ``tokens`` of the prompt."""
+
+    cache: LayerCaches
+    tokens: int
+
+
+class PromptCache:
+    """LRU store of KV caches keyed by the tokens they hold.
+
+    ``max_bytes`` and ``max_entries`` bound what is stored (0 turns the cache off);
+    the caches of running requests are not counted. Used on the MLX thread only.
+    """
+
+    def __init__(self, max_bytes: int, max_entries: int) -> None:
+        self.max_bytes = max(max_bytes, 0)
+        self.max_entries = max(max_entries, 0)
+        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self.nbytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0 and self.max_entries > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def fetch(self, prompt: list[int]) -> Hit | None:
+        """The cache of the entry sharing the longest prefix with ``prompt``.
+
+        At least the prompt's last token is left to prefill (its logits start the
+        generation), so a hit holds at most ``len(prompt) - 1`` tokens. The entry
+        becomes the most recently used."""
+        if not self._entries or len(prompt) < 2:
+            self.misses += 1
+            return None
+        key = token_bytes(prompt)
+        limit = len(prompt) - 1
+        best: _Entry | None = None
+        best_tokens = 0
+        # Newest first, so that a tie (say, just the chat template's opening tokens)
+        # goes to a recent entry and does not keep an old one alive.
+        for entry in reversed(self._entries.values()):
+            shared = min(common_prefix(key, entry.key), limit)
+            if not entry.trimmable and shared < entry.tokens:
+                continue  # only whole entries of a non-trimmable cache can be used
+            if shared > best_tokens:
+                best, best_tokens = entry, shared
+        if best is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(best.key)
+        self.hits += 1
+        if best.trimmable:
+            return Hit(_view(best.cache, best_tokens), best_tokens)
+        return Hit(copy.deepcopy(best.cache), best_tokens)
+
+    def store(self, tokens: list[int], cache: LayerCaches) -> None:
+        """Keep ``cache``, which holds exactly ``tokens``, evicting the least recently
+        used entries beyond the caps. The arrays are evaluated here, so the entry
+        does not keep a whole batch's cache alive through a lazy slice."""
+        if not self.enabled or not tokens or not cache:
+            return
+        key = token_bytes(tokens)
+        trimmable = is_trimmable(cache)
+        for other in list(self._entries.values()):
+            if trimmable and other.trimmable and other.key.startswith(key):
+                self._entries.move_to_end(other.key)  # already covered by a longer one
+                return
+            if other.key != key and key.startswith(other.key) and trimmable == other.trimmable:
+                self._drop(other.key)
+        mx.eval([layer.state for layer in cache])
+        entry = _Entry(key, cache, cache_nbytes(cache), trimmable)
+        if entry.nbytes > self.max_bytes:
+            return
+        self._drop(key)
+        self._entries[key] = entry
+        self.nbytes += entry.nbytes
+        while self._entries and (
+            len(self._entries) > self.max_entries or self.nbytes > self.max_bytes
+        ):
+            self._drop(next(iter(self._entries)))
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.nbytes = 0
+
+    def _drop(self, key: bytes) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.nbytes -= entry.nbytes
