@@ -9,7 +9,7 @@ body is cut off too. Both answer 413.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
 from starlette.datastructures import UploadFile
@@ -61,7 +61,7 @@ class EditForm:
 
 async def _counted(
     stream: AsyncIterator[bytes], limit: int, file_limit: int
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     received = 0
     async for chunk in stream:
         received += len(chunk)
