@@ -100,7 +100,6 @@ class _Model:
     dims: int
     vocab_size: int
     pad_id: int
-    left_padding: bool
     pooling: Pooling
     facts: dict[str, str] = field(default_factory=dict)
 
@@ -161,18 +160,17 @@ class EmbeddingsBackend:
             dims=0,
             vocab_size=_vocab_size(config, tokenizer),
             pad_id=int(pad_id),
-            left_padding=getattr(tokenizer, "padding_side", "right") == "left",
             pooling=pooling,
         )
         self.info = info
         # One pass on a short input: finds the vector size (Dense layers may change
         # it) and pays the first-call costs before Ready rather than on a request.
         probe = [tokenizer("hello", add_special_tokens=True)["input_ids"]]
-        output, mask, first, last = self._forward(probe)
+        output, mask, lengths = self._forward(probe)
         if pooling.modes != (MODEL_POOLING,) and not can_pool_states(output):
             log.info("the model returns no token states: using its own pooling")
             info.pooling = Pooling()
-        vectors = pool(info.pooling, output, mask, first, last)
+        vectors = pool(info.pooling, output, mask, lengths)
         mx.eval(vectors)
         info.dims = int(vectors.shape[-1])
         info.facts = {"normalized": str(info.pooling.normalize).lower()}
@@ -291,8 +289,8 @@ class EmbeddingsBackend:
         self._batch_jobs = list({id(item.job): item.job for item in batch}.values())
         info = self.info
         assert info is not None
-        output, mask, first, last = self._forward([item.job.tokens[item.index] for item in batch])
-        vectors = pool(info.pooling, output, mask, first, last)
+        output, mask, lengths = self._forward([item.job.tokens[item.index] for item in batch])
+        vectors = pool(info.pooling, output, mask, lengths)
         rows = np.array(vectors)  # evaluates; float32 from pool()
         for item, row in zip(batch, rows, strict=True):
             job = item.job
@@ -323,24 +321,25 @@ class EmbeddingsBackend:
             longest = width
         return batch
 
-    def _forward(self, rows: list[list[int]]) -> tuple[Any, mx.array, mx.array, mx.array]:
-        """Run the model on padded ``rows``; returns its output, the attention mask
-        and each row's first and last real token position."""
+    def _forward(self, rows: list[list[int]]) -> tuple[Any, mx.array, mx.array]:
+        """Run the model on ``rows`` padded on the right; returns its output, the
+        attention mask and each row's length.
+
+        Always on the right, whatever the tokenizer's ``padding_side``: causal models
+        (Qwen3 embeddings, padding side "left") then never see padding before a
+        token, where mlx-embeddings' fully masked rows turn into NaN, and the real
+        tokens keep the positions they have alone."""
         info = self.info
         assert info is not None
         width = max(len(r) for r in rows)
         ids = np.full((len(rows), width), info.pad_id, dtype=np.int32)
         mask = np.zeros((len(rows), width), dtype=np.int32)
-        first = np.zeros(len(rows), dtype=np.int32)
         for i, row in enumerate(rows):
-            start = width - len(row) if info.left_padding else 0
-            ids[i, start : start + len(row)] = row
-            mask[i, start : start + len(row)] = 1
-            first[i] = start
-        last = first + np.array([len(r) for r in rows], dtype=np.int32) - 1
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
         mx_mask = mx.array(mask)
         output = self.model(mx.array(ids), attention_mask=mx_mask)
-        return output, mx_mask, mx.array(first), mx.array(last)
+        return output, mx_mask, mx.array([len(r) for r in rows])
 
     def _finish(self, job: _Job) -> None:
         vectors = job.vectors

@@ -96,20 +96,18 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def pool(
-    pooling: Pooling, output: Any, mask: mx.array, first: mx.array, last: mx.array
-) -> mx.array:
+def pool(pooling: Pooling, output: Any, mask: mx.array, lengths: mx.array) -> mx.array:
     """One float32 vector per row of the batch.
 
-    ``output`` is what the mlx-embeddings model returned; ``mask`` is the (batch,
-    length) attention mask (1 for tokens, 0 for padding); ``first``/``last`` are the
-    positions of each row's first and last real token (padding may be on either side).
+    ``output`` is what the mlx-embeddings model returned for rows padded on the
+    right; ``mask`` is the (batch, width) attention mask (1 for tokens, 0 for
+    padding) and ``lengths`` the number of tokens of each row.
     """
     if pooling.modes == (MODEL_POOLING,):
         vectors = model_vectors(output)
     else:
         states = output.last_hidden_state.astype(mx.float32)
-        parts = [_pool_one(mode, states, mask, first, last) for mode in pooling.modes]
+        parts = [_pool_one(mode, states, mask, lengths) for mode in pooling.modes]
         vectors = mx.concatenate(parts, axis=-1)
     vectors = vectors.astype(mx.float32)
     if pooling.normalize:
@@ -132,16 +130,13 @@ def can_pool_states(output: Any) -> bool:
     return states is not None and states.ndim == 3
 
 
-def _pool_one(
-    mode: str, states: mx.array, mask: mx.array, first: mx.array, last: mx.array
-) -> mx.array:
-    rows = mx.arange(states.shape[0])
+def _pool_one(mode: str, states: mx.array, mask: mx.array, lengths: mx.array) -> mx.array:
     weights = mask.astype(mx.float32)[..., None]
     match mode:
         case "cls":
-            return states[rows, first]
+            return states[:, 0]
         case "lasttoken":
-            return states[rows, last]
+            return states[mx.arange(states.shape[0]), lengths - 1]
         case "max":
             return mx.where(weights > 0, states, -math.inf).max(axis=1)
         case "mean" | "mean_sqrt_len":

@@ -259,3 +259,20 @@ def test_failed_step_fails_only_its_requests(tiny_bert_path: Path) -> None:
     assert isinstance(error, Error) and error.status == 500
     assert out.matrices["second"].shape == (1, 32)
     assert backend.counts() == (0, 0)
+
+
+def test_causal_model_padded_batches_equal_each_input_alone(tiny_qwen3_path: Path) -> None:
+    # Qwen3-Embedding's tokenizer pads on the left, where mlx-embeddings' fully
+    # masked rows turn into NaN; the worker pads on the right.
+    backend, out = make_backend(tiny_qwen3_path)
+    assert backend.info is not None and backend.info.pooling.name == "lasttoken"
+    texts = ["hello", "the quick brown fox jumps over the lazy dog", "cat sits on mat"]
+    backend.submit(Embed(request_id="r", texts=texts), [])
+    run(backend)
+    matrix = out.matrices["r"]
+    assert not np.isnan(matrix).any()
+    for text, row in zip(texts, matrix, strict=True):
+        ids = backend.tokenizer(text)["input_ids"]
+        assert ids[-1] == backend.tokenizer.eos_token_id
+        alone = np.array(backend.model(mx.array([ids])).last_hidden_state[0, -1])
+        np.testing.assert_allclose(row, alone / np.linalg.norm(alone), atol=1e-5)
