@@ -300,7 +300,15 @@ class Turn:
                         result.finish = event
             return result
 
-        return list(await asyncio.gather(*(one(i) for i in range(len(self.generations)))))
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(self.generations))]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            # The other choices stop iterating before their generations are closed.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     async def aclose(self) -> None:
         """Stop whatever still runs (idempotent): unfinished choices are cancelled."""

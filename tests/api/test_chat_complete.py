@@ -58,6 +58,18 @@ async def test_n_choices(sdk: openai.AsyncOpenAI) -> None:
     assert chunk.usage is not None and chunk.usage.completion_tokens == 6
 
 
+async def test_n_choices_when_the_worker_crashes(sdk: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.InternalServerError) as info:
+        await sdk.chat.completions.create(
+            model=OK, messages=[{"role": "user", "content": "crash a b c d"}], n=2
+        )
+    assert info.value.status_code == 503
+    again = await sdk.chat.completions.create(
+        model=OK, messages=[{"role": "user", "content": "fine again"}], n=2
+    )
+    assert [c.message.content for c in again.choices] == ["fine again "] * 2
+
+
 async def test_forced_tool_call_is_parsed(sdk: openai.AsyncOpenAI) -> None:
     call = hermes_call("get_weather", '{"city": "Paris", "days": 2}')
     reply = await sdk.chat.completions.create(
