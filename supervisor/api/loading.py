@@ -24,7 +24,7 @@ from .generation import Generation
 from .responses import SSE_HEADERS, EventStream, error_event
 
 KEEPALIVE_SECONDS = 1.0
-GRACE_SECONDS = 1.0
+GRACE_SECONDS = 2.0
 """How long a stream waits for its generation to start before it commits to a 200:
 a quick rejection (context too long, a load that fails fast) is still a plain HTTP
 error."""

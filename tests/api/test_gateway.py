@@ -134,6 +134,8 @@ async def test_malformed_bodies(
 async def test_worker_rejection_before_any_sse(
     http: httpx.AsyncClient, app: Starlette, stream: bool
 ) -> None:
+    # Loaded first, so the stream does not start early to show load progress.
+    assert (await http.post(f"/v1/models/{OK}/load")).status_code == 200
     body = {"model": OK, "messages": say("reject this please"), "stream": stream}
     r = await http.post("/v1/chat/completions", json=body)
     assert r.status_code == 400
