@@ -23,6 +23,7 @@ from starlette.responses import Response
 from ...protocol.messages import Done, Embed, Embeddings
 from ..errors import GatewayError, ModelUnavailable
 from ..relay import WithPayloads
+from . import recorder
 from .body import read_json
 from .disconnect import unless_disconnected
 from .embedding_types import Embedding, EmbeddingList, EmbeddingRequest, EmbeddingUsage, split_input
@@ -75,6 +76,7 @@ async def embed(handle: Any, msg: Embed) -> tuple[Embeddings, bytes, int]:
     prompt tokens. Raises the worker's error as a :class:`GatewayError`; when
     cancelled (the client left) the worker is told to drop the request."""
     result: tuple[Embeddings, bytes] | None = None
+    recorder.note_handle(handle)
     async with (
         handle.session() as session,
         contextlib.aclosing(session.call(msg, msg.request_id)) as replies,
@@ -85,6 +87,7 @@ async def embed(handle: Any, msg: Embed) -> tuple[Embeddings, bytes, int]:
                     result = header, matrix
                 case Done(usage=usage) | WithPayloads(reply=Done(usage=usage)):
                     if result is not None:
+                        recorder.note_done("stop", usage.prompt_tokens, 0)
                         return result[0], result[1], usage.prompt_tokens
     raise ModelUnavailable(
         "The worker ended the request without embeddings.", code="incomplete_generation"

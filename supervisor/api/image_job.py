@@ -23,6 +23,7 @@ import anyio
 from ...protocol.messages import Done, GenerateImage, Image, ImageStep, Started
 from ..errors import ModelUnavailable
 from ..relay import WithPayloads
+from . import recorder
 from .generation import Handle
 
 
@@ -87,6 +88,7 @@ class ImageJob:
 
         Raises the request's error (400 bad size for this model, 503 the model
         failed to load, …) with nothing left open."""
+        recorder.note_handle(handle)
         stack = contextlib.AsyncExitStack()
         try:
             session = await stack.enter_async_context(handle.session())

@@ -60,6 +60,14 @@ def note_model(name: str) -> None:
         record.model = name
 
 
+def note_handle(handle: object) -> None:
+    """The request is served by ``handle``'s model (a handle without a name, as
+    in some tests, notes nothing)."""
+    name = getattr(handle, "name", None)
+    if isinstance(name, str):
+        note_model(name)
+
+
 def note_started(prompt_tokens: int) -> None:
     """The worker accepted the request (``Started``)."""
     record = _current.get()

@@ -17,6 +17,7 @@ import anyio
 from ...protocol.messages import Chunk, Done, Started, Transcribe, Transcript
 from ..errors import ModelUnavailable
 from ..relay import WithPayloads
+from . import recorder
 from .generation import Handle
 
 
@@ -40,6 +41,7 @@ class Transcription:
 
         Raises the request's error (400 undecodable audio, 503 model failed to
         load, …) with nothing left open."""
+        recorder.note_handle(handle)
         stack = contextlib.AsyncExitStack()
         try:
             session = await stack.enter_async_context(handle.session())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -157,3 +158,31 @@ def test_exposition_format() -> None:
     assert [format_value(v) for v in (3.0, 0.25, float("inf"), float("nan"))] == [
         "3", "0.25", "+Inf", "NaN"
     ]  # fmt: skip
+
+
+async def test_embeddings_are_counted_per_model(tiny_bert_path: Path) -> None:
+    """An endpoint outside the chat/completions code (the real embeddings worker on
+    a tiny BERT) notes its model and tokens too."""
+    from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+    from mlx_gateway.supervisor.process import worker_command
+
+    config = GatewayConfig(
+        server=ServerConfig(shutdown_grace=1.0),
+        models=[
+            ModelConfig(
+                model_path=str(tiny_bert_path), served_model_name="bert", model_type="embeddings"
+            )
+        ],
+    )
+    app = create_app(config, command=worker_command)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=60) as http:
+            r = await http.post("/v1/embeddings", json={"model": "bert", "input": ["a b", "c"]})
+            assert r.status_code == 200, r.text
+            used = r.json()["usage"]["prompt_tokens"]
+            got = samples((await http.get("/metrics")).text)
+    assert value(got, "mlx_gateway_requests_total", model="bert", status="200") == 1
+    assert value(got, "mlx_gateway_prompt_tokens_total", model="bert") == used > 0
+    assert value(got, "mlx_gateway_request_outcomes_total", model="bert", outcome="stop") == 1
+    assert value(got, "mlx_gateway_request_duration_seconds_count", model="bert") == 1
