@@ -27,6 +27,9 @@ from ..errors import GatewayError
 from .responses import error_response
 
 OPEN_PATHS = frozenset({"/health"})
+OPEN_FILES = "/v1/images/files/"
+"""Generated images served for ``response_format: url``: the unguessable, expiring
+id in the path is the credential (as OpenAI's signed URLs), so a page can load them."""
 
 
 class AuthenticationError(GatewayError):
@@ -103,7 +106,7 @@ class AuthMiddleware:
         self.any_key = KeyRing([*api_keys, *admin_keys])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or _open(scope):
             await self.app(scope, receive, send)
             return
         error = self.check(scope["method"], scope["path"], presented_key(scope))
@@ -130,6 +133,11 @@ class AuthMiddleware:
         if not self.client_keys or key in self.any_key:
             return None
         return _unauthenticated(key)
+
+
+def _open(scope: Scope) -> bool:
+    path = scope["path"]
+    return path in OPEN_PATHS or (scope["method"] == "GET" and path.startswith(OPEN_FILES))
 
 
 def _unauthenticated(key: str | None) -> AuthenticationError:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import httpx
 import msgspec
 import pytest
+from mlx_gateway.supervisor.api.auth import AuthMiddleware
 from mlx_gateway.supervisor.api.image_schemas import (
     ImageEditForm,
     ImageGenerationRequest,
@@ -12,6 +14,8 @@ from mlx_gateway.supervisor.api.image_schemas import (
 )
 from mlx_gateway.supervisor.api.image_store import ImageStore
 from mlx_gateway.supervisor.errors import BadRequest
+from starlette.responses import PlainTextResponse
+from starlette.types import Receive, Scope, Send
 
 
 class Clock:
@@ -110,3 +114,18 @@ def test_edit_form_fields_are_converted_from_strings() -> None:
     with pytest.raises(BadRequest) as info:
         parse_edit_form({"model": ["m"]})
     assert info.value.param == "prompt"
+
+
+async def test_image_files_are_capability_urls_without_a_key() -> None:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await PlainTextResponse("ok")(scope, receive, send)
+
+    guarded = AuthMiddleware(app, api_keys=["sk-k"], admin_keys=[])
+    transport = httpx.ASGITransport(guarded)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+        assert (await http.get("/v1/images/files/abc.png")).status_code == 200
+        assert (await http.post("/v1/images/files/abc.png")).status_code == 401
+        assert (await http.post("/v1/images/generations")).status_code == 401
+        assert (await http.get("/v1/images/files")).status_code == 401
+        keyed = await http.post("/v1/images/generations", headers={"authorization": "Bearer sk-k"})
+        assert keyed.status_code == 200
