@@ -46,6 +46,7 @@ from mlx_lm.tokenizer_utils import StreamingDetokenizer, TokenizerWrapper
 from ..protocol.messages import (
     Batch,
     Chunk,
+    CountTokens,
     Done,
     Error,
     Generate,
@@ -59,10 +60,14 @@ from ..protocol.messages import (
 from ..protocol.spec import WorkerSpec
 from .base import Emit, RequestError
 from .blas import blas_in_use
+from .chat_format import opens_thinking, template_facts
+from .grammar import Grammars
 from .hub import LoadError, resolve_model_path
+from .logprobs import LogprobTrack
 from .prompt_cache import PromptCache
 from .sampling import LogitsProcessor, Sampler, make_request_processors, make_request_sampler
 from .stops import scan_stops
+from .tool_scan import ToolScan, make_tool_scan
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +107,10 @@ class _Active:
     unsent_tokens: int = 0
     finish: str | None = None
     """Set by the step that ends the request."""
+    logprobs: LogprobTrack | None = None
+    """Set when the request asked for log-probabilities."""
+    tools: ToolScan | None = None
+    """Set when the request asked for the tokenizer's own tool-call parsing."""
 
 
 def create_backend() -> LmBackend:
@@ -123,6 +132,7 @@ class LmBackend:
         self._by_id: dict[str, _Active] = {}
         self._by_uid: dict[int, _Active] = {}
         self.prompt_cache = PromptCache(0, 0)
+        self.grammars: Grammars | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -150,6 +160,7 @@ class LmBackend:
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
+        self.grammars = Grammars(tokenizer)
         self.prompt_cache = PromptCache(
             _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
             _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
@@ -157,7 +168,11 @@ class LmBackend:
         return ModelFacts(
             context_length=self.context_length,
             model_type=config.get("model_type"),
-            extra={"vocab_size": str(config.get("vocab_size", "")), "blas": blas_in_use()},
+            extra={
+                "vocab_size": str(config.get("vocab_size", "")),
+                "blas": blas_in_use(),
+                **template_facts(tokenizer),
+            },
         )
 
     def _new_generator(self) -> BatchGenerator:
@@ -176,6 +191,9 @@ class LmBackend:
     # ------------------------------------------------------------ requests
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        if isinstance(request, CountTokens):
+            self._count(request)
+            return
         if not isinstance(request, Generate):
             raise RequestError(f"an lm worker does not serve '{type(request).__name__}' requests")
         if request.request_id in self._by_id:
@@ -186,18 +204,44 @@ class LmBackend:
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where)
         assert self.tokenizer is not None
+        processors = make_request_processors(params, len(prompt))
+        if request.constraint is not None:
+            assert self.grammars is not None
+            processors.append(self.grammars.processor(request.constraint, prompt))
         active = _Active(
             request_id=request.request_id,
             prompt=prompt,
             max_tokens=max_tokens,
             sampler=make_request_sampler(params),
-            processors=make_request_processors(params, len(prompt)),
+            processors=processors,
             stops=[s for s in params.stop if s],
             detokenizer=self.tokenizer.detokenizer,
         )
+        if request.logprobs is not None:
+            active.logprobs = LogprobTrack(self.tokenizer, request.logprobs)
+        if request.parse_tools:
+            active.tools = make_tool_scan(self.tokenizer, request.chat_template_kwargs.get("tools"))
         self._queue.append(active)
         self._by_id[active.request_id] = active
-        self._emit(Started(request_id=active.request_id, prompt_tokens=len(prompt)))
+        self._emit(
+            Started(
+                request_id=active.request_id,
+                prompt_tokens=len(prompt),
+                reasoning=request.messages is not None and opens_thinking(self.tokenizer, prompt),
+            )
+        )
+
+    def _count(self, request: CountTokens) -> None:
+        """Answer a :class:`CountTokens` at once: one ``Done`` carrying the count."""
+        as_generate = Generate(
+            request_id=request.request_id,
+            messages=request.messages,
+            prompt=request.prompt,
+            chat_template_kwargs=request.chat_template_kwargs,
+        )
+        prompt, _ = self._prompt_tokens(as_generate)
+        usage = Usage(prompt_tokens=len(prompt))
+        self._emit(Done(request_id=request.request_id, finish_reason="counted", usage=usage))
 
     def _prompt_tokens(self, request: Generate) -> tuple[list[int], str]:
         """The prompt as token ids, and the field it came from (for error params)."""
@@ -289,7 +333,7 @@ class LmBackend:
             active = self._by_uid.get(response.uid)
             if active is None:
                 continue
-            chunk = self._advance(active, response.token, response.finish_reason)
+            chunk = self._advance(active, response.token, response.finish_reason, response.logprobs)
             if chunk is not None:
                 chunks.append(chunk)
             if active.finish is not None:
@@ -328,7 +372,9 @@ class LmBackend:
             active.uid = uid
             self._by_uid[uid] = active
 
-    def _advance(self, active: _Active, token: int, finish: str | None) -> Chunk | None:
+    def _advance(
+        self, active: _Active, token: int, finish: str | None, logprobs: mx.array | None = None
+    ) -> Chunk | None:
         """Take one generated token: detokenize, apply stop strings, decide the finish."""
         active.generated += 1
         active.unsent_tokens += 1
@@ -338,6 +384,9 @@ class LmBackend:
         if finish is not None:
             active.detokenizer.finalize()
         segment = active.detokenizer.last_segment
+        if active.logprobs is not None:  # EOS (finish "stop" here) is not reported
+            eos = finish == "stop"
+            active.logprobs.add(None if eos else token, None if eos else logprobs, segment)
         text, stopped = segment, False
         if active.stops:
             text, active.held, stopped = scan_stops(
@@ -348,9 +397,16 @@ class LmBackend:
         if stopped:
             finish = "stop"
         active.finish = finish
-        if not text:
+        logprobs_out = []
+        if active.logprobs is not None:
+            logprobs_out = active.logprobs.release(len(text), final=finish is not None)
+        calls = []
+        if active.tools is not None:
+            text, calls = active.tools.feed(text, final=finish is not None)
+        if not text and not logprobs_out and not calls:
             return None
         chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)
+        chunk.logprobs, chunk.tool_calls = logprobs_out, calls
         active.unsent_tokens = 0
         return chunk
 
