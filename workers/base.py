@@ -51,7 +51,6 @@ BACKENDS: dict[str, str] = {
     "lm": "mlx_gateway.workers.lm",
     "whisper": "mlx_gateway.workers.whisper",
     "embeddings": "mlx_gateway.workers.embeddings",
-    "whisper": "mlx_gateway.workers.whisper",
     "vlm": "mlx_gateway.workers.vlm",
     "image": "mlx_gateway.workers.image",
 }

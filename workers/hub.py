@@ -56,12 +56,14 @@ def resolve_model_path(
     model_path: str,
     on_download: Callable[[str], None] = lambda repo: None,
     allow_patterns: list[str] | None = None,
+    weights: str = "*.safetensors",
 ) -> Path:
     """A local directory for ``model_path``: the directory itself, the Hugging Face
-    cache's snapshot, or a fresh download (``on_download(repo_id)`` is called first)."""
+    cache's snapshot, or a fresh download (``on_download(repo_id)`` is called first).
+    ``weights`` is the glob a complete model directory has files for."""
     local = Path(model_path).expanduser()
     if local.exists():
-        check_model_dir(local)
+        check_model_dir(local, weights)
         return local
 
     from huggingface_hub import snapshot_download
@@ -83,7 +85,7 @@ def resolve_model_path(
     patterns = allow_patterns or ALLOW_PATTERNS
     try:
         cached = Path(snapshot_download(model_path, local_files_only=True, allow_patterns=patterns))
-        check_model_dir(cached)
+        check_model_dir(cached, weights)
         return cached
     except (LocalEntryNotFoundError, LoadError):
         # Not cached, or only partly (e.g. an interrupted download): fetch it.
@@ -114,5 +116,5 @@ def resolve_model_path(
         raise LoadError(f"{unreachable} (offline: no network)") from None
     except Exception as exc:  # httpx, disk full, a corrupt file: all are download failures
         raise LoadError(f"download failed: {model_path}: {type(exc).__name__}: {exc}") from None
-    check_model_dir(path)
+    check_model_dir(path, weights)
     return path

@@ -308,18 +308,17 @@ class WhisperBackend:
 
 
 def _model_dir(model_path: str, downloading: Any) -> Path:
+    """The model's local folder: mlx-whisper's ``config.json`` and
+    ``weights.safetensors`` (or the older ``weights.npz`` of many mlx-community repos)."""
     local = Path(model_path).expanduser()
-    if not local.exists():
-        patterns = ["config.json", *WEIGHT_FILES]
-        local = resolve_model_path(model_path, downloading, allow_patterns=patterns)
-    if not (local / "config.json").is_file():
-        raise LoadError(f"model directory '{local}' has no config.json")
-    if not any((local / name).is_file() for name in WEIGHT_FILES):
+    weighed = any((local / name).is_file() for name in WEIGHT_FILES)
+    if (local / "config.json").is_file() and not weighed:
         raise LoadError(
             f"model directory '{local}' has no weights.safetensors (mlx-whisper's format); "
             "convert a faster-whisper model with `mlx-gateway convert-whisper SRC DST`"
         )
-    return local
+    patterns = ["config.json", *WEIGHT_FILES]
+    return resolve_model_path(model_path, downloading, allow_patterns=patterns, weights="weights.*")
 
 
 def _compute_dtype() -> mx.Dtype:

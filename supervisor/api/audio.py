@@ -20,6 +20,7 @@ from ...protocol.messages import Transcribe
 from ..errors import BadRequest, GatewayError
 from . import sse
 from .disconnect import unless_disconnected
+from .kinds import require_kind
 from .responses import SSE_HEADERS, JSONResponse, error_event
 from .transcription import Transcription
 from .transcripts import (
@@ -41,6 +42,7 @@ from .upload import MIB, UploadTooLarge, read_upload
 logger = logging.getLogger(__name__)
 
 SPEECH_KIND = "whisper"
+ENDPOINTS = {"transcribe": "transcriptions", "translate": "translations"}
 DEFAULT_LIMIT_MB = 100.0
 """The upload limit when no speech-to-text model is configured (the request then
 fails on its model anyway, but only after the form was read)."""
@@ -88,13 +90,8 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     form = parse_form(upload.fields, form_type)
     check_options(form)
     handle = request.app.state.registry.resolve(form.model)
+    require_kind(handle, (SPEECH_KIND,), f"/v1/audio/{ENDPOINTS[task]}")
     config = handle.config
-    if config.worker_kind != SPEECH_KIND:
-        raise BadRequest(
-            f"The model '{form.model}' is not a speech-to-text model (its model_type is "
-            f"'{config.model_type}'); name a model of model_type 'whisper'.",
-            param="model",
-        )
     if not upload.file:
         raise BadRequest("The uploaded file is empty.", param="file")
     if len(upload.file) > config.max_upload_mb * MIB:

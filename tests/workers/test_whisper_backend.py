@@ -234,3 +234,16 @@ def test_load_errors_name_what_is_missing(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(LoadError, match=r"weights\.safetensors"):
         make_backend(tmp_path)
+
+
+def test_older_npz_weights_load(tiny_whisper_path: Path, tmp_path: Path) -> None:
+    import mlx.core as mx
+
+    (tmp_path / "config.json").write_text((tiny_whisper_path / "config.json").read_text())
+    mx.savez(
+        str(tmp_path / "weights.npz"), **mx.load(str(tiny_whisper_path / "weights.safetensors"))
+    )
+    backend, replies = make_backend(tmp_path)
+    backend.submit(transcribe("npz"), [FOX_CLIPS[1].read_bytes()])
+    run(backend)
+    assert isinstance(of(replies, "npz")[-1], Done)
