@@ -215,7 +215,7 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Models sharing a group never run at the same time (one evicts the other)."""
     memory_estimate: str | int | None = None
     """This model's memory need (``6GB``) before its worker measured it; default:
-    weights on disk × a factor per kind + the KV cache allowance."""
+    weights on disk times a factor per kind + the KV cache allowance."""
     max_batch_tokens: _Positive | None = None
     """Embeddings models: padded tokens per forward pass (``None``: the worker's
     default, 4096); concurrent requests and long input lists share batches up to it."""

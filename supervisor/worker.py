@@ -295,12 +295,18 @@ class WorkerHandle:
             raise TooManyRequests(self.name, self.config.max_queue)
         timeout = self.config.effective_queue_timeout(self._server)
         self.waiting += 1
-        acquired = False
+        acquired = admitted = False
+        deadline = time.monotonic() + timeout
         try:
             async with asyncio.timeout(timeout):
-                await self._admit(time.monotonic() + timeout)
+                await self._admit(deadline)
                 await self._slots.acquire()
                 acquired = True
+                # The worker may have crashed while this request waited for the slot:
+                # then wait for the restart (within the same deadline), don't fail.
+                while self.state is not WorkerState.READY:
+                    await self._admit(deadline)
+                admitted = True
         except TimeoutError:
             if (
                 self.placement is not None
@@ -328,7 +334,9 @@ class WorkerHandle:
             raise
         finally:
             self.waiting -= 1
-            if not acquired:
+            if not admitted:
+                if acquired:
+                    self._slots.release()
                 self._changed()
         self.inflight += 1
         try:

@@ -251,3 +251,16 @@ async def test_reload_keeps_replaces_adds_and_removes(make_registry: Any) -> Non
     in_flight.cancel()
     await asyncio.gather(in_flight, return_exceptions=True)
     await wait_for(lambda: change.state is WorkerState.STOPPED)
+
+
+async def test_a_queued_request_survives_a_crash_of_the_slot_holder(make_registry: Any) -> None:
+    registry = await make_registry(model("m", max_concurrency=1))
+    (m,) = registry.handles
+    crashing = asyncio.create_task(run(m, chat("crash now", request_id="crasher")))
+    await wait_for(lambda: m.inflight == 1)
+    queued = asyncio.create_task(run(m, chat("patient", request_id="queued")))
+    await wait_for(lambda: m.waiting == 1)
+    with pytest.raises(WorkerCrashed):
+        await crashing
+    # The queued request waits for the restart instead of failing with the crash.
+    assert (await asyncio.wait_for(queued, 10))[0] == "patient "
