@@ -130,7 +130,7 @@ class GrammarProcessor:
 
         self._matcher = matcher
         self._vocab = tokenizer.vocab_size
-        self._eos = list(tokenizer.eos_tokens)
+        self._eos = set(tokenizer.eos_tokens)
         self._seen = prompt_tokens
         self._fill = llguidance.numpy.fill_next_token_bitmask
         self._bitmask = llguidance.numpy.allocate_token_bitmask(1, self._vocab)
@@ -147,6 +147,10 @@ class GrammarProcessor:
         if tokens.shape[-1] > self._seen:
             new = tokens[self._seen :].tolist()
             self._seen += len(new)
+            if any(t in self._eos for t in new):
+                # The request ends at that token; mlx-lm computes one more step ahead
+                # before it sees so, and throws that step away.
+                return logits
             if not self._failed and not self._matcher.consume_tokens(new):
                 self._fail(f"token(s) {new} rejected")
         allowed = self._allowed(logits.shape[-1])
@@ -159,7 +163,7 @@ class GrammarProcessor:
                 self._fail(self._matcher.get_error())
         if self._failed:
             bits = np.zeros(width, dtype=bool)
-            bits[[t for t in self._eos if t < width]] = True
+            bits[[t for t in sorted(self._eos) if t < width]] = True
             return mx.array(bits)
         bits = np.unpackbits(self._bitmask.view(np.uint8), bitorder="little")
         # The model's vocabulary may be padded beyond the tokenizer's: never allowed.
