@@ -275,3 +275,17 @@ def test_no_worker_outlives_a_killed_gateway(tiny_lm_path: Path, tmp_path: Path)
     assert pids
     gw.stop(signal.SIGKILL)
     assert wait_until(lambda: not any(alive(p) for p in pids), timeout=5)
+    # And the next launch works.
+    (tmp_path / "again").mkdir()
+    again = Gateway(
+        tmp_path / "again", [{"served_model_name": "m", "model_path": str(tiny_lm_path)}]
+    )
+    try:
+        r = httpx.post(
+            f"{again.base_url}/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+    finally:
+        assert again.stop() == 0
