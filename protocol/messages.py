@@ -260,8 +260,9 @@ class Embeddings(Message, tag="embeddings"):
 
 
 class Transcript(Message, tag="transcript"):
-    """The whole result of a :class:`Transcribe`. ``segments`` follow mlx-whisper's
-    shape (id, start, end, text, tokens, …, and ``words`` when asked)."""
+    """The whole result of a :class:`Transcribe`. ``language`` is the language's
+    English name (``english``, as the OpenAI API reports it); ``segments`` follow
+    mlx-whisper's shape (id, start, end, text, tokens, …, and ``words`` when asked)."""
 
     request_id: str
     text: str

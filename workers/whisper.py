@@ -189,6 +189,7 @@ class WhisperBackend:
             return
         usage = _usage(job)
         self._forget(job)
+        log.info("transcription %s cancelled", request_id)
         self._emit(Done(request_id=request_id, finish_reason="cancelled", usage=usage))
 
     def cancel_all(self) -> None:

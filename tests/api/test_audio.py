@@ -19,7 +19,7 @@ from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from starlette.applications import Starlette
 
-from tests.fixtures.whisper import FOX_CLIPS, blas_env
+from tests.fixtures.whisper import FOX_CLIPS
 
 # One gateway (and so one worker process) for the whole module.
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -35,7 +35,7 @@ async def app(tiny_whisper_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(served_model_name=WHISPER, worker_env=blas_env(), **model),
+            ModelConfig(served_model_name=WHISPER, **model),
             ModelConfig(served_model_name=SMALL, max_upload_mb=0.005, **model),
             # Never started: requests naming it are refused before any worker runs.
             ModelConfig(model_path="org/some-chat-model", served_model_name="chat"),

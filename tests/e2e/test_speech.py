@@ -5,15 +5,21 @@ the official openai SDK with strict response validation."""
 
 from __future__ import annotations
 
+import io
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import av
+import httpx
+import numpy as np
 import openai
 import pytest
+from mlx_gateway.workers.audio import decode_audio
 
-from tests.fixtures.whisper import FOX_CLIPS, blas_env
+from tests.fixtures.whisper import FOX_CLIPS
 
-from .gateway import Gateway
+from .gateway import Gateway, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +35,7 @@ def gateway(tiny_en_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             {
                 "served_model_name": MODEL,
                 "model_path": str(tiny_en_path),
-                "model_type": "whisper",
-                "worker_env": blas_env(),
+                "model_type": "whisper",  # OpenBLAS: preloaded by the gateway when installed
             }
         ],
     )
@@ -77,3 +82,37 @@ def test_streamed(client: openai.OpenAI) -> None:
     assert "lazy dog" in events[-1].text.lower()
     deltas = "".join(e.delta for e in events if e.type == "transcript.text.delta")
     assert deltas.strip() == events[-1].text
+
+
+def long_speech(repeats: int) -> bytes:
+    """The clip said ``repeats`` times in a row, as 16 kHz WAV."""
+    samples = np.concatenate(list(decode_audio(OGG.read_bytes())))
+    speech = np.tile(samples, repeats)
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="wav") as out:
+        stream = out.add_stream("pcm_s16le", rate=16_000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(
+            (speech * 32767).astype(np.int16)[None, :], format="s16", layout="mono"
+        )
+        frame.sample_rate = 16_000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+def test_a_client_that_leaves_stops_the_transcription(gateway: Gateway) -> None:
+    audio = long_speech(70)  # 3 min 15 s: seven windows, seconds of work each
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{gateway.base_url}/v1/audio/transcriptions",
+            data={"model": MODEL},
+            files={"file": ("long.wav", audio, "audio/wav")},
+            timeout=httpx.Timeout(3.0, connect=5.0),
+        )
+    # The worker drops the work at its next window boundary (one window can take
+    # long on a slow CPU) and frees the request's slot.
+    stopped = re.compile(r"transcription trsc-\w+ cancelled")  # the worker's log line
+    assert wait_until(lambda: stopped.search(gateway.log()) is not None, timeout=60)
+    assert wait_until(lambda: gateway.model(MODEL)["inflight"] == 0, timeout=5)
+    result = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="unused").audio
+    assert "lazy dog" in result.transcriptions.create(model=MODEL, file=MP3.open("rb")).text
