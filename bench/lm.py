@@ -163,6 +163,8 @@ def record_http(figures: Figures, label: str, streams: int, run: Any) -> None:
 def one_round(
     args: argparse.Namespace, figures: Figures, model: Any, tokenizer: Any, servers: dict[str, Any]
 ) -> None:
+    """Every setup once; for each stream count the limit and the servers run back
+    to back, so that the ratios between them see the same machine load."""
     import psutil
 
     from .inprocess import batch_generator_run, stream_generate_run
@@ -171,38 +173,39 @@ def one_round(
         return list(tokenizer.apply_chat_template(messages_for(i), add_generation_prompt=True))
 
     me = psutil.Process()
+    big = max(args.streams)
     for streams in args.streams:
         requests = args.requests_per_stream
+        cpu_before = cpu_seconds(me)
         if streams == 1:
             run = stream_generate_run(model, tokenizer, prompt_for, requests, args.max_tokens)
-            figures.add("limit/1/tok_s", run.tokens_per_second)
-            figures.add("limit/1/ttft_p50_ms", run.ttft_percentile(50) * 1000)
         else:
             run = batch_generator_run(
                 model, prompt_for, streams, requests, args.max_tokens, args.prefill_batch
             )
-            figures.add(f"limit/{streams}/tok_s", run.tokens_per_second)
-            figures.add(f"limit/{streams}/ttft_p50_ms", run.ttft_percentile(50) * 1000)
             figures.add(f"limit/{streams}/ttft_p99_ms", run.ttft_percentile(99) * 1000)
-    for label, server in servers.items():
-        for streams in args.streams:
+        figures.add(f"limit/{streams}/tok_s", run.tokens_per_second)
+        figures.add(f"limit/{streams}/ttft_p50_ms", run.ttft_percentile(50) * 1000)
+        if streams == big and run.tokens:
+            used = cpu_seconds(me) - cpu_before
+            figures.add("limit/cpu_us_per_token/workers", used * 1e6 / run.tokens)
+            figures.add("limit/cores/workers", used / run.wall)
+        for label, server in servers.items():
             offset = int(time.monotonic() * 1000) % 100_000  # fresh prompts every run
             processes = [server.process, *server.children()]
             before = [cpu_seconds(p) for p in processes]
             client_before = cpu_seconds(me)
             run = http_run(server, streams, args, offset)
             record_http(figures, label, streams, run)
-            if streams == max(args.streams) and run.tokens:
-                used = [cpu_seconds(p) - b for p, b in zip(processes, before, strict=True)]
+            if streams == big and run.tokens:
+                used_by = [cpu_seconds(p) - b for p, b in zip(processes, before, strict=True)]
+                client = cpu_seconds(me) - client_before
                 per_token = 1e6 / run.tokens
-                figures.add(f"{label}/cpu_us_per_token/server", used[0] * per_token)
-                figures.add(f"{label}/cpu_us_per_token/workers", sum(used[1:]) * per_token)
-                figures.add(
-                    f"{label}/cpu_us_per_token/client",
-                    (cpu_seconds(me) - client_before) * per_token,
-                )
-                figures.add(f"{label}/cores/server", used[0] / run.wall)
-                figures.add(f"{label}/cores/workers", sum(used[1:]) / run.wall)
+                figures.add(f"{label}/cpu_us_per_token/server", used_by[0] * per_token)
+                figures.add(f"{label}/cpu_us_per_token/workers", sum(used_by[1:]) * per_token)
+                figures.add(f"{label}/cpu_us_per_token/client", client * per_token)
+                figures.add(f"{label}/cores/server", used_by[0] / run.wall)
+                figures.add(f"{label}/cores/workers", sum(used_by[1:]) / run.wall)
 
 
 def second_turns(
@@ -292,14 +295,13 @@ def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> 
     big = max(args.streams)
     labels = [("limit", "mlx-lm in-process (the limit)")]
     labels += [
-        (k, k)
-        for k in ("mlx-gateway", "mlx_lm.server")
-        if f"{k}/1/tok_s" in figures.series or f"{k}/{big}/tok_s" in figures.series
+        (k, k) for k in ("mlx-gateway", "mlx_lm.server") if f"{k}/{big}/tok_s" in figures.series
     ]
     lines = [
-        f"machine: {info['cpu']}, {info['cores']} cores, {info['system']}, Python {info['python']}, "
-        f"mlx {info['mlx']}, mlx-lm {info['mlx-lm']}",
-        f"blas: {info['blas']}; load average at start {info['load_average_start']}, end {info['load_average']}",
+        f"machine: {info['cpu']}, {info['cores']} cores, {info['system']}, "
+        f"Python {info['python']}, mlx {info['mlx']}, mlx-lm {info['mlx-lm']}",
+        f"blas: {info['blas']}",
+        f"load average at start {info['load_average_start']}, at the end {info['load_average']}",
         f"{args.rounds} rounds, medians; {args.max_tokens} tokens per request, "
         f"{args.requests_per_stream} requests per stream",
         "",
@@ -310,32 +312,37 @@ def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> 
     ]
     for key, name in labels:
         rates = " | ".join(_fmt(med(f"{key}/{s}/tok_s")) for s in args.streams)
-        ttft = f"{_fmt(med(f'{key}/{big}/ttft_p50_ms'), 1)} / {_fmt(med(f'{key}/{big}/ttft_p99_ms'), 1)}"
+        p50, p99 = med(f"{key}/{big}/ttft_p50_ms"), med(f"{key}/{big}/ttft_p99_ms")
         errors = sum(sum(figures.series.get(f"{key}/{s}/errors", [])) for s in args.streams)
         requests = sum(sum(figures.series.get(f"{key}/{s}/requests", [])) for s in args.streams)
         error_text = "—" if key == "limit" else f"{errors:.0f} of {requests:.0f}"
-        lines.append(f"| {name} | {rates} | {ttft} | {error_text} |")
+        lines.append(f"| {name} | {rates} | {_fmt(p50, 1)} / {_fmt(p99, 1)} | {error_text} |")
     lines += ["", "second turn of a 2,000-token conversation (time to first token):"]
     for key in ("mlx-gateway", "mlx_lm.server"):
         if f"{key}/turn2_over_turn1" in figures.series:
+            cached = med(f"{key}/turn2_cached_tokens")
             lines.append(
-                f"  {key}: turn 1 {_fmt(med(f'{key}/turn1_ttft_ms'), 1)} ms, turn 2 "
-                f"{_fmt(med(f'{key}/turn2_ttft_ms'), 1)} ms ({_fmt(med(f'{key}/turn2_cached_tokens'))} "
-                f"cached tokens): {100 * med(f'{key}/turn2_over_turn1'):.0f}%"
+                f"  {key}: turn 1 {_fmt(med(f'{key}/turn1_ttft_ms'), 1)} ms, "
+                f"turn 2 {_fmt(med(f'{key}/turn2_ttft_ms'), 1)} ms "
+                f"({_fmt(cached)} cached tokens): {100 * med(f'{key}/turn2_over_turn1'):.0f}%"
             )
-    lines += ["", f"CPU per relayed token at {big} streams (µs of CPU time / token; cores busy):"]
+    lines += ["", f"CPU time per generated token at {big} streams (µs; cores kept busy):"]
+    if "limit/cpu_us_per_token/workers" in figures.series:
+        lines.append(
+            f"  in-process BatchGenerator: {_fmt(med('limit/cpu_us_per_token/workers'), 1)} µs "
+            f"({_fmt(med('limit/cores/workers'), 2)} cores)"
+        )
     for key in ("mlx-gateway", "mlx_lm.server"):
         if f"{key}/cpu_us_per_token/server" in figures.series:
             lines.append(
                 f"  {key}: server process {_fmt(med(f'{key}/cpu_us_per_token/server'), 1)} µs "
-                f"({_fmt(med(f'{key}/cores/server'), 2)} cores), worker processes "
+                f"({_fmt(med(f'{key}/cores/server'), 2)} cores), its workers "
                 f"{_fmt(med(f'{key}/cpu_us_per_token/workers'), 1)} µs "
-                f"({_fmt(med(f'{key}/cores/workers'), 2)} cores), this client "
+                f"({_fmt(med(f'{key}/cores/workers'), 2)} cores); this client "
                 f"{_fmt(med(f'{key}/cpu_us_per_token/client'), 1)} µs"
             )
-    lines += ["", "targets (paired per round, medians):"]
-    for text in targets(args, figures):
-        lines.append("  " + text)
+    lines += ["", "targets (ratios within each round, medians):"]
+    lines += ["  " + text for text in targets(args, figures)]
     return lines
 
 
