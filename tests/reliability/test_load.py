@@ -197,24 +197,28 @@ async def test_kill_9_under_load_fails_fast_and_recovers() -> None:
                 asyncio.create_task(stream_chat(http, MODELS[i % 2], long_prompt))
                 for i in range(40)
             ]
+            started = time.monotonic()
             await asyncio.sleep(1.0)  # mid-answer
             killed_at = time.monotonic()
             os.kill(pid, signal.SIGKILL)
             victims = [t for i, t in enumerate(tasks) if i % 2 == 0]
-            done = await asyncio.wait_for(asyncio.gather(*victims), 10)
-            ended = time.monotonic() - killed_at
-            streamed = 0
+            done = await asyncio.wait_for(asyncio.gather(*victims), 30)
+            streamed = recovered = 0
             for out in done:
-                # Mid-answer: an error event then [DONE]. Still queued in the gateway
-                # (beyond max_concurrency): a plain 503 before any stream.
-                assert out.error is not None and "SIGKILL" in out.error["message"], out
-                if out.status == 200:
-                    assert out.done and out.error["code"] == "worker_crashed", out
+                if out.error is not None:
+                    # Mid-answer: an error event then [DONE], at once (not after a timeout).
+                    assert "SIGKILL" in out.error["message"], out
+                    assert out.status == 200 and out.done, out
+                    assert out.error["code"] == "worker_crashed", out
+                    assert out.seconds - (killed_at - started) < 3, out
                     streamed += 1
                 else:
-                    assert out.status == 503, out
+                    # Still queued in the gateway (beyond max_concurrency): it waited
+                    # for the restart and got its whole answer.
+                    assert answered(out, long_prompt), out
+                    recovered += 1
             assert streamed >= 8  # max_concurrency (8) of them were mid-answer
-            assert ended < 3, ended  # failed at once, not after a timeout
+            assert streamed + recovered == len(victims)
             # The other model's streams were untouched.
             others = await asyncio.wait_for(asyncio.gather(*tasks[1::2]), 30)
             assert all(answered(o, long_prompt) for o in others)
