@@ -46,7 +46,7 @@ from ..protocol.messages import (
     Usage,
 )
 from ..protocol.spec import WorkerSpec
-from .audio import AudioError, decode_audio
+from .audio import SAMPLE_RATE, AudioError, decode_audio
 from .base import Emit, RequestError
 from .hub import LoadError, resolve_model_path
 from .mel import LogMel, MelBuilder
@@ -227,7 +227,7 @@ class WhisperBackend:
             job.builder = MelBuilder(self.model.dims.n_mels)
         builder = job.builder
         assert builder is not None
-        goal = builder.samples + int(DECODE_SECONDS * 16_000)
+        goal = builder.samples + int(DECODE_SECONDS * SAMPLE_RATE)
         try:
             while builder.samples < goal:
                 block = next(job.samples, None)

@@ -109,6 +109,7 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     transcription = await unless_disconnected(
         request, Transcription.start(handle, msg, upload.file)
     )
+    upload.file = None  # the worker has decoded it; do not hold it for the response
     if transcribing and form.stream:
         return TranscriptStream(_events(transcription), transcription)
     try:

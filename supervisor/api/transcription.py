@@ -45,10 +45,15 @@ class Transcription:
         stack = contextlib.AsyncExitStack()
         try:
             session = await stack.enter_async_context(handle.session())
-            replies = session.call(msg, msg.request_id, [audio])
+            frames = [audio]
+            del audio
+            replies = session.call(msg, msg.request_id, frames)
             stack.push_async_callback(replies.aclose)
             while not isinstance(await _next(replies), Started):
                 pass
+            # Sent and decoded: the gateway keeps no copy of the file while it waits
+            # for the transcript (the call holds this list until it ends).
+            frames.clear()
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await stack.__aexit__(type(exc), exc, exc.__traceback__)
