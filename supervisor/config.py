@@ -189,6 +189,9 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     longest common token prefix of later prompts (``512MiB``, ``2GB``; 0: off)."""
     prompt_cache_entries: Annotated[int, msgspec.Meta(ge=0)] = 32
     """Language models: most KV caches kept in the prompt cache (0: off)."""
+    stream_interval: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.02
+    """Language models: shortest time in seconds between two SSE writes of one
+    stream; text generated meanwhile goes out with the next write (0: every step)."""
     tool_call_parser: str = "auto"
     """Language models: the format of the model's tool calls (``hermes``,
     ``qwen3_coder``, ``llama3_json``, ``mistral``, ``function_gemma``, ``gemma4``,

@@ -43,6 +43,9 @@ class Generation:
         self._stream = stream
         self._pending: Any = first
         self._failure: GatewayError | None = None
+        self.stream_interval = 0.0
+        """Shortest time between two writes of this generation's stream (seconds;
+        the model's ``stream_interval``)."""
         self._finished = False
         self._closed = False
         self.started: Started | None = first if isinstance(first, Started) else None
@@ -86,7 +89,10 @@ class Generation:
             with anyio.CancelScope(shield=True):
                 await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
-        return cls(stack, stream, first)
+        generation = cls(stack, stream, first)
+        interval = getattr(getattr(handle, "config", None), "stream_interval", 0.0)
+        generation.stream_interval = interval if isinstance(interval, int | float) else 0.0
+        return generation
 
     def __aiter__(self) -> Generation:
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
@@ -35,10 +36,15 @@ async def relay(generation: Generation, fmt: EventFormat) -> AsyncIterator[bytes
     """The events of ``generation``: opening, content, finish, usage (if asked),
     ``[DONE]``. A failure ends the stream with an error event and ``[DONE]``.
 
-    Each wake-up writes once: the text of every chunk that arrived meanwhile goes
-    out as one content event (a stream that fell behind catches up in one write,
-    not one per generation step), and the last content, the finish, the usage and
-    ``[DONE]`` leave together."""
+    Each write carries everything there is: the text of every chunk that arrived
+    meanwhile goes out as one content event, and the last content, the finish, the
+    usage and ``[DONE]`` leave together. After a content write the next one waits
+    until ``generation.stream_interval`` has passed (the first content goes out at
+    once), so at many tokens per second a stream costs one write per interval
+    instead of one per generation step."""
+    loop = asyncio.get_running_loop()
+    interval = generation.stream_interval
+    next_write = 0.0
     tail = b""
     try:
         opening = fmt.opening()
@@ -48,16 +54,16 @@ async def relay(generation: Generation, fmt: EventFormat) -> AsyncIterator[bytes
             done = reply if isinstance(reply, Done) else None
             texts = [] if done is not None else [reply.text]
             if done is None:
-                for more in generation.ready():
-                    if isinstance(more, Done):
-                        done = more
-                    else:
-                        texts.append(more.text)
+                wait = next_write - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                done = _gather(generation, texts)
             text = "".join(texts)
             event = fmt.content(text) if text else b""
             if done is None:
                 if event:
                     yield event
+                    next_write = loop.time() + interval
                 continue
             tail = event + fmt.finish(done.finish_reason)
             if fmt.include_usage:
@@ -72,3 +78,12 @@ async def relay(generation: Generation, fmt: EventFormat) -> AsyncIterator[bytes
     finally:
         await generation.aclose()
     yield tail + sse.DONE
+
+
+def _gather(generation: Generation, texts: list[str]) -> Done | None:
+    """Append the texts of the chunks that already arrived; the ``Done`` if it did."""
+    for reply in generation.ready():
+        if isinstance(reply, Done):
+            return reply
+        texts.append(reply.text)
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import deque
 from typing import Any
@@ -138,3 +139,46 @@ async def test_an_error_after_piled_up_chunks_still_sends_them() -> None:
     assert decoded[2][0]["error"]["message"] == "boom"
     assert decoded[2][1] == "[DONE]"
     assert stream.closed
+
+
+class Dripping:
+    """Replies that arrive one by one, a few milliseconds apart, as a worker's do."""
+
+    def __init__(self, *replies: Any, gap: float = 0.005) -> None:
+        start = asyncio.get_running_loop().time()
+        self._due = deque((start + gap * (i + 1), r) for i, r in enumerate(replies))
+
+    async def __anext__(self) -> Any:
+        if not self._due:
+            raise StopAsyncIteration
+        due, reply = self._due.popleft()
+        await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
+        return reply
+
+    def take_ready(self) -> Any | None:
+        if self._due and self._due[0][0] <= asyncio.get_running_loop().time():
+            return self._due.popleft()[1]
+        return None
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("interval", "contents"), [(0.0, ["a", "b", "c"]), (1.0, ["a", "bc"])])
+async def test_writes_keep_the_stream_interval(interval: float, contents: list[str]) -> None:
+    done = Done(request_id="r", finish_reason="stop", usage=Usage(3, 3))
+    stream = Dripping(chunk("a"), chunk("b"), chunk("c"), done)
+    stack = contextlib.AsyncExitStack()
+    generation = Generation(stack, stream, Started(request_id="r", prompt_tokens=3))
+    generation.stream_interval = interval
+    events = ChatEvents("chatcmpl-1", 7, "m", include_usage=False)
+    writes = [write async for write in relay(generation, events)]
+    sent = [
+        event["choices"][0]["delta"].get("content")
+        for events_of_write in payloads(writes[1:])
+        for event in events_of_write
+        if event != "[DONE]" and event["choices"][0]["finish_reason"] is None
+    ]
+    # The first content goes out at once; with a long interval the rest waits and
+    # leaves as one event (here: with the finish, as the stream ended meanwhile).
+    assert sent == contents

@@ -167,7 +167,11 @@ def test_next_turn_reuses_the_conversation(tiny_lm_path: Path) -> None:
     turn1 = [{"role": "user", "content": PROMPTS["d"]}]
     for rec in (plain, cached):
         rec.backend.submit(
-            Generate(request_id="t1", messages=turn1, sampling=SamplingParams(max_tokens=16, temperature=0.0)),
+            Generate(
+                request_id="t1",
+                messages=turn1,
+                sampling=SamplingParams(max_tokens=16, temperature=0.0),
+            ),
             [],
         )
         rec.run()
@@ -176,7 +180,11 @@ def test_next_turn_reuses_the_conversation(tiny_lm_path: Path) -> None:
     turn2 = [*turn1, {"role": "assistant", "content": reply}, {"role": "user", "content": "more"}]
     for rec in (plain, cached):
         rec.backend.submit(
-            Generate(request_id="t2", messages=turn2, sampling=SamplingParams(max_tokens=16, temperature=0.0)),
+            Generate(
+                request_id="t2",
+                messages=turn2,
+                sampling=SamplingParams(max_tokens=16, temperature=0.0),
+            ),
             [],
         )
         rec.run()
