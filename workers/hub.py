@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from .download import progress_tqdm_class
+
 log = logging.getLogger(__name__)
 
 # What mlx-lm's own downloader fetches (mlx_lm.utils.DEFAULT_ALLOW_PATTERNS);
@@ -100,7 +102,9 @@ def resolve_model_path(
     on_download(model_path)
     log.info("downloading %s from the Hugging Face hub", model_path)
     try:
-        path = Path(snapshot_download(model_path, allow_patterns=patterns))
+        path = Path(
+            snapshot_download(model_path, allow_patterns=patterns, tqdm_class=progress_tqdm_class())
+        )
     except GatedRepoError:
         raise LoadError(
             f"download failed: '{model_path}' is gated; accept its terms on "

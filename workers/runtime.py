@@ -30,9 +30,10 @@ import psutil
 import zmq
 
 from ..protocol.frames import pack, unpack_request
-from ..protocol.messages import Error, Heartbeat, Ping
+from ..protocol.messages import Error, Heartbeat, Ping, Progress
 from ..protocol.spec import WorkerSpec
 from .base import EXIT_OK, Abort, MLXThread
+from .download import DOWNLOAD, describe
 from .memory import measure_memory
 
 log = logging.getLogger(__name__)
@@ -207,6 +208,10 @@ def _malformed(dealer: zmq.Socket, frames: list[bytes], exc: Exception) -> None:
 def _heartbeat(dealer: zmq.Socket, mlx: MLXThread) -> None:
     running, queued = mlx.counts()
     dealer.send_multipart(pack(Heartbeat(inflight=running, queued=queued, memory=measure_memory())))
+    # While the MLX thread is inside a hub download, this thread reports its bytes.
+    if moved := DOWNLOAD.take():
+        fraction, detail = describe(*moved)
+        dealer.send_multipart(pack(Progress(stage="download", fraction=fraction, detail=detail)))
 
 
 def configure_logging(worker_id: str) -> None:
