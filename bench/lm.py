@@ -1,6 +1,6 @@
 """Language-model throughput: the gateway against mlx-lm in-process and mlx_lm.server.
 
-    uv run python -m bench.lm            # about 3 minutes on 2 cores
+    uv run python -m bench.lm            # about 8 minutes on 2 cores
     uv run python -m bench.lm --rounds 5 --profile --json out.json
 
 One run measures, side by side on the same tiny llama (built here, hidden 64,
@@ -60,7 +60,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--prefill-batch", type=int, default=8, help="prompts prefilled together")
-    parser.add_argument("--conversations", type=int, default=3, help="2,000-token conversations")
+    parser.add_argument("--conversations", type=int, default=5, help="2,000-token conversations")
     parser.add_argument("--no-mlx-lm-server", action="store_true", help="skip mlx_lm.server")
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
     parser.add_argument(
