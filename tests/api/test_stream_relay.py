@@ -142,22 +142,29 @@ async def test_an_error_after_piled_up_chunks_still_sends_them() -> None:
 
 
 class Dripping:
-    """Replies that arrive one by one, a few milliseconds apart, as a worker's do."""
+    """Replies that arrive one by one, a few milliseconds apart, as a worker's do.
+
+    Each reply is due ``gap`` after the previous one was handed out (not on a fixed
+    schedule), so a busy machine that delays the reader does not pile them up."""
 
     def __init__(self, *replies: Any, gap: float = 0.005) -> None:
-        start = asyncio.get_running_loop().time()
-        self._due = deque((start + gap * (i + 1), r) for i, r in enumerate(replies))
+        self._gap = gap
+        self._replies = deque(replies)
+        self._last = asyncio.get_running_loop().time()
+
+    def _hand_out(self) -> Any:
+        self._last = asyncio.get_running_loop().time()
+        return self._replies.popleft()
 
     async def __anext__(self) -> Any:
-        if not self._due:
+        if not self._replies:
             raise StopAsyncIteration
-        due, reply = self._due.popleft()
-        await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
-        return reply
+        await asyncio.sleep(max(0.0, self._last + self._gap - asyncio.get_running_loop().time()))
+        return self._hand_out()
 
     def take_ready(self) -> Any | None:
-        if self._due and self._due[0][0] <= asyncio.get_running_loop().time():
-            return self._due.popleft()[1]
+        if self._replies and asyncio.get_running_loop().time() >= self._last + self._gap:
+            return self._hand_out()
         return None
 
     async def aclose(self) -> None:
