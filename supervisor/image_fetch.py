@@ -57,8 +57,7 @@ class ImageTooLarge(GatewayError):
 
     def __init__(self, what: str, limit: int, param: str) -> None:
         super().__init__(
-            f"The image {what} is too large: the limit is {limit / MIB:g} MiB "
-            "(max_image_mb).",
+            f"The image {what} is too large: the limit is {limit / MIB:g} MiB (max_image_mb).",
             param=param,
             code="image_too_large",
         )
