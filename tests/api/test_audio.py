@@ -21,6 +21,8 @@ from starlette.applications import Starlette
 
 from tests.fixtures.whisper import FOX_CLIPS
 
+from .clients import asgi_client, strict_sdk
+
 # One gateway (and so one worker process) for the whole module.
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -48,20 +50,13 @@ async def app(tiny_whisper_path: Path) -> AsyncIterator[Starlette]:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=120) as client:
+    async with asgi_client(app, timeout=120) as client:
         yield client
 
 
 @pytest.fixture
 def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url="http://gw/v1",
-        api_key="unused",
-        http_client=http,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
+    return strict_sdk(http)
 
 
 def status(app: Starlette, name: str = WHISPER) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 from tests.fixtures.image_server import ImageServer
 
 from ..supervisor.fakes import fake_command
+from .clients import asgi_client, strict_sdk
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -107,20 +108,13 @@ async def app(tiny_vlm_path: Path) -> AsyncIterator[Starlette]:
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=60) as client:
+    async with asgi_client(app, timeout=60) as client:
         yield client
 
 
 @pytest.fixture
 def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url="http://gw/v1",
-        api_key="unused",
-        http_client=http,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
+    return strict_sdk(http)
 
 
 async def describe(sdk: openai.AsyncOpenAI, messages: list, model: str = VL, **extra: Any) -> Any:
