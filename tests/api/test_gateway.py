@@ -16,6 +16,7 @@ from mlx_gateway.supervisor.app import create_app
 from starlette.applications import Starlette
 
 from ..supervisor.fakes import fake_command, fake_config
+from .clients import asgi_client, strict_sdk
 from .test_handlers import call_raw, events
 
 pytestmark = pytest.mark.slow
@@ -41,20 +42,13 @@ async def app() -> AsyncIterator[Starlette]:
 
 @pytest.fixture
 async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+    async with asgi_client(app, timeout=5.0) as client:  # httpx's default timeout
         yield client
 
 
 @pytest.fixture
 def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url="http://gw/v1",
-        api_key="unused",
-        http_client=http,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
+    return strict_sdk(http)
 
 
 def status(app: Starlette, name: str = OK) -> dict[str, Any]:
