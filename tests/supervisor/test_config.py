@@ -34,6 +34,11 @@ def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
     return path
 
 
+def load(tmp_path: Path, text: str, name: str = "config.yaml") -> GatewayConfig:
+    """``text`` written to ``tmp_path / name`` and loaded."""
+    return load_config(write(tmp_path, text, name))
+
+
 def error_of(path: Path) -> ConfigError:
     with pytest.raises(ConfigError) as info:
         load_config(path)
@@ -44,7 +49,7 @@ def error_of(path: Path) -> ConfigError:
 
 
 def test_minimal_config_gets_the_defaults(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, f"models:\n  - model_path: {HF_ID}\n"))
+    config = load(tmp_path, f"models:\n  - model_path: {HF_ID}\n")
     assert config.server == ServerConfig()
     assert config.server.host == "127.0.0.1"
     assert config.server.port == 8000
@@ -78,43 +83,41 @@ def test_minimal_config_gets_the_defaults(tmp_path: Path) -> None:
 
 def test_full_config_of_our_own_keys(tmp_path: Path) -> None:
     (tmp_path / "tpl.jinja").write_text("{{ messages }}")
-    config = load_config(
-        write(
-            tmp_path,
-            f"""
-            server:
-              host: 0.0.0.0
-              port: 9000
-              log_level: WARNING
-              runtime_dir: run
-              start_timeout: 20m
-              shutdown_grace: 2.5
-            models:
-              - model_path: {HF_ID}
-                served_model_name: qwen
-                aliases: [q, small]
-                model_type: lm
-                on_demand: false
-                idle_timeout: 0
-                start_timeout: 1h30m
-                context_length: 4096
-                max_tokens: 512
-                temperature: 0
-                top_p: 1
-                top_k: 40
-                min_p: 0.05
-                repetition_penalty: 1.1
-                chat_template_file: tpl.jinja
-                trust_remote_code: true
-                max_concurrency: 4
-                prefill_batch_size: 2
-                prefill_step_size: 512
-                python: {sys.executable}
-                worker_env:
-                  HF_HUB_OFFLINE: 1
-                  NAME: value
-            """,
-        )
+    config = load(
+        tmp_path,
+        f"""
+        server:
+          host: 0.0.0.0
+          port: 9000
+          log_level: WARNING
+          runtime_dir: run
+          start_timeout: 20m
+          shutdown_grace: 2.5
+        models:
+          - model_path: {HF_ID}
+            served_model_name: qwen
+            aliases: [q, small]
+            model_type: lm
+            on_demand: false
+            idle_timeout: 0
+            start_timeout: 1h30m
+            context_length: 4096
+            max_tokens: 512
+            temperature: 0
+            top_p: 1
+            top_k: 40
+            min_p: 0.05
+            repetition_penalty: 1.1
+            chat_template_file: tpl.jinja
+            trust_remote_code: true
+            max_concurrency: 4
+            prefill_batch_size: 2
+            prefill_step_size: 512
+            python: {sys.executable}
+            worker_env:
+              HF_HUB_OFFLINE: 1
+              NAME: value
+        """,
     )
     server = config.server
     assert (server.host, server.port, server.log_level) == ("0.0.0.0", 9000, "warning")
@@ -193,7 +196,7 @@ def test_relative_local_paths_resolve_against_the_config_dir(
 def test_home_relative_path_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "weights").mkdir()
-    config = load_config(write(tmp_path, "models:\n  - model_path: ~/weights\n", "c.yaml"))
+    config = load(tmp_path, "models:\n  - model_path: ~/weights\n", "c.yaml")
     assert config.models[0].model_path == str(tmp_path / "weights")
 
 
@@ -318,21 +321,19 @@ def test_duplicate_yaml_key_is_an_error(tmp_path: Path) -> None:
 
 
 def test_yaml_anchors_in_x_keys_and_merges(tmp_path: Path) -> None:
-    config = load_config(
-        write(
-            tmp_path,
-            f"""
-            x-defaults: &defaults
-              model_path: {HF_ID}
-              temperature: 0.5
-              max_tokens: 100
-            models:
-              - <<: *defaults
-              - <<: *defaults
-                served_model_name: other
-                temperature: 0.9
-            """,
-        )
+    config = load(
+        tmp_path,
+        f"""
+        x-defaults: &defaults
+          model_path: {HF_ID}
+          temperature: 0.5
+          max_tokens: 100
+        models:
+          - <<: *defaults
+          - <<: *defaults
+            served_model_name: other
+            temperature: 0.9
+        """,
     )
     assert [(m.served_model_name, m.temperature, m.max_tokens) for m in config.models] == [
         (HF_ID, 0.5, 100),
@@ -341,21 +342,19 @@ def test_yaml_anchors_in_x_keys_and_merges(tmp_path: Path) -> None:
 
 
 def test_nested_merges_are_not_duplicate_keys(tmp_path: Path) -> None:
-    config = load_config(
-        write(
-            tmp_path,
-            f"""
-            x-base: &base
-              model_path: {HF_ID}
-              temperature: 0.1
-            x-warm: &warm
-              <<: *base
-              temperature: 0.8
-            models:
-              - <<: *warm
-                max_tokens: 5
-            """,
-        )
+    config = load(
+        tmp_path,
+        f"""
+        x-base: &base
+          model_path: {HF_ID}
+          temperature: 0.1
+        x-warm: &warm
+          <<: *base
+          temperature: 0.8
+        models:
+          - <<: *warm
+            max_tokens: 5
+        """,
     )
     assert (config.models[0].temperature, config.models[0].max_tokens) == (0.8, 5)
 
@@ -468,7 +467,7 @@ def test_durations(tmp_path: Path) -> None:
         f"  - model_path: {HF_ID}\n    served_model_name: m{i}\n    idle_timeout: {v}\n"
         for i, v in enumerate(["90s", "5m", "1h30m", "2h", "'300'", "1.5m", "10 min"])
     )
-    config = load_config(write(tmp_path, text))
+    config = load(tmp_path, text)
     assert [m.idle_timeout for m in config.models] == [90, 300, 5400, 7200, 300, 90, 600]
 
 
@@ -651,9 +650,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_null_values_keep_defaults(tmp_path: Path) -> None:
-    config = load_config(
-        write(tmp_path, f"server:\nmodels:\n  - model_path: {HF_ID}\n    temperature:\n")
-    )
+    config = load(tmp_path, f"server:\nmodels:\n  - model_path: {HF_ID}\n    temperature:\n")
     assert config.server == ServerConfig()
     assert config.models[0].temperature is None
 
@@ -706,7 +703,7 @@ def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) ->
 
 def test_mlx_openai_server_example_with_an_image_model(tmp_path: Path) -> None:
     # The example of mlx-openai-server's configuration docs: an lm and an image model.
-    path = write(
+    config = load(
         tmp_path,
         """
         server:
@@ -732,7 +729,7 @@ def test_mlx_openai_server_example_with_an_image_model(tmp_path: Path) -> None:
             on_demand_idle_timeout: 120
         """,
     )
-    _, flux = load_config(path).models
+    _, flux = config.models
     assert (flux.worker_kind, flux.config_name, flux.quantize) == ("image", "flux2-klein-4b", 4)
     assert (flux.on_demand, flux.idle_timeout) == (True, 120)
 
@@ -805,9 +802,7 @@ def test_config_from_model_path_validates() -> None:
 
 
 def test_override_server_validates_like_the_file(tmp_path: Path) -> None:
-    config = load_config(
-        write(tmp_path, f"server:\n  port: 8000\nmodels:\n  - model_path: {HF_ID}\n")
-    )
+    config = load(tmp_path, f"server:\n  port: 8000\nmodels:\n  - model_path: {HF_ID}\n")
     changed = override_server(
         config, host="0.0.0.0", port=9100, log_level="DEBUG", shutdown_grace=None
     )
