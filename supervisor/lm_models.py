@@ -18,4 +18,5 @@ def worker_options(config: ModelConfig) -> dict[str, Any]:
     return {
         "prompt_cache_bytes": parse_size(config.prompt_cache_bytes),
         "prompt_cache_entries": config.prompt_cache_entries,
+        "stream_interval": config.stream_interval,
     }

@@ -25,7 +25,10 @@ def image_policy(model: ModelConfig, server: ServerConfig) -> ImagePolicy:
 
 def worker_options(model: ModelConfig) -> dict[str, Any]:
     """``WorkerSpec.options`` of a vision model's worker (see :mod:`..workers.vlm`)."""
-    options: dict[str, Any] = {"prefix_cache": model.prefix_cache}
+    options: dict[str, Any] = {
+        "prefix_cache": model.prefix_cache,
+        "stream_interval": model.stream_interval,
+    }
     if model.resize_shape is not None:
         shape = model.resize_shape
         options["resize_shape"] = [shape[0], shape[-1]]  # one number: a square

@@ -1,19 +1,25 @@
 """Text generation with mlx-lm, continuously batched.
 
-Every accepted request shares one ``BatchGenerator``: requests join and leave it
+Accepted requests share one ``BatchGenerator``: requests join and leave it
 between steps, up to ``spec.max_concurrency`` at once; later ones wait in arrival
 order. Each call of :meth:`LmBackend.step` runs one generator step (a decode step
 for the running requests plus at most ``prefill_step_size`` prompt tokens of the
-joining ones), so cancels and new requests are seen between steps.
+joining ones), so cancels and new requests are seen between steps. A request that
+runs alone decodes outside the batch (:mod:`.solo`, faster for one stream) and
+moves into it, cache and all, as soon as another request arrives.
+
+Text leaves through a :class:`~.coalesce.Coalescer`: one ``Batch`` per step, or per
+``stream_interval`` when steps come faster than that.
 
 Replies per request::
 
     Started(prompt_tokens)   checks passed (prompt fits the context); sent on
                              admission, also when the request must wait in the queue
-    Batch(chunks=[…])        one message per step for all requests with new text;
-                             always a Batch (never a lone Chunk), so the gateway has
-                             one path; ``Chunk.tokens`` counts the tokens generated
-                             since that request's previous chunk
+    Batch(chunks=[…])        one message per step (or per stream_interval) for all
+                             requests with new text; always a Batch (never a lone
+                             Chunk), so the gateway has one path; ``Chunk.tokens``
+                             counts the tokens generated since that request's
+                             previous chunk
     Done(finish_reason, usage)   "stop" (EOS or a stop string), "length"
                              (max_tokens, or the context is full) or "cancelled"
 
@@ -41,6 +47,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm import load as load_model_and_tokenizer
 from mlx_lm.generate import BatchGenerator
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.tokenizer_utils import StreamingDetokenizer, TokenizerWrapper
 
 from ..protocol.messages import (
@@ -61,11 +68,13 @@ from ..protocol.spec import WorkerSpec
 from .base import Emit, RequestError
 from .blas import blas_in_use
 from .chat_format import opens_thinking, template_facts
+from .coalesce import Coalescer, interval_option
 from .grammar import Grammars
 from .hub import LoadError, resolve_model_path
 from .logprobs import LogprobTrack
 from .prompt_cache import PromptCache
 from .sampling import LogitsProcessor, Sampler, make_request_processors, make_request_sampler
+from .solo import SoloDecode, private_copy, supports_solo
 from .stops import scan_stops
 from .tool_scan import ToolScan, make_tool_scan
 
@@ -111,6 +120,8 @@ class _Active:
     """Set when the request asked for log-probabilities."""
     tools: ToolScan | None = None
     """Set when the request asked for the tokenizer's own tool-call parsing."""
+    solo: SoloDecode | None = None
+    """Set while the request decodes alone, outside the batch."""
 
 
 def create_backend() -> LmBackend:
@@ -133,6 +144,10 @@ class LmBackend:
         self._by_uid: dict[int, _Active] = {}
         self.prompt_cache = PromptCache(0, 0)
         self.grammars: Grammars | None = None
+        self.solo_enabled = False
+        """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
+        self._solo: _Active | None = None
+        self._out = Coalescer(self._emit_chunks, 0.0)
 
     # ------------------------------------------------------------ loading
 
@@ -161,6 +176,8 @@ class LmBackend:
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
         self.grammars = Grammars(tokenizer)
+        self.solo_enabled = supports_solo(model)
+        self._out = Coalescer(self._emit_chunks, interval_option(spec.options))
         self.prompt_cache = PromptCache(
             _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
             _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
@@ -187,6 +204,9 @@ class LmBackend:
             prefill_step_size=spec.prefill_step_size,
             stream=self._stream,
         )
+
+    def _emit_chunks(self, batch: Batch) -> None:
+        self._emit(batch)  # late-bound: load() sets _emit after __init__ made the Coalescer
 
     # ------------------------------------------------------------ requests
 
@@ -302,7 +322,9 @@ class LmBackend:
         active = self._by_id.get(request_id)
         if active is None:
             return
-        if active.uid is None:
+        if active.solo is not None:
+            self._leave_batch(active)
+        elif active.uid is None:
             self._queue.remove(active)
         else:
             self._leave_batch(active)
@@ -313,7 +335,7 @@ class LmBackend:
             self.cancel(request_id)
 
     def counts(self) -> tuple[int, int]:
-        return len(self._by_uid), len(self._queue)
+        return len(self._by_uid) + (self._solo is not None), len(self._queue)
 
     def has_work(self) -> bool:
         return bool(self._by_id)
@@ -323,7 +345,11 @@ class LmBackend:
     def step(self) -> None:
         generator = self._generator
         assert generator is not None
-        self._admit(generator)
+        if self._admit(generator):
+            self._out.flush()  # the step that prefills them may be long
+        if self._solo is not None:
+            self._solo_step(self._solo)
+            return
         if not self._by_uid:
             return
         _, responses = generator.next()
@@ -340,13 +366,44 @@ class LmBackend:
                 finished.append(active)
                 if response.finish_reason is not None and response.prompt_cache:
                     self._keep_cache(active, response.all_tokens, response.prompt_cache)
-        if chunks:
-            self._emit(Batch(chunks=chunks))
+        self._out.add(chunks)
         for active in finished:
             self._finish(active, active.finish or "stop")
 
-    def _admit(self, generator: BatchGenerator) -> None:
+    def _solo_step(self, active: _Active) -> None:
+        assert active.solo is not None
+        taken = active.solo.step()
+        if taken is None:
+            return  # a slice of the prompt was prefilled
+        token, logprobs = taken
+        chunk = self._advance(active, token, self._solo_finish(active, token), logprobs)
+        if chunk is not None:
+            self._out.add([chunk])
+        if active.finish is not None:
+            if active.solo is not None:  # not stopped by a stop string (that kept it)
+                self._keep_cache(active, *active.solo.finished_cache())
+                active.solo = None
+            self._finish(active, active.finish)
+
+    def _solo_finish(self, active: _Active, token: int) -> str | None:
+        """The finish a batch would report for this token (EOS wins over the budget)."""
+        assert self.tokenizer is not None
+        if token in self.tokenizer.eos_token_ids:
+            return "stop"
+        if active.generated + 1 >= active.max_tokens:
+            return "length"
+        return None
+
+    def _admit(self, generator: BatchGenerator) -> bool:
+        """Start queued requests while there is room; True if any started."""
         assert self._spec is not None
+        if not self._queue:
+            return False
+        if self._solo is not None and not self._join_batch(self._solo, generator):
+            return True  # the solo request ended with the token it had sampled
+        if self.solo_enabled and not self._by_uid and len(self._queue) == 1:
+            self._start_solo(self._queue.popleft())
+            return True
         while self._queue and len(self._by_uid) < max(self._spec.max_concurrency, 1):
             active = self._queue.popleft()
             hit = self.prompt_cache.fetch(active.prompt) if self.prompt_cache.enabled else None
@@ -371,6 +428,57 @@ class LmBackend:
                 )
             active.uid = uid
             self._by_uid[uid] = active
+        return True
+
+    def _start_solo(self, active: _Active) -> None:
+        assert self._spec is not None and self._stream is not None
+        hit = self.prompt_cache.fetch(active.prompt) if self.prompt_cache.enabled else None
+        if hit is None:
+            cache, cached = make_prompt_cache(self.model), 0
+        else:
+            cache, cached = private_copy(hit.cache, hit.tokens), hit.tokens
+        active.cached = cached
+        active.solo = SoloDecode(
+            self.model,
+            self._stream,
+            cache,
+            cached=active.prompt[:cached],
+            prompt=active.prompt[cached:],
+            sampler=active.sampler,
+            processors=active.processors,
+            prefill_step_size=self._spec.prefill_step_size,
+        )
+        self._solo = active
+
+    def _join_batch(self, active: _Active, generator: BatchGenerator) -> bool:
+        """Move the solo request into the batch (another request is waiting). False
+        when the token it had already sampled ended it."""
+        assert active.solo is not None
+        handover, sampled = active.solo.handover()
+        self._solo = None
+        if sampled is not None:
+            token, logprobs = sampled
+            chunk = self._advance(active, token, self._solo_finish(active, token), logprobs)
+            if chunk is not None:
+                self._out.add([chunk])
+            if active.finish is not None:
+                if active.solo is not None:
+                    self._keep_cache(active, *active.solo.finished_cache())
+                    active.solo = None
+                self._finish(active, active.finish)
+                return False
+        active.solo = None
+        (uid,) = generator.insert(
+            [handover.prompt],
+            max_tokens=[active.max_tokens - active.generated],
+            caches=[handover.cache],
+            all_tokens=[handover.cached],
+            samplers=[active.sampler],
+            logits_processors=[active.processors],
+        )
+        active.uid = uid
+        self._by_uid[uid] = active
+        return True
 
     def _advance(
         self, active: _Active, token: int, finish: str | None, logprobs: mx.array | None = None
@@ -411,7 +519,13 @@ class LmBackend:
         return chunk
 
     def _leave_batch(self, active: _Active) -> None:
-        """Take a running request out of the batch, keeping its KV cache."""
+        """Take a running request out of the batch (or stop its solo decoding),
+        keeping its KV cache."""
+        if active.solo is not None:
+            self._keep_cache(active, *active.solo.finished_cache())
+            active.solo = None
+            self._solo = None
+            return
         assert self._generator is not None and active.uid is not None
         if not self.prompt_cache.enabled:
             self._generator.remove([active.uid])
@@ -428,6 +542,9 @@ class LmBackend:
             self.prompt_cache.store(list(tokens), cache)
 
     def _finish(self, active: _Active, reason: str) -> None:
+        self._out.end(active.request_id)
+        if self._solo is active:
+            self._solo = None
         self._by_id.pop(active.request_id, None)
         if active.uid is not None:
             self._by_uid.pop(active.uid, None)
@@ -439,7 +556,13 @@ class LmBackend:
         self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
 
     def fail_active(self, message: str) -> None:
-        for active in list(self._by_uid.values()):
+        failed = list(self._by_uid.values())
+        if self._solo is not None:
+            failed.append(self._solo)
+            self._solo.solo = None
+            self._solo = None
+        for active in failed:
+            self._out.end(active.request_id)
             self._by_id.pop(active.request_id, None)
             self._emit(Error(message=message, request_id=active.request_id, status=500))
         self._by_uid.clear()

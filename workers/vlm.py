@@ -47,7 +47,6 @@ from mlx_vlm.vision_cache import VisionFeatureCache, processed_image_key
 from PIL import Image
 
 from ..protocol.messages import (
-    Batch,
     Chunk,
     Done,
     Error,
@@ -60,6 +59,7 @@ from ..protocol.messages import (
 )
 from ..protocol.spec import WorkerSpec
 from .base import Emit, RequestError
+from .coalesce import Coalescer, interval_option
 from .hub import LoadError, resolve_model_path
 from .lm import FALLBACK_CONTEXT_LENGTH, _check_sampling, _overflow_message
 from .row_sampler import argmax_sampler, row_processors
@@ -135,6 +135,7 @@ class VlmBackend:
         self._queue: deque[_Active] = deque()
         self._by_id: dict[str, _Active] = {}
         self._by_uid: dict[int, _Active] = {}
+        self._out = Coalescer(lambda batch: self._emit(batch), 0.0)
 
     # ------------------------------------------------------------ loading
 
@@ -142,6 +143,7 @@ class VlmBackend:
         self._spec = spec
         self._emit = emit
         self.limits = _limits(spec.options)
+        self._out = Coalescer(lambda batch: self._emit(batch), interval_option(spec.options))
 
         def downloading(repo: str) -> None:
             emit(Progress(stage="download", detail=repo))
@@ -400,6 +402,8 @@ class VlmBackend:
     def step(self) -> None:
         generator = self._generator
         assert generator is not None and self._spec is not None
+        if self._queue:
+            self._out.flush()  # the step that prefills them may be long
         self._admit(generator)
         if not self._by_uid:
             return
@@ -427,7 +431,7 @@ class VlmBackend:
             if active.finish is not None:
                 finished.append(active)
         if chunks:
-            self._emit(Batch(chunks=chunks))
+            self._out.add(chunks)
         for active in finished:
             self._finish(active, active.finish or "stop")
 
@@ -471,6 +475,7 @@ class VlmBackend:
         return chunk
 
     def _finish(self, active: _Active, reason: str) -> None:
+        self._out.end(active.request_id)
         self._by_id.pop(active.request_id, None)
         if active.uid is not None:
             self._by_uid.pop(active.uid, None)
@@ -483,6 +488,7 @@ class VlmBackend:
 
     def fail_active(self, message: str) -> None:
         for active in list(self._by_uid.values()):
+            self._out.end(active.request_id)
             self._by_id.pop(active.request_id, None)
             self._emit(Error(message=message, request_id=active.request_id, status=500))
         self._by_uid.clear()

@@ -44,6 +44,7 @@ def test_prompt_cache_settings_reach_the_lm_worker(tmp_path: Path) -> None:
           - model_path: {HF_ID}
             prompt_cache_bytes: 1GiB
             prompt_cache_entries: 4
+            stream_interval: 0.005
           - model_path: {HF_ID}
             served_model_name: default
         """,
@@ -51,9 +52,11 @@ def test_prompt_cache_settings_reach_the_lm_worker(tmp_path: Path) -> None:
     options = spec_for(config.models[0], "w").options
     assert options["prompt_cache_bytes"] == 1024**3
     assert options["prompt_cache_entries"] == 4
+    assert options["stream_interval"] == 0.005  # the worker spaces its messages too
     default = spec_for(config.models[1], "w").options
     assert default["prompt_cache_bytes"] == 512 * 1024**2
     assert default["prompt_cache_entries"] == 32
+    assert default["stream_interval"] == 0.02
 
 
 def test_mlx_openai_server_prompt_cache_keys_are_used(tmp_path: Path) -> None:

@@ -54,8 +54,13 @@ def test_vision_keys(tmp_path: Path) -> None:
         "prefix_cache": False,
         "resize_shape": [448, 336],
         "max_pixels": 1_000_000,
+        "stream_interval": 0.02,
     }
-    assert worker_options(default) == {"prefix_cache": True, "resize_shape": [512, 512]}
+    assert worker_options(default) == {
+        "prefix_cache": True,
+        "resize_shape": [512, 512],
+        "stream_interval": 0.02,
+    }
 
 
 @pytest.mark.parametrize(

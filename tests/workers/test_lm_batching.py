@@ -11,89 +11,21 @@ at most, and its scaled output layer keeps the best token well ahead.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from mlx_gateway.protocol.messages import Batch, Done, Generate, Reply, SamplingParams
-from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.lm import LmBackend
+from mlx_gateway.protocol.messages import Batch, Generate, SamplingParams
+
+from .lm_recorder import PROMPTS, Recorder
 
 pytestmark = pytest.mark.slow
 
-PROMPTS = {
-    "a": "hello world",
-    "b": "The quick brown fox jumps over the lazy dog. " * 3,
-    "c": "One, two, three: count the steps",
-    "d": "Models stream tokens; the gateway relays them to every client. " * 5,
-}
-
-
-class Recorder:
-    """A backend plus everything it emitted and every token id it generated."""
-
-    def __init__(self, model: Path, **options: object) -> None:
-        spec = WorkerSpec(
-            worker_id="w",
-            kind="lm",
-            model_path=str(model),
-            served_model_name="tiny",
-            max_concurrency=int(options.pop("max_concurrency", 4)),  # type: ignore[call-overload]
-            options=dict(options),
-        )
-        self.replies: list[Reply] = []
-        self.backend = LmBackend()
-        self.backend.load(spec, self.replies.append)
-        self.tokens: dict[str, list[int]] = defaultdict(list)
-        advance = self.backend._advance
-
-        def spy(active, token, *rest):  # type: ignore[no-untyped-def]
-            self.tokens[active.request_id].append(token)
-            return advance(active, token, *rest)
-
-        self.backend._advance = spy  # type: ignore[method-assign]
-
-    def submit(self, request_id: str, content: str, max_tokens: int = 24) -> None:
-        self.backend.submit(
-            Generate(
-                request_id=request_id,
-                messages=[{"role": "user", "content": content}],
-                sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0),
-            ),
-            [],
-        )
-
-    def step(self, n: int = 1) -> None:
-        for _ in range(n):
-            self.backend.step()
-
-    def run(self) -> None:
-        for _ in range(10_000):
-            if not self.backend.has_work():
-                return
-            self.backend.step()
-        raise AssertionError("the backend never went idle")
-
-    def done(self, request_id: str) -> Done:
-        return next(r for r in self.replies if isinstance(r, Done) and r.request_id == request_id)
-
-    def text(self, request_id: str) -> str:
-        return "".join(
-            c.text
-            for r in self.replies
-            if isinstance(r, Batch)
-            for c in r.chunks
-            if c.request_id == request_id
-        )
-
-    def close(self) -> None:
-        self.backend.close()
-
 
 @pytest.fixture(scope="module")
-def solo(tiny_lm_path: Path) -> dict[str, list[int]]:
-    """Each prompt generated alone (batch of one, no prompt cache): the reference."""
-    rec = Recorder(tiny_lm_path, max_concurrency=1, prompt_cache_bytes=0)
+def reference(tiny_lm_path: Path) -> dict[str, list[int]]:
+    """Each prompt generated alone in a batch of one (no solo decoding, no prompt
+    cache): the reference."""
+    rec = Recorder(tiny_lm_path, solo=False, max_concurrency=1, prompt_cache_bytes=0)
     for key, content in PROMPTS.items():
         rec.submit(key, content, max_tokens=40)
         rec.run()
@@ -102,19 +34,19 @@ def solo(tiny_lm_path: Path) -> dict[str, list[int]]:
     return dict(rec.tokens)
 
 
-def test_batched_greedy_ids_equal_unbatched(tiny_lm_path: Path, solo) -> None:
+def test_batched_greedy_ids_equal_unbatched(tiny_lm_path: Path, reference) -> None:
     rec = Recorder(tiny_lm_path, max_concurrency=4, prompt_cache_bytes=0)
     for key, content in PROMPTS.items():  # different lengths: the batch is left-padded
         rec.submit(key, content, max_tokens=40)
     rec.run()
     assert max(len(r.chunks) for r in rec.replies if isinstance(r, Batch)) == 4
     for key in PROMPTS:
-        assert rec.tokens[key] == solo[key], key
+        assert rec.tokens[key] == reference[key], key
         assert rec.done(key).finish_reason == "length"
     rec.close()
 
 
-def test_request_inserted_mid_batch_finishes_correctly(tiny_lm_path: Path, solo) -> None:
+def test_request_inserted_mid_batch_finishes_correctly(tiny_lm_path: Path, reference) -> None:
     rec = Recorder(tiny_lm_path, max_concurrency=4, prompt_cache_bytes=0)
     rec.submit("a", PROMPTS["a"], max_tokens=40)
     rec.submit("b", PROMPTS["b"], max_tokens=40)
@@ -125,12 +57,12 @@ def test_request_inserted_mid_batch_finishes_correctly(tiny_lm_path: Path, solo)
     rec.submit("c", PROMPTS["c"], max_tokens=40)
     rec.run()
     for key in PROMPTS:
-        assert rec.tokens[key] == solo[key], key
+        assert rec.tokens[key] == reference[key], key
         assert rec.done(key).usage.completion_tokens == 40
     rec.close()
 
 
-def test_cancelling_one_stream_leaves_the_others_alone(tiny_lm_path: Path, solo) -> None:
+def test_cancelling_one_stream_leaves_the_others_alone(tiny_lm_path: Path, reference) -> None:
     rec = Recorder(tiny_lm_path, max_concurrency=4, prompt_cache_bytes=0)
     for key, content in PROMPTS.items():
         rec.submit(key, content, max_tokens=40)
@@ -140,13 +72,13 @@ def test_cancelling_one_stream_leaves_the_others_alone(tiny_lm_path: Path, solo)
     assert rec.backend.counts() == (3, 0)
     rec.run()
     for key in ("a", "c", "d"):
-        assert rec.tokens[key] == solo[key], key
+        assert rec.tokens[key] == reference[key], key
         assert rec.done(key).finish_reason == "length"
-    assert solo["b"][: len(rec.tokens["b"])] == rec.tokens["b"]  # right until it left
+    assert reference["b"][: len(rec.tokens["b"])] == rec.tokens["b"]  # right until it left
     rec.close()
 
 
-def test_prompt_cache_hit_gives_the_same_text(tiny_lm_path: Path, solo) -> None:
+def test_prompt_cache_hit_gives_the_same_text(tiny_lm_path: Path, reference) -> None:
     rec = Recorder(tiny_lm_path, max_concurrency=4)
     rec.submit("first", PROMPTS["d"], max_tokens=40)
     rec.run()
@@ -155,7 +87,7 @@ def test_prompt_cache_hit_gives_the_same_text(tiny_lm_path: Path, solo) -> None:
     rec.run()
     hit = rec.done("again").usage
     assert hit.cached_tokens == hit.prompt_tokens - 1  # all but the last prompt token
-    assert rec.tokens["first"] == rec.tokens["again"] == solo["d"]
+    assert rec.tokens["first"] == rec.tokens["again"] == reference["d"]
     assert rec.text("first") == rec.text("again")
     assert rec.backend.prompt_cache.hits >= 1
     rec.close()
@@ -198,7 +130,7 @@ def test_next_turn_reuses_the_conversation(tiny_lm_path: Path) -> None:
     cached.close()
 
 
-def test_batched_requests_with_cache_hits_match(tiny_lm_path: Path, solo) -> None:
+def test_batched_requests_with_cache_hits_match(tiny_lm_path: Path, reference) -> None:
     # Hits of different lengths join one prefill batch next to a cold prompt.
     rec = Recorder(tiny_lm_path, max_concurrency=4)
     rec.submit("warm-b", PROMPTS["b"], max_tokens=40)
@@ -210,7 +142,7 @@ def test_batched_requests_with_cache_hits_match(tiny_lm_path: Path, solo) -> Non
     assert rec.done("b").usage.cached_tokens > 0
     assert rec.done("d").usage.cached_tokens > 0
     for key in ("b", "d", "c"):
-        assert rec.tokens[key] == solo[key], key
+        assert rec.tokens[key] == reference[key], key
     rec.close()
 
 
