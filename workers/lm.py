@@ -397,7 +397,8 @@ class LmBackend:
     def _admit(self, generator: BatchGenerator) -> bool:
         """Start queued requests while there is room; True if any started."""
         assert self._spec is not None
-        if not self._queue:
+        running = len(self._by_uid) + (self._solo is not None)
+        if not self._queue or running >= max(self._spec.max_concurrency, 1):
             return False
         if self._solo is not None and not self._join_batch(self._solo, generator):
             return True  # the solo request ended with the token it had sampled

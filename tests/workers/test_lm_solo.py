@@ -78,6 +78,19 @@ def test_the_solo_request_moves_into_the_batch_when_another_arrives(
     rec.close()
 
 
+def test_with_room_for_one_the_solo_request_stays_solo(tiny_lm_path: Path, reference) -> None:
+    rec = Recorder(tiny_lm_path, max_concurrency=1, prompt_cache_bytes=0)
+    rec.submit("d", PROMPTS["d"], max_tokens=40)
+    rec.step(4)
+    rec.submit("b", PROMPTS["b"], max_tokens=40)
+    rec.step()
+    assert rec.backend._solo is not None and rec.backend._solo.request_id == "d"
+    assert rec.backend.counts() == (1, 1)  # b waits its turn
+    rec.run()
+    assert rec.tokens["d"] == reference["d"] and rec.tokens["b"] == reference["b"]
+    rec.close()
+
+
 def test_prefill_in_slices_gives_the_same_ids(tiny_lm_path: Path, reference) -> None:
     rec = Recorder(tiny_lm_path, prefill_step_size=8, prompt_cache_bytes=0)
     rec.submit("d", PROMPTS["d"], max_tokens=40)
