@@ -146,13 +146,22 @@ def cpu_seconds(process: Any) -> float:
     return float(times.user + times.system)
 
 
-def http_run(server: Any, streams: int, args: argparse.Namespace, offset: int) -> Any:
+def http_run(
+    server: Any,
+    streams: int,
+    args: argparse.Namespace,
+    offset: int,
+    requests: int | None = None,
+) -> Any:
+    """``streams`` closed-loop clients, each sending ``requests`` requests
+    (``--requests-per-stream`` by default)."""
     from .client import chat_body, closed_loop
 
     def body(i: int) -> bytes:
         return chat_body(server.model_name, messages_for(offset + i), args.max_tokens)
 
-    return asyncio.run(closed_loop(server.port, streams, args.requests_per_stream, body))
+    count = args.requests_per_stream if requests is None else requests
+    return asyncio.run(closed_loop(server.port, streams, count, body))
 
 
 def record_http(figures: Figures, label: str, streams: int, run: Any) -> None:
@@ -169,52 +178,88 @@ def record_http(figures: Figures, label: str, streams: int, run: Any) -> None:
 def one_round(
     args: argparse.Namespace, figures: Figures, model: Any, tokenizer: Any, servers: dict[str, Any]
 ) -> None:
-    """Every setup once; for each stream count the limit and the servers run back
-    to back, so that the ratios between them see the same machine load."""
+    """Every setup once per stream count, so that the ratios between them see the
+    same machine load: one stream alternates request by request
+    (:func:`single_stream`); more streams run each setup twice, in mirrored order
+    (limit, servers, servers reversed, limit), half the requests each time, so
+    that a load that grows or fades during the round weighs on all setups alike."""
     import psutil
-
-    from .inprocess import batch_generator_run, stream_generate_run
 
     def prompt_for(i: int) -> list[int]:
         return list(tokenizer.apply_chat_template(messages_for(i), add_generation_prompt=True))
 
-    me = psutil.Process()
     big = max(args.streams)
     for streams in args.streams:
         if streams == 1:
             single_stream(args, figures, model, tokenizer, prompt_for, servers)
             continue
-        requests = args.requests_per_stream
-        cpu_before = cpu_seconds(me)
-        if streams == 1:
-            run = stream_generate_run(model, tokenizer, prompt_for, requests, args.max_tokens)
-        else:
-            run = batch_generator_run(
-                model, prompt_for, streams, requests, args.max_tokens, args.prefill_batch
-            )
-            figures.add(f"limit/{streams}/ttft_p99_ms", run.ttft_percentile(99) * 1000)
-        figures.add(f"limit/{streams}/tok_s", run.tokens_per_second)
-        figures.add(f"limit/{streams}/ttft_p50_ms", run.ttft_percentile(50) * 1000)
-        if streams == big and run.tokens:
-            used = cpu_seconds(me) - cpu_before
-            figures.add("limit/cpu_us_per_token/workers", used * 1e6 / run.tokens)
-            figures.add("limit/cores/workers", used / run.wall)
-        for label, server in servers.items():
-            offset = int(time.monotonic() * 1000) % 100_000  # fresh prompts every run
-            processes = [server.process, *server.children()]
-            before = [cpu_seconds(p) for p in processes]
-            client_before = cpu_seconds(me)
-            run = http_run(server, streams, args, offset)
+        totals = mirrored_runs(args, streams, model, prompt_for, servers, psutil.Process())
+        limit = totals.pop("limit")
+        figures.add(f"limit/{streams}/tok_s", limit.run.tokens_per_second)
+        figures.add(f"limit/{streams}/ttft_p50_ms", limit.run.ttft_percentile(50) * 1000)
+        figures.add(f"limit/{streams}/ttft_p99_ms", limit.run.ttft_percentile(99) * 1000)
+        if streams == big and limit.run.tokens:
+            figures.add("limit/cpu_us_per_token/workers", limit.cpu[0] * 1e6 / limit.run.tokens)
+            figures.add("limit/cores/workers", limit.cpu[0] / limit.run.wall)
+        for label, total in totals.items():
+            run = total.run
             record_http(figures, label, streams, run)
             if streams == big and run.tokens:
-                used_by = [cpu_seconds(p) - b for p, b in zip(processes, before, strict=True)]
-                client = cpu_seconds(me) - client_before
+                server, workers, client = total.cpu
                 per_token = 1e6 / run.tokens
-                figures.add(f"{label}/cpu_us_per_token/server", used_by[0] * per_token)
-                figures.add(f"{label}/cpu_us_per_token/workers", sum(used_by[1:]) * per_token)
+                figures.add(f"{label}/cpu_us_per_token/server", server * per_token)
+                figures.add(f"{label}/cpu_us_per_token/workers", workers * per_token)
                 figures.add(f"{label}/cpu_us_per_token/client", client * per_token)
-                figures.add(f"{label}/cores/server", used_by[0] / run.wall)
-                figures.add(f"{label}/cores/workers", sum(used_by[1:]) / run.wall)
+                figures.add(f"{label}/cores/server", server / run.wall)
+                figures.add(f"{label}/cores/workers", workers / run.wall)
+
+
+@dataclass
+class Total:
+    """One setup's runs within a round, merged, and the CPU seconds they took:
+    ``(this process)`` for the limit, ``(server, its workers, this client)`` for a
+    server."""
+
+    run: Any
+    cpu: list[float]
+
+
+def mirrored_runs(
+    args: argparse.Namespace,
+    streams: int,
+    model: Any,
+    prompt_for: Any,
+    servers: dict[str, Any],
+    me: Any,
+) -> dict[str, Total]:
+    from .client import Run
+    from .inprocess import batch_generator_run
+
+    half = max(1, args.requests_per_stream // 2)
+    order = ["limit", *servers, *reversed(list(servers)), "limit"]
+    totals = {label: Total(Run(streams), [0.0] * (1 if label == "limit" else 3)) for label in order}
+    for label in order:
+        total = totals[label]
+        if label == "limit":
+            before = cpu_seconds(me)
+            run = batch_generator_run(
+                model, prompt_for, streams, half, args.max_tokens, args.prefill_batch
+            )
+            total.cpu[0] += cpu_seconds(me) - before
+        else:
+            server = servers[label]
+            offset = int(time.monotonic() * 1000) % 100_000  # fresh prompts every run
+            processes = [server.process, *server.children()]
+            before_all = [cpu_seconds(p) for p in processes]
+            client_before = cpu_seconds(me)
+            run = http_run(server, streams, args, offset, requests=half)
+            used = [cpu_seconds(p) - b for p, b in zip(processes, before_all, strict=True)]
+            total.cpu[0] += used[0]
+            total.cpu[1] += sum(used[1:])
+            total.cpu[2] += cpu_seconds(me) - client_before
+        total.run.results += run.results
+        total.run.wall += run.wall
+    return totals
 
 
 def single_stream(

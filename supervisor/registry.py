@@ -7,10 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import shutil
-import tempfile
-from pathlib import Path
 
 from .config import GatewayConfig, ModelConfig
 from .errors import GatewayError, ModelNotFound
@@ -18,21 +15,10 @@ from .placement import Placement
 from .process import WorkerCommand
 from .reaper import housekeeping_forever
 from .relay import Relay
+from .runtime_dir import make_runtime_dir
 from .worker import WorkerHandle
 
 log = logging.getLogger("mlx_gateway.registry")
-
-
-def make_runtime_dir(configured: str | None) -> tuple[Path, bool]:
-    """A directory only this user can enter, for the ZeroMQ socket.
-
-    Returns the path and whether we created it (and so remove it at exit)."""
-    if configured:
-        path = Path(configured).expanduser()
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o700)
-        return path, False
-    return Path(tempfile.mkdtemp(prefix="mlx-gateway-")), True  # mkdtemp makes it 0700
 
 
 class Registry:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import psutil
 import pytest
 
 from tests.fixtures.tiny_models import build_tiny_lm
@@ -273,9 +274,13 @@ def test_no_worker_outlives_a_killed_gateway(tiny_lm_path: Path, tmp_path: Path)
     ).raise_for_status()
     pids = gw.worker_pids()
     assert pids
+    endpoint = next(a for a in psutil.Process(pids[0]).cmdline() if a.startswith("ipc://"))
+    runtime_dir = Path(endpoint.removeprefix("ipc://")).parent
+    assert runtime_dir.is_dir()
     gw.stop(signal.SIGKILL)
     assert wait_until(lambda: not any(alive(p) for p in pids), timeout=5)
-    # And the next launch works.
+    assert runtime_dir.is_dir()  # kill -9 skipped the cleanup
+    # And the next launch works, and removes what the killed one left.
     (tmp_path / "again").mkdir()
     again = Gateway(
         tmp_path / "again", [{"served_model_name": "m", "model_path": str(tiny_lm_path)}]
@@ -287,5 +292,6 @@ def test_no_worker_outlives_a_killed_gateway(tiny_lm_path: Path, tmp_path: Path)
             timeout=60,
         )
         assert r.status_code == 200, r.text
+        assert not runtime_dir.exists()
     finally:
         assert again.stop() == 0

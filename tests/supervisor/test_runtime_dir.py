@@ -1,0 +1,57 @@
+"""Runtime directories left by killed gateways are removed by the next one, and
+nothing else is."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from mlx_gateway.supervisor.runtime_dir import PREFIX, SOCKET_NAME, remove_stale
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def runtime_dir(root: Path, pid: int, tag: str, *, listening: bool) -> tuple[Path, socket.socket]:
+    """A directory like a gateway's, with a Unix socket that listens or not (the
+    socket file of a killed process stays, with nobody behind it)."""
+    path = root / f"{PREFIX}{pid}-{tag}"
+    path.mkdir(mode=0o700)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path / SOCKET_NAME))
+    if listening:
+        sock.listen()
+    else:
+        sock.close()
+    return path, sock
+
+
+def test_only_the_leftovers_of_killed_gateways_go(tmp_path: Path) -> None:
+    gone = dead_pid()
+    stale, _ = runtime_dir(tmp_path, gone, "aaaa", listening=False)
+    empty = tmp_path / f"{PREFIX}{gone}-bbbb"
+    empty.mkdir()  # killed before it bound its socket
+    hidden, listener = runtime_dir(tmp_path, gone, "cccc", listening=True)
+    mine, _ = runtime_dir(tmp_path, os.getpid(), "dddd", listening=False)
+    alive, _ = runtime_dir(tmp_path, os.getppid(), "eeee", listening=False)
+    old_style = tmp_path / f"{PREFIX}x1y2z3"  # no pid in the name: cannot tell
+    old_style.mkdir()
+    other = tmp_path / f"not-ours-{gone}-ffff"
+    other.mkdir()
+    try:
+        assert remove_stale(tmp_path) == 2
+        assert not stale.exists() and not empty.exists()
+        # A live listener means a gateway runs there, whatever its pid looks like.
+        assert hidden.exists()
+        assert mine.exists() and alive.exists() and old_style.exists() and other.exists()
+        assert remove_stale(tmp_path) == 0
+    finally:
+        listener.close()
+    assert remove_stale(tmp_path) == 1  # now nobody listens there either
+    assert not hidden.exists()
