@@ -244,7 +244,9 @@ class Chunk(Message, tag="chunk"):
 
 
 class Batch(Message, tag="batch"):
-    """One generation step's output for every active request, in one message."""
+    """New output of every active request with any, in one message: one generation
+    step's, or several steps' when they come faster than the model's
+    ``stream_interval`` (a request then has one chunk holding all of them)."""
 
     chunks: list[Chunk] = []
 
