@@ -6,7 +6,9 @@ order. Each call of :meth:`LmBackend.step` runs one generator step (a decode ste
 for the running requests plus at most ``prefill_step_size`` prompt tokens of the
 joining ones), so cancels and new requests are seen between steps. A request that
 runs alone decodes outside the batch (:mod:`.solo`, faster for one stream) and
-moves into it, cache and all, as soon as another request arrives.
+moves into it, cache and all, as soon as another request arrives. The request
+bookkeeping (queue, cancels, ``Done``, stop strings) is shared with the vlm worker
+(:mod:`.batch_requests`).
 
 Text leaves through a :class:`~.coalesce.Coalescer`: one ``Batch`` per step, or per
 ``stream_interval`` when steps come faster than that.
@@ -38,7 +40,6 @@ reused tokens. Options (``spec.options``): ``prompt_cache_bytes`` and
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,24 +49,28 @@ import mlx.core as mx
 from mlx_lm import load as load_model_and_tokenizer
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import make_prompt_cache
-from mlx_lm.tokenizer_utils import StreamingDetokenizer, TokenizerWrapper
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from ..protocol.messages import (
-    Batch,
     Chunk,
     CountTokens,
     Done,
-    Error,
     Generate,
     ModelFacts,
     Progress,
     Request,
-    SamplingParams,
     Started,
     Usage,
 )
 from ..protocol.spec import WorkerSpec
 from .base import Emit, RequestError
+from .batch_requests import (
+    Active,
+    BatchRequests,
+    check_sampling,
+    completion_budget,
+    overflow_message,
+)
 from .blas import blas_in_use
 from .chat_format import opens_thinking, template_facts
 from .coalesce import Coalescer, interval_option
@@ -75,13 +80,10 @@ from .logprobs import LogprobTrack
 from .prompt_cache import PromptCache
 from .sampling import LogitsProcessor, Sampler, make_request_processors, make_request_sampler
 from .solo import SoloDecode, private_copy, supports_solo
-from .stops import scan_stops
 from .tool_scan import ToolScan, make_tool_scan
 
 log = logging.getLogger(__name__)
 
-FALLBACK_CONTEXT_LENGTH = 4096
-"""Used when neither the spec nor the model tells the context length."""
 PROMPT_CACHE_BYTES = 512 * 1024**2
 PROMPT_CACHE_ENTRIES = 32
 """Prompt cache caps when the spec's options leave them out."""
@@ -95,27 +97,14 @@ _TEMPLATE_RESERVED = {
 }
 
 
-@dataclass
-class _Active:
-    """One accepted request and its streaming state."""
+@dataclass(kw_only=True)
+class _Active(Active):
+    """One accepted request and its streaming state (``cached``: prompt tokens
+    taken from the prompt cache)."""
 
-    request_id: str
     prompt: list[int]
-    max_tokens: int
     sampler: Sampler
     processors: list[LogitsProcessor]
-    stops: list[str]
-    detokenizer: StreamingDetokenizer
-    uid: int | None = None
-    """The generator's id once the request joined the batch."""
-    cached: int = 0
-    """Prompt tokens taken from the prompt cache instead of prefilled."""
-    held: str = ""
-    """Text withheld because it may be the start of a stop string."""
-    generated: int = 0
-    unsent_tokens: int = 0
-    finish: str | None = None
-    """Set by the step that ends the request."""
     logprobs: LogprobTrack | None = None
     """Set when the request asked for log-probabilities."""
     tools: ToolScan | None = None
@@ -123,31 +112,30 @@ class _Active:
     solo: SoloDecode | None = None
     """Set while the request decodes alone, outside the batch."""
 
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt)
+
 
 def create_backend() -> LmBackend:
     return LmBackend()
 
 
-class LmBackend:
+class LmBackend(BatchRequests[_Active, BatchGenerator]):
     """The ``lm`` backend (see the module docstring for the reply sequence)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.model: Any = None
         self.tokenizer: TokenizerWrapper | None = None
         self.context_length: int | None = None
         self._spec: WorkerSpec | None = None
-        self._generator: BatchGenerator | None = None
         self._stream: mx.Stream | None = None
-        self._emit: Emit = lambda msg: None
-        self._queue: deque[_Active] = deque()
-        self._by_id: dict[str, _Active] = {}
-        self._by_uid: dict[int, _Active] = {}
         self.prompt_cache = PromptCache(0, 0)
         self.grammars: Grammars | None = None
         self.solo_enabled = False
         """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
         self._solo: _Active | None = None
-        self._out = Coalescer(self._emit_chunks, 0.0)
 
     # ------------------------------------------------------------ loading
 
@@ -177,7 +165,7 @@ class LmBackend:
         self._generator = self._new_generator()
         self.grammars = Grammars(tokenizer)
         self.solo_enabled = supports_solo(model)
-        self._out = Coalescer(self._emit_chunks, interval_option(spec.options))
+        self._out = Coalescer(self._emit_batch, interval_option(spec.options))
         self.prompt_cache = PromptCache(
             _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
             _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
@@ -205,9 +193,6 @@ class LmBackend:
             stream=self._stream,
         )
 
-    def _emit_chunks(self, batch: Batch) -> None:
-        self._emit(batch)  # late-bound: load() sets _emit after __init__ made the Coalescer
-
     # ------------------------------------------------------------ requests
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
@@ -220,7 +205,7 @@ class LmBackend:
             log.warning("duplicate request_id %s ignored", request.request_id)
             return
         params = request.sampling
-        _check_sampling(params)
+        check_sampling(params)
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where)
         assert self.tokenizer is not None
@@ -293,52 +278,23 @@ class LmBackend:
 
     def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str) -> int:
         """The completion budget; raises the OpenAI context_length_exceeded error."""
-        if max_tokens is not None and max_tokens < 1:
-            raise RequestError("max_tokens must be at least 1", param="max_tokens")
-        limit = self.context_length
-        if limit is None:
-            return max_tokens or FALLBACK_CONTEXT_LENGTH
-        if prompt_tokens >= limit:
-            if max_tokens is None:
-                message = (
-                    f"This model's maximum context length is {limit} tokens. However, your "
-                    f"{where} resulted in {prompt_tokens} tokens. Please reduce the length "
-                    f"of the {where}."
-                )
-            else:
-                message = _overflow_message(limit, prompt_tokens, max_tokens, where)
-            raise RequestError(message, param=where, code="context_length_exceeded")
-        if max_tokens is None:
-            return limit - prompt_tokens
-        if prompt_tokens + max_tokens > limit:
-            raise RequestError(
-                _overflow_message(limit, prompt_tokens, max_tokens, where),
-                param="max_tokens",
-                code="context_length_exceeded",
+
+        def too_long(limit: int) -> str:
+            if max_tokens is not None:
+                return overflow_message(limit, prompt_tokens, max_tokens, where)
+            return (
+                f"This model's maximum context length is {limit} tokens. However, your "
+                f"{where} resulted in {prompt_tokens} tokens. Please reduce the length "
+                f"of the {where}."
             )
-        return max_tokens
 
-    def cancel(self, request_id: str) -> None:
-        active = self._by_id.get(request_id)
-        if active is None:
-            return
-        if active.solo is not None:
-            self._leave_batch(active)
-        elif active.uid is None:
-            self._queue.remove(active)
-        else:
-            self._leave_batch(active)
-        self._finish(active, "cancelled")
+        return completion_budget(self.context_length, prompt_tokens, max_tokens, where, too_long)
 
-    def cancel_all(self) -> None:
-        for request_id in list(self._by_id):
-            self.cancel(request_id)
+    def _queued(self, active: _Active) -> bool:
+        return active.uid is None and active.solo is None
 
     def counts(self) -> tuple[int, int]:
         return len(self._by_uid) + (self._solo is not None), len(self._queue)
-
-    def has_work(self) -> bool:
-        return bool(self._by_id)
 
     # ------------------------------------------------------------ generation
 
@@ -485,27 +441,12 @@ class LmBackend:
         self, active: _Active, token: int, finish: str | None, logprobs: mx.array | None = None
     ) -> Chunk | None:
         """Take one generated token: detokenize, apply stop strings, decide the finish."""
-        active.generated += 1
-        active.unsent_tokens += 1
-        # The generator's only stop sequences are the EOS tokens, whose text is not sent.
-        if finish != "stop":
-            active.detokenizer.add_token(token)
-        if finish is not None:
-            active.detokenizer.finalize()
-        segment = active.detokenizer.last_segment
+        segment = self._take_token(active, token, finish)
         if active.logprobs is not None:  # EOS (finish "stop" here) is not reported
             eos = finish == "stop"
             active.logprobs.add(None if eos else token, None if eos else logprobs, segment)
-        text, stopped = segment, False
-        if active.stops:
-            text, active.held, stopped = scan_stops(
-                active.held, segment, active.stops, final=finish is not None
-            )
-        if stopped and finish is None:
-            self._leave_batch(active)
-        if stopped:
-            finish = "stop"
-        active.finish = finish
+        text = self._apply_stops(active, segment, finish)
+        finish = active.finish
         logprobs_out = []
         if active.logprobs is not None:
             logprobs_out = active.logprobs.release(len(text), final=finish is not None)
@@ -543,18 +484,9 @@ class LmBackend:
             self.prompt_cache.store(list(tokens), cache)
 
     def _finish(self, active: _Active, reason: str) -> None:
-        self._out.end(active.request_id)
         if self._solo is active:
             self._solo = None
-        self._by_id.pop(active.request_id, None)
-        if active.uid is not None:
-            self._by_uid.pop(active.uid, None)
-        usage = Usage(
-            prompt_tokens=len(active.prompt),
-            completion_tokens=active.generated,
-            cached_tokens=active.cached,
-        )
-        self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
+        super()._finish(active, reason)
 
     def fail_active(self, message: str) -> None:
         failed = list(self._by_uid.values())
@@ -562,20 +494,7 @@ class LmBackend:
             failed.append(self._solo)
             self._solo.solo = None
             self._solo = None
-        for active in failed:
-            self._out.end(active.request_id)
-            self._by_id.pop(active.request_id, None)
-            self._emit(Error(message=message, request_id=active.request_id, status=500))
-        self._by_uid.clear()
-        # The failed step may have left the shared batch state half-updated.
-        if self._generator is not None:
-            self._generator.close()
-        self._generator = self._new_generator()
-
-    def close(self) -> None:
-        if self._generator is not None:
-            self._generator.close()
-            self._generator = None
+        self._fail(failed, message)
 
 
 # ---------------------------------------------------------------- helpers
@@ -604,19 +523,6 @@ def _context_length(config: dict[str, Any], tokenizer: TokenizerWrapper) -> int 
     if isinstance(value, int) and 0 < value < _UNBOUNDED:
         return value
     return None
-
-
-def _check_sampling(params: SamplingParams) -> None:
-    if params.temperature < 0:
-        raise RequestError("temperature must be at least 0", param="temperature")
-    if not 0 < params.top_p <= 1:
-        raise RequestError("top_p must be greater than 0 and at most 1", param="top_p")
-    if params.top_k < 0:
-        raise RequestError("top_k must be at least 0", param="top_k")
-    if not 0 <= params.min_p <= 1:
-        raise RequestError("min_p must be between 0 and 1", param="min_p")
-    if params.repetition_penalty is not None and params.repetition_penalty <= 0:
-        raise RequestError("repetition_penalty must be greater than 0", param="repetition_penalty")
 
 
 def _flatten_content(message: dict[str, Any]) -> dict[str, Any]:
@@ -656,11 +562,3 @@ def _chat_tokens(
             f"the chat template rejected the messages: {exc}", param="messages"
         ) from None
     return list(tokens)
-
-
-def _overflow_message(limit: int, prompt_tokens: int, max_tokens: int, where: str) -> str:
-    return (
-        f"This model's maximum context length is {limit} tokens. However, you requested "
-        f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {where}, {max_tokens} "
-        f"in the completion). Please reduce the length of the {where} or completion."
-    )

@@ -13,7 +13,8 @@ Concurrency: every accepted request shares one mlx-vlm ``BatchGenerator``
 joining and leaving between steps; later ones wait in arrival order. Text-only
 requests join the same batch. mlx-vlm samples a batch with one sampler, so each
 request's own settings run as its last logits processor (:mod:`.row_sampler`).
-With ``max_concurrency: 1`` requests simply queue.
+With ``max_concurrency: 1`` requests simply queue. The request bookkeeping (queue,
+cancels, ``Done``, stop strings) is shared with the lm worker (:mod:`.batch_requests`).
 
 Prefix cache (``options["prefix_cache"]``, on by default): mlx-vlm's automatic
 prefix cache keeps the key/value blocks of recent prompts in memory and reuses the
@@ -30,7 +31,6 @@ Replies per request are those of the lm worker (see :mod:`.lm`): ``Started``, on
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,29 +41,25 @@ from mlx_vlm import apc
 from mlx_vlm import load as load_vlm
 from mlx_vlm.generate.ar import BatchGenerator
 from mlx_vlm.prompt_utils import apply_chat_template
-from mlx_vlm.tokenizer_utils import StreamingDetokenizer, make_streaming_detokenizer
+from mlx_vlm.tokenizer_utils import make_streaming_detokenizer
 from mlx_vlm.utils import prepare_inputs, should_add_special_tokens
 from mlx_vlm.vision_cache import VisionFeatureCache, processed_image_key
 from PIL import Image
 
 from ..protocol.messages import (
     Chunk,
-    Done,
-    Error,
     Generate,
     ModelFacts,
     Progress,
     Request,
     Started,
-    Usage,
 )
 from ..protocol.spec import WorkerSpec
 from .base import Emit, RequestError
+from .batch_requests import Active, BatchRequests, check_sampling, completion_budget
 from .coalesce import Coalescer, interval_option
 from .hub import LoadError, resolve_model_path
-from .lm import FALLBACK_CONTEXT_LENGTH, _check_sampling, _overflow_message
 from .row_sampler import argmax_sampler, row_processors
-from .stops import scan_stops
 from .vlm_images import DETAILS, ImageLimits, decode_image
 
 log = logging.getLogger(__name__)
@@ -94,48 +90,37 @@ class Prompt:
     """The request field the prompt came from (``messages`` or ``prompt``)."""
 
 
-@dataclass
-class _Active:
-    """One accepted request and its streaming state."""
+@dataclass(kw_only=True)
+class _Active(Active):
+    """One accepted request and its streaming state (``cached``: prompt tokens
+    mlx-vlm's prefix cache skipped)."""
 
-    request_id: str
     prompt: Prompt
-    max_tokens: int
     processors: list[Any] | None
-    stops: list[str]
-    detokenizer: StreamingDetokenizer
-    uid: int | None = None
-    """The generator's id once the request joined the batch."""
     prefilled: bool = False
-    held: str = ""
-    generated: int = 0
-    unsent_tokens: int = 0
-    cached_tokens: int = 0
-    finish: str | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt.tokens)
 
 
 def create_backend() -> VlmBackend:
     return VlmBackend()
 
 
-class VlmBackend:
+class VlmBackend(BatchRequests[_Active, BatchGenerator]):
     """The ``vlm`` backend (see the module docstring)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.model: Any = None
         self.processor: Any = None
         self.context_length: int | None = None
         self.limits = ImageLimits()
         self._spec: WorkerSpec | None = None
         self._stream: mx.Stream | None = None
-        self._generator: BatchGenerator | None = None
         self._prefix_cache: apc.APCManager | None = None
         self._vision_cache = VisionFeatureCache(max_size=VISION_CACHE_SIZE)
-        self._emit: Emit = lambda msg: None
-        self._queue: deque[_Active] = deque()
-        self._by_id: dict[str, _Active] = {}
-        self._by_uid: dict[int, _Active] = {}
-        self._out = Coalescer(lambda batch: self._emit(batch), 0.0)
 
     # ------------------------------------------------------------ loading
 
@@ -143,7 +128,7 @@ class VlmBackend:
         self._spec = spec
         self._emit = emit
         self.limits = _limits(spec.options)
-        self._out = Coalescer(lambda batch: self._emit(batch), interval_option(spec.options))
+        self._out = Coalescer(self._emit_batch, interval_option(spec.options))
 
         def downloading(repo: str) -> None:
             emit(Progress(stage="download", detail=repo))
@@ -195,7 +180,7 @@ class VlmBackend:
             return
         _check_supported(request)
         params = request.sampling
-        _check_sampling(params)
+        check_sampling(params)
         assert self._stream is not None
         with mx.stream(self._stream):
             prompt = self._prompt(request, payloads)
@@ -354,48 +339,15 @@ class VlmBackend:
     def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str) -> int:
         """The completion budget; raises OpenAI's context_length_exceeded error
         (in the lm worker's words)."""
-        if max_tokens is not None and max_tokens < 1:
-            raise RequestError("max_tokens must be at least 1", param="max_tokens")
-        limit = self.context_length
-        if limit is None:
-            return max_tokens or FALLBACK_CONTEXT_LENGTH
-        if prompt_tokens >= limit:
-            message = (
+
+        def too_long(limit: int) -> str:
+            return (
                 f"This model's maximum context length is {limit} tokens. However, your "
                 f"{where} resulted in {prompt_tokens} tokens (images included). Please "
                 f"reduce the length of the {where}."
             )
-            raise RequestError(message, param=where, code="context_length_exceeded")
-        if max_tokens is None:
-            return limit - prompt_tokens
-        if prompt_tokens + max_tokens > limit:
-            raise RequestError(
-                _overflow_message(limit, prompt_tokens, max_tokens, where),
-                param="max_tokens",
-                code="context_length_exceeded",
-            )
-        return max_tokens
 
-    def cancel(self, request_id: str) -> None:
-        active = self._by_id.get(request_id)
-        if active is None:
-            return
-        if active.uid is None:
-            self._queue.remove(active)
-        else:
-            assert self._generator is not None
-            self._generator.remove(active.uid)
-        self._finish(active, "cancelled")
-
-    def cancel_all(self) -> None:
-        for request_id in list(self._by_id):
-            self.cancel(request_id)
-
-    def counts(self) -> tuple[int, int]:
-        return len(self._by_uid), len(self._queue)
-
-    def has_work(self) -> bool:
-        return bool(self._by_id)
+        return completion_budget(self.context_length, prompt_tokens, max_tokens, where, too_long)
 
     # ------------------------------------------------------------ generation
 
@@ -417,7 +369,7 @@ class VlmBackend:
             active = self._by_uid.get(progress.uid)
             if active is not None:
                 active.prefilled = True
-                active.cached_tokens = progress.cached_tokens
+                active.cached = progress.cached_tokens
         chunks: list[Chunk] = []
         finished: list[_Active] = []
         for response in responses:
@@ -450,57 +402,16 @@ class VlmBackend:
 
     def _advance(self, active: _Active, token: int, finish: str | None) -> Chunk | None:
         """Take one generated token: detokenize, apply stop strings, decide the finish."""
-        active.generated += 1
-        active.unsent_tokens += 1
-        # The generator stops on EOS tokens only; their text is never sent.
-        if finish != "stop":
-            active.detokenizer.add_token(token)
-        if finish is not None:
-            active.detokenizer.finalize()
-        text, stopped = active.detokenizer.last_segment, False
-        if active.stops:
-            text, active.held, stopped = scan_stops(
-                active.held, text, active.stops, final=finish is not None
-            )
-        if stopped and finish is None:
-            assert self._generator is not None and active.uid is not None
-            self._generator.remove(active.uid)
-        if stopped:
-            finish = "stop"
-        active.finish = finish
+        text = self._apply_stops(active, self._take_token(active, token, finish), finish)
         if not text:
             return None
         chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)
         active.unsent_tokens = 0
         return chunk
 
-    def _finish(self, active: _Active, reason: str) -> None:
-        self._out.end(active.request_id)
-        self._by_id.pop(active.request_id, None)
-        if active.uid is not None:
-            self._by_uid.pop(active.uid, None)
-        usage = Usage(
-            prompt_tokens=len(active.prompt.tokens),
-            completion_tokens=active.generated,
-            cached_tokens=active.cached_tokens,
-        )
-        self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
-
-    def fail_active(self, message: str) -> None:
-        for active in list(self._by_uid.values()):
-            self._out.end(active.request_id)
-            self._by_id.pop(active.request_id, None)
-            self._emit(Error(message=message, request_id=active.request_id, status=500))
-        self._by_uid.clear()
-        # The failed step may have left the shared batch state half-updated.
-        if self._generator is not None:
-            self._generator.close()
-        self._generator = self._new_generator()
-
-    def close(self) -> None:
-        if self._generator is not None:
-            self._generator.close()
-            self._generator = None
+    def _leave_batch(self, active: _Active) -> None:
+        assert self._generator is not None and active.uid is not None
+        self._generator.remove(active.uid)
 
 
 # ---------------------------------------------------------------- helpers
