@@ -40,6 +40,9 @@ def worker(tiny_lm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         tiny_lm_path,
         max_concurrency=3,
         heartbeat_interval=0.5,
+        # One chunk per step, whatever the machine's speed: the stop-string test
+        # builds its stop from the text of two successive tokens.
+        options={"stream_interval": 0},
     )
     harness.wait_other(Ready)
     yield harness
