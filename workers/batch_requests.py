@@ -166,7 +166,10 @@ class BatchRequests(ABC, Generic[A, G]):
         self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
 
     def fail_active(self, message: str) -> None:
-        self._fail(list(self._by_uid.values()), message)
+        # Every request that left the queue: running, or caught between the queue
+        # and the batch by the failure (an insert that raised).
+        queued = {id(active) for active in self._queue}
+        self._fail([a for a in self._by_id.values() if id(a) not in queued], message)
 
     def _fail(self, failed: list[A], message: str) -> None:
         """End the running requests with a 500 ``Error`` and start a new generator."""

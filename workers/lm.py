@@ -489,12 +489,10 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         super()._finish(active, reason)
 
     def fail_active(self, message: str) -> None:
-        failed = list(self._by_uid.values())
         if self._solo is not None:
-            failed.append(self._solo)
             self._solo.solo = None
             self._solo = None
-        self._fail(failed, message)
+        super().fail_active(message)
 
 
 # ---------------------------------------------------------------- helpers

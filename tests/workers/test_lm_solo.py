@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mlx_gateway.protocol.messages import Batch
+from mlx_gateway.protocol.messages import Batch, Error
 
 from .lm_recorder import PROMPTS, Recorder
 
@@ -165,3 +165,53 @@ def test_every_token_is_sent_before_done(tiny_lm_path: Path) -> None:
     assert len([r for r in plain.replies if isinstance(r, Batch)]) > 20  # one per step
     rec.close()
     plain.close()
+
+
+def test_a_failed_handover_fails_that_request_and_the_worker_goes_on(
+    tiny_lm_path: Path, reference
+) -> None:
+    rec = Recorder(tiny_lm_path, prompt_cache_bytes=0)
+    rec.submit("d", PROMPTS["d"], max_tokens=40)
+    rec.step(6)
+    generator = rec.backend._generator
+    assert generator is not None
+    insert = generator.insert
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("out of memory")
+
+    generator.insert = broken  # type: ignore[method-assign]
+    rec.submit("b", PROMPTS["b"], max_tokens=40)
+    with pytest.raises(RuntimeError):
+        rec.step()  # the handover of "d" into the batch fails
+    generator.insert = insert  # type: ignore[method-assign]
+    rec.backend.fail_active("generation failed: RuntimeError: out of memory")  # as serve() does
+    errors = [r for r in rec.replies if isinstance(r, Error)]
+    assert [e.request_id for e in errors] == ["d"] and errors[0].status == 500
+    assert rec.backend.counts() == (0, 1)  # "b" still waits, nothing is stuck
+    rec.run()
+    assert rec.tokens["b"] == reference["b"]
+    assert not rec.backend.has_work()
+    rec.close()
+
+
+def test_a_failed_solo_step_fails_that_request(tiny_lm_path: Path, reference) -> None:
+    rec = Recorder(tiny_lm_path, prompt_cache_bytes=0)
+    rec.submit("d", PROMPTS["d"], max_tokens=40)
+    rec.step(3)
+    solo = rec.backend._solo
+    assert solo is not None and solo.solo is not None
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    solo.solo.step = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        rec.step()
+    rec.backend.fail_active("generation failed: RuntimeError: boom")
+    assert [r.request_id for r in rec.replies if isinstance(r, Error)] == ["d"]
+    assert not rec.backend.has_work() and rec.backend._solo is None
+    rec.submit("again", PROMPTS["d"], max_tokens=40)
+    rec.run()
+    assert rec.tokens["again"] == reference["d"]
+    rec.close()
