@@ -134,7 +134,8 @@ class ImageBackend:
         self._queue: deque[_Job] = deque()
         self._inbox: queue.Queue[InboxItem] | None = None
         self._latents: Any = None
-        self._tmp = Path(tempfile.mkdtemp(prefix="mlx-gateway-image-"))
+        self._tmp: Path | None = None
+        """Made for the first edit's input files (generations need none)."""
         # Set while a picture is being made: what the in-loop callback reports on.
         self._current: _Job | None = None
         self._index = 0
@@ -308,6 +309,8 @@ class ImageBackend:
         if request.mask:
             mask = fill_mask(open_upload(payloads[-1], "mask", multiple), images[0].size)
         # Files only once every input is known good: a rejected request leaves none.
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="mlx-gateway-image-"))
         folder = Path(tempfile.mkdtemp(dir=self._tmp))
         job.inputs = [save_input(img, folder / f"input-{i}.png") for i, img in enumerate(images)]
         if mask is not None:
@@ -518,7 +521,8 @@ class ImageBackend:
             _discard_files(job)
 
     def close(self) -> None:
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 class _LoopHook:
