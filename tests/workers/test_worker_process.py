@@ -168,6 +168,21 @@ def test_request_inserted_mid_flight(worker: WorkerHarness) -> None:
     assert worker.finished("long")[-1].usage.completion_tokens == 400
 
 
+def test_a_lone_request_joined_by_another_keeps_its_text(worker: WorkerHarness) -> None:
+    # Alone, a request decodes outside the batch; when a second one arrives it moves
+    # into the batch with its cache. Greedy text must not change either way.
+    alone_first = greedy(worker, "ref-first", 200, content="Tell me a long story")
+    alone_second = greedy(worker, "ref-second", 20, content="Count the steps")
+    worker.generate("first", temperature=0.0, max_tokens=200, content="Tell me a long story")
+    worker.wait_for(lambda: len(worker.events["first"]) > 3, 10, "the first request to run")
+    worker.generate("second", temperature=0.0, max_tokens=20, content="Count the steps")
+    second = worker.finished("second")
+    first = worker.finished("first")
+    assert text_of(second) == text_of(alone_second)
+    assert text_of(first) == text_of(alone_first)
+    assert first[-1].usage.completion_tokens == alone_first[-1].usage.completion_tokens
+
+
 def test_max_tokens_ends_with_length(worker: WorkerHarness) -> None:
     done = greedy(worker, "len-7", 7)[-1]
     assert isinstance(done, Done)
