@@ -35,20 +35,14 @@ import base64
 import json
 import os
 import random
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psutil
 
 PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
 SERVED = "all-minilm-l6-v2"
@@ -170,19 +164,15 @@ class InProcess:
 # ---------------------------------------------------------------- the gateway
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Gateway:
     """``mlx-gateway launch --config …`` serving the model, loaded at launch."""
 
     def __init__(self, workdir: Path, model_dir: Path) -> None:
         import yaml
 
-        self.port = _free_port()
+        from .servers import Server, free_port
+
+        self.port = free_port()
         config = {
             "server": {"port": self.port, "log_level": "warning", "shutdown_grace": 2},
             "models": [
@@ -197,46 +187,32 @@ class Gateway:
         }
         path = workdir / "gateway.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.log_path = workdir / "gateway.log"
-        self._log = self.log_path.open("wb")
         command = Path(sys.executable).with_name("mlx-gateway")
-        self.proc = subprocess.Popen(
+        self.server = Server(
+            "the gateway",
             [str(command), "launch", "--config", str(path)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-            start_new_session=True,
+            self.port,
+            workdir / "gateway.log",
+            {**os.environ, "HF_HUB_OFFLINE": "1"},
         )
-        self.process = psutil.Process(self.proc.pid)
+        self.process = self.server.process
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 180.0) -> None:
-        url = f"http://127.0.0.1:{self.port}/v1/models/{SERVED}"
+        """Until the model is loaded (the gateway answers before that)."""
+        url = f"/v1/models/{SERVED}"
+        self.server.wait_ready(url, timeout)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the gateway exited {self.proc.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if json.loads(response.read()).get("state") == "ready":
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            if self.server.proc.poll() is not None:
+                raise RuntimeError(f"the gateway exited:\n{self.server.log()}")
+            if self.server.get(url).get("state") == "ready":
+                return
             time.sleep(0.2)
-        raise RuntimeError(f"the model was not ready in {timeout} s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the model was not ready in {timeout} s:\n{self.server.log()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._log.close()
+        self.server.stop()
 
     async def embed(self, texts: list[str], batch: int, concurrency: int) -> np.ndarray:
         """All ``texts`` in requests of ``batch`` inputs, ``concurrency`` in flight."""
