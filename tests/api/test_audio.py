@@ -21,8 +21,6 @@ from starlette.applications import Starlette
 
 from tests.fixtures.whisper import FOX_CLIPS
 
-from .clients import asgi_client, strict_sdk
-
 # One gateway (and so one worker process) for the whole module.
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -46,17 +44,6 @@ async def app(tiny_whisper_path: Path) -> AsyncIterator[Starlette]:
     app = create_app(config)
     async with app.router.lifespan_context(app):
         yield app
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(app, timeout=120) as client:
-        yield client
-
-
-@pytest.fixture
-def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return strict_sdk(http)
 
 
 def status(app: Starlette, name: str = WHISPER) -> dict[str, Any]:

@@ -65,13 +65,6 @@ async def app(tiny_bert_path: Path) -> AsyncIterator[Starlette]:
         yield app
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=60) as client:
-        yield client
-
-
 @pytest.fixture
 def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
     """Validates every response against the SDK's schema; ask it for floats, as its

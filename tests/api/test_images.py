@@ -24,8 +24,6 @@ from starlette.applications import Starlette
 
 from tests.fixtures.tiny_flux2 import CONFIG_NAME, MODEL_CONFIG
 
-from .clients import asgi_client, strict_sdk
-
 # One gateway (and so one image worker) for the whole module.
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -56,17 +54,6 @@ async def app(tiny_flux2_path: Path) -> AsyncIterator[Starlette]:
     app = create_app(config)
     async with app.router.lifespan_context(app):
         yield app
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(app, timeout=120) as client:
-        yield client
-
-
-@pytest.fixture
-def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return strict_sdk(http)
 
 
 def state(app: Starlette, name: str = FLUX) -> str:

@@ -25,7 +25,6 @@ from starlette.applications import Starlette
 from tests.fixtures.image_server import ImageServer
 
 from ..supervisor.fakes import fake_command
-from .clients import asgi_client, strict_sdk
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -104,17 +103,6 @@ async def app(tiny_vlm_path: Path) -> AsyncIterator[Starlette]:
     app = create_app(config, command=command)
     async with app.router.lifespan_context(app):
         yield app
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    async with asgi_client(app, timeout=60) as client:
-        yield client
-
-
-@pytest.fixture
-def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return strict_sdk(http)
 
 
 async def describe(sdk: openai.AsyncOpenAI, messages: list, model: str = VL, **extra: Any) -> Any:
