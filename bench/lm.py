@@ -36,19 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
-
-
-def _reexec_with_openblas(argv: list[str]) -> None:
-    """Restart this benchmark with OpenBLAS preloaded (it must be there at exec)."""
-    from mlx_gateway.supervisor.blas import find_openblas, with_preload
-
-    library = find_openblas()
-    if library is None or os.environ.get(PRELOADED):
-        return
-    env = with_preload(dict(os.environ), library)
-    env[PRELOADED] = library
-    os.execve(sys.executable, [sys.executable, "-m", "bench.lm", *argv], env)
+from .servers import PRELOADED, reexec_with_openblas
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -488,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     if not args.no_openblas:
-        _reexec_with_openblas(argv)
+        reexec_with_openblas("bench.lm", argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     info = machine()

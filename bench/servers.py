@@ -24,6 +24,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
+"""Set (to the library's path) in a benchmark restarted with OpenBLAS preloaded."""
+
+
+def reexec_with_openblas(module: str, argv: list[str]) -> None:
+    """Restart ``python -m module argv`` with OpenBLAS preloaded, as the gateway
+    preloads it into its workers (it must be there when the process starts). Returns
+    when there is no OpenBLAS, or when this process already is the restarted one."""
+    from mlx_gateway.supervisor.blas import find_openblas, with_preload
+
+    library = find_openblas()
+    if library is None or os.environ.get(PRELOADED):
+        return
+    env = with_preload(dict(os.environ), library)
+    env[PRELOADED] = library
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
+
+
 class Server:
     """A server process whose output goes to a log file."""
 

@@ -39,10 +39,6 @@ def supports_solo(model: Any) -> bool:
     return is_trimmable(make_prompt_cache(model))
 
 
-def fresh_cache(model: Any) -> LayerCaches:
-    return make_prompt_cache(model)
-
-
 def private_copy(cache: LayerCaches, tokens: int) -> LayerCaches:
     """The first ``tokens`` tokens of a trimmable cache, as arrays of its own: the
     solo loop writes into its cache, and a prompt-cache entry must stay intact
