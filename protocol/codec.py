@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .messages import Reply, Request
+from mlx_gateway.protocol.messages import Reply, Request
 
 encoder = msgspec.msgpack.Encoder()
 request_decoder: msgspec.msgpack.Decoder[Request] = msgspec.msgpack.Decoder(Request)

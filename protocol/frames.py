@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .codec import decode_reply, decode_request, encode
-from .messages import Reply, Request
+from mlx_gateway.protocol.codec import decode_reply, decode_request, encode
+from mlx_gateway.protocol.messages import Reply, Request
 
 Frame = bytes | bytearray | memoryview
 

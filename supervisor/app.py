@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
-from .api import exception_handlers, routes
-from .api.middleware import middleware_for
-from .api.recorder import Recorder
-from .config import GatewayConfig
-from .process import WorkerCommand
-from .registry import Registry
+from mlx_gateway.supervisor.api import exception_handlers, routes
+from mlx_gateway.supervisor.config import GatewayConfig
+from mlx_gateway.supervisor.http.middleware import middleware_for
+from mlx_gateway.supervisor.http.recorder import Recorder
+from mlx_gateway.supervisor.pool.registry import Registry
+from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 
 
 def create_app(

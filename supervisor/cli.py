@@ -10,16 +10,16 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import pull, status
-from .api.auth import exposure_warning
-from .config import (
+from mlx_gateway.supervisor import pull, status
+from mlx_gateway.supervisor.config import (
     ConfigError,
     GatewayConfig,
     config_from_model_path,
     load_config,
     override_server,
 )
-from .logs import setup_logging
+from mlx_gateway.supervisor.http.auth import exposure_warning
+from mlx_gateway.supervisor.logs import setup_logging
 
 log = logging.getLogger("mlx_gateway")
 
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 def convert_whisper(args: argparse.Namespace) -> int:
     # Imported here: the converter is a worker-side module (numpy only, no MLX), and
     # `launch` must not pay for numpy.
-    from ..workers.convert_whisper import ConversionError, convert
+    from mlx_gateway.workers.convert_whisper import ConversionError, convert
 
     try:
         done = convert(args.src, args.dst, dtype=args.dtype)
@@ -91,7 +91,7 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
         )
         if value is not None
     }
-    from .placement import check_fits
+    from mlx_gateway.supervisor.pool.placement import check_fits
 
     if args.config:
         config = override_server(load_config(args.config), **overrides)
@@ -110,7 +110,7 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
     from hypercorn.asyncio import serve as hypercorn_serve
     from hypercorn.config import Config as HypercornConfig
 
-    from .app import create_app
+    from mlx_gateway.supervisor.app import create_app
 
     host, port = config.server.host, config.server.port
     hconfig = HypercornConfig()
@@ -131,7 +131,7 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
     app = create_app(config)
     tasks: set[asyncio.Task[Any]] = set()
     if config_path is not None:
-        from .reload import reload_from, watch_file
+        from mlx_gateway.supervisor.reload import reload_from, watch_file
 
         def on_hup() -> None:
             task = asyncio.create_task(reload_from(config_path, app))

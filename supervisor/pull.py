@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from .config import GatewayConfig, ModelConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 
 ALLOW_PATTERNS = [
     "*.json",
@@ -151,7 +151,7 @@ def add_parser(sub: Any) -> None:
 def run(args: Any) -> int:
     """``mlx-gateway pull``: 0 when every model is on disk, 1 when one failed, 2 on a
     bad config or an unknown model name."""
-    from .config import ConfigError, load_config
+    from mlx_gateway.supervisor.config import ConfigError, load_config
 
     try:
         config = load_config(args.config)

@@ -13,8 +13,8 @@ import logging
 import os
 from typing import Any
 
-from .config import ConfigError, load_config
-from .placement import check_fits
+from mlx_gateway.supervisor.config import ConfigError, load_config
+from mlx_gateway.supervisor.pool.placement import check_fits
 
 log = logging.getLogger("mlx_gateway.reload")
 

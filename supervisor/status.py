@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .config import GatewayConfig
+from mlx_gateway.supervisor.config import GatewayConfig
 
 COLUMNS = ("MODEL", "STATE", "PID", "INFLIGHT", "WAITING", "MEMORY", "LAST USED", "ERROR")
 ERROR_WIDTH = 60
@@ -150,7 +150,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: Any) -> int:
     """``mlx-gateway status``: 0 when the gateway answered, 1 when not, 2 on a bad config."""
-    from .config import ConfigError, load_config
+    from mlx_gateway.supervisor.config import ConfigError, load_config
 
     config = None
     if args.config:

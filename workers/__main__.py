@@ -14,8 +14,8 @@ import sys
 
 import msgspec
 
-from ..protocol.spec import WorkerSpec, decode_spec
-from .runtime import configure_logging, run
+from mlx_gateway.protocol.spec import WorkerSpec, decode_spec
+from mlx_gateway.workers.runtime import configure_logging, run
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[str, WorkerSpec, int | None]:

@@ -23,8 +23,8 @@ from typing import Protocol
 
 import zmq
 
-from ..protocol.frames import pack
-from ..protocol.messages import (
+from mlx_gateway.protocol.frames import pack
+from mlx_gateway.protocol.messages import (
     Cancel,
     Error,
     ModelFacts,
@@ -34,9 +34,9 @@ from ..protocol.messages import (
     Request,
     Shutdown,
 )
-from ..protocol.spec import WorkerSpec
-from .hub import LoadError
-from .memory import measure_memory
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.workers.memory import measure_memory
 
 log = logging.getLogger(__name__)
 

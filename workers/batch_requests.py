@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from ..protocol.messages import Batch, Done, Error, SamplingParams, Usage
-from .base import Emit, RequestError
-from .coalesce import Coalescer
-from .stops import scan_stops
+from mlx_gateway.protocol.messages import Batch, Done, Error, SamplingParams, Usage
+from mlx_gateway.workers.base import Emit, RequestError
+from mlx_gateway.workers.coalesce import Coalescer
+from mlx_gateway.workers.stops import scan_stops
 
 FALLBACK_CONTEXT_LENGTH = 4096
 """Used when neither the spec nor the model tells the context length."""

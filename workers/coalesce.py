@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..protocol.messages import Batch, Chunk, Reply
-from .hub import LoadError
+from mlx_gateway.protocol.messages import Batch, Chunk, Reply
+from mlx_gateway.workers.hub import LoadError
 
 DEFAULT_INTERVAL = 0.02
 """Seconds between two messages of one worker when its steps come faster (the

@@ -37,7 +37,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_embeddings import load as load_model_and_tokenizer
 
-from ..protocol.messages import (
+from mlx_gateway.protocol.messages import (
     Done,
     Embed,
     Embeddings,
@@ -48,10 +48,10 @@ from ..protocol.messages import (
     Started,
     Usage,
 )
-from ..protocol.spec import WorkerSpec
-from .base import RequestError
-from .hub import LoadError, resolve_model_path
-from .pooling import MODEL_POOLING, Pooling, can_pool_states, pool, read_pooling
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import RequestError
+from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.pooling import MODEL_POOLING, Pooling, can_pool_states, pool, read_pooling
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from ..protocol.messages import Constraint
-from .base import RequestError
-from .chat_format import opens_thinking
-from .sampling import LogitsProcessor
+from mlx_gateway.protocol.messages import Constraint
+from mlx_gateway.workers.base import RequestError
+from mlx_gateway.workers.chat_format import opens_thinking
+from mlx_gateway.workers.sampling import LogitsProcessor
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from .download import progress_tqdm_class
+from mlx_gateway.workers.download import progress_tqdm_class
 
 log = logging.getLogger(__name__)
 

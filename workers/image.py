@@ -39,7 +39,7 @@ from typing import Any
 
 import msgspec
 
-from ..protocol.messages import (
+from mlx_gateway.protocol.messages import (
     Cancel,
     Done,
     Error,
@@ -52,11 +52,23 @@ from ..protocol.messages import (
     Shutdown,
     Started,
 )
-from ..protocol.spec import WorkerSpec
-from .base import Abort, InboxItem, RequestError
-from .hub import LoadError
-from .image_families import Mode, Preset, import_object, pipeline_class, resolve_preset
-from .image_files import OUTPUT_FORMATS, encode, fill_mask, open_upload, save_input
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import Abort, InboxItem, RequestError
+from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.workers.image_families import (
+    Mode,
+    Preset,
+    import_object,
+    pipeline_class,
+    resolve_preset,
+)
+from mlx_gateway.workers.image_files import (
+    OUTPUT_FORMATS,
+    encode,
+    fill_mask,
+    open_upload,
+    save_input,
+)
 
 # mflux draws a tqdm bar per picture on stderr; the gateway logs our step lines instead.
 os.environ.setdefault("TQDM_DISABLE", "1")

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .hub import LoadError
+from mlx_gateway.workers.hub import LoadError
 
 Mode = Literal["generate", "edit"]
 EditInputs = Literal["image_path", "image_paths", "fill"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .base import RequestError
+from mlx_gateway.workers.base import RequestError
 
 INPUT_FORMATS = ("PNG", "JPEG", "WEBP")
 OUTPUT_FORMATS = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}

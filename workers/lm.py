@@ -51,7 +51,7 @@ from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from ..protocol.messages import (
+from mlx_gateway.protocol.messages import (
     Chunk,
     CountTokens,
     Done,
@@ -62,25 +62,30 @@ from ..protocol.messages import (
     Started,
     Usage,
 )
-from ..protocol.spec import WorkerSpec
-from .base import Emit, RequestError
-from .batch_requests import (
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import Emit, RequestError
+from mlx_gateway.workers.batch_requests import (
     Active,
     BatchRequests,
     check_sampling,
     completion_budget,
     overflow_message,
 )
-from .blas import blas_in_use
-from .chat_format import opens_thinking, template_facts
-from .coalesce import Coalescer, interval_option
-from .grammar import Grammars
-from .hub import LoadError, resolve_model_path
-from .logprobs import LogprobTrack
-from .prompt_cache import PromptCache
-from .sampling import LogitsProcessor, Sampler, make_request_processors, make_request_sampler
-from .solo import SoloDecode, private_copy, supports_solo
-from .tool_scan import ToolScan, make_tool_scan
+from mlx_gateway.workers.blas import blas_in_use
+from mlx_gateway.workers.chat_format import opens_thinking, template_facts
+from mlx_gateway.workers.coalesce import Coalescer, interval_option
+from mlx_gateway.workers.grammar import Grammars
+from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.logprobs import LogprobTrack
+from mlx_gateway.workers.prompt_cache import PromptCache
+from mlx_gateway.workers.sampling import (
+    LogitsProcessor,
+    Sampler,
+    make_request_processors,
+    make_request_sampler,
+)
+from mlx_gateway.workers.solo import SoloDecode, private_copy, supports_solo
+from mlx_gateway.workers.tool_scan import ToolScan, make_tool_scan
 
 log = logging.getLogger(__name__)
 

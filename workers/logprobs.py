@@ -22,7 +22,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from ..protocol.messages import TokenLogprob
+from mlx_gateway.protocol.messages import TokenLogprob
 
 MAX_TOP = 20
 """Most alternatives a request may ask for (OpenAI's limit)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-from ..protocol.messages import Memory
+from mlx_gateway.protocol.messages import Memory
 
 _process = psutil.Process()
 

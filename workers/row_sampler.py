@@ -22,8 +22,13 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
-from ..protocol.messages import SamplingParams
-from .sampling import LogitsProcessor, Sampler, make_request_processors, make_request_sampler
+from mlx_gateway.protocol.messages import SamplingParams
+from mlx_gateway.workers.sampling import (
+    LogitsProcessor,
+    Sampler,
+    make_request_processors,
+    make_request_sampler,
+)
 
 
 def argmax_sampler(logprobs: mx.array) -> mx.array:

@@ -29,12 +29,12 @@ import msgspec
 import psutil
 import zmq
 
-from ..protocol.frames import pack, unpack_request
-from ..protocol.messages import Error, Heartbeat, Ping, Progress
-from ..protocol.spec import WorkerSpec
-from .base import EXIT_OK, Abort, MLXThread
-from .download import DOWNLOAD, describe
-from .memory import measure_memory
+from mlx_gateway.protocol.frames import pack, unpack_request
+from mlx_gateway.protocol.messages import Error, Heartbeat, Ping, Progress
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import EXIT_OK, Abort, MLXThread
+from mlx_gateway.workers.download import DOWNLOAD, describe
+from mlx_gateway.workers.memory import measure_memory
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from mlx_lm.sample_utils import (
     make_sampler,
 )
 
-from ..protocol.messages import SamplingParams
+from mlx_gateway.protocol.messages import SamplingParams
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]

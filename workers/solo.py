@@ -27,8 +27,8 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, TokenBuffer, make_prompt_cache
 
-from .prompt_cache import LayerCaches, is_trimmable
-from .sampling import LogitsProcessor, Sampler
+from mlx_gateway.workers.prompt_cache import LayerCaches, is_trimmable
+from mlx_gateway.workers.sampling import LogitsProcessor, Sampler
 
 CLEAR_EVERY = 256
 """Tokens between two releases of MLX's buffer cache (as ``generate_step`` does)."""

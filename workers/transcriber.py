@@ -26,7 +26,7 @@ from mlx_whisper.timing import add_word_timestamps
 from mlx_whisper.tokenizer import LANGUAGES, TO_LANGUAGE_CODE, Tokenizer, get_tokenizer
 from mlx_whisper.whisper import Whisper
 
-from .mel import LogMel
+from mlx_gateway.workers.mel import LogMel
 
 FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 """Tried in turn when a request leaves the temperature at 0 (OpenAI's meaning of 0)."""

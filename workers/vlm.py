@@ -46,7 +46,7 @@ from mlx_vlm.utils import prepare_inputs, should_add_special_tokens
 from mlx_vlm.vision_cache import VisionFeatureCache, processed_image_key
 from PIL import Image
 
-from ..protocol.messages import (
+from mlx_gateway.protocol.messages import (
     Chunk,
     Generate,
     ModelFacts,
@@ -54,13 +54,18 @@ from ..protocol.messages import (
     Request,
     Started,
 )
-from ..protocol.spec import WorkerSpec
-from .base import Emit, RequestError
-from .batch_requests import Active, BatchRequests, check_sampling, completion_budget
-from .coalesce import Coalescer, interval_option
-from .hub import LoadError, resolve_model_path
-from .row_sampler import argmax_sampler, row_processors
-from .vlm_images import DETAILS, ImageLimits, decode_image
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import Emit, RequestError
+from mlx_gateway.workers.batch_requests import (
+    Active,
+    BatchRequests,
+    check_sampling,
+    completion_budget,
+)
+from mlx_gateway.workers.coalesce import Coalescer, interval_option
+from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.row_sampler import argmax_sampler, row_processors
+from mlx_gateway.workers.vlm_images import DETAILS, ImageLimits, decode_image
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .base import RequestError
+from mlx_gateway.workers.base import RequestError
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
 """PIL format names this module opens (``Image.open(formats=…)``)."""

@@ -33,7 +33,7 @@ import numpy as np
 from mlx.utils import tree_map
 from mlx_whisper.load_models import load_model
 
-from ..protocol.messages import (
+from mlx_gateway.protocol.messages import (
     Chunk,
     Done,
     Error,
@@ -45,12 +45,12 @@ from ..protocol.messages import (
     Transcript,
     Usage,
 )
-from ..protocol.spec import WorkerSpec
-from .audio import SAMPLE_RATE, AudioError, decode_audio
-from .base import Emit, RequestError
-from .hub import LoadError, resolve_model_path
-from .mel import LogMel, MelBuilder
-from .transcriber import Options, Transcriber, language_code, language_name
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.audio import SAMPLE_RATE, AudioError, decode_audio
+from mlx_gateway.workers.base import Emit, RequestError
+from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.mel import LogMel, MelBuilder
+from mlx_gateway.workers.transcriber import Options, Transcriber, language_code, language_name
 
 log = logging.getLogger(__name__)
 

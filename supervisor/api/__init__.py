@@ -8,24 +8,24 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from .admin import load_model, unload_model
-from .anthropic_api import count_tokens, create_message
-from .audio import create_transcription, create_translation
-from .chat import create_chat_completion
-from .completions import create_completion
-from .embeddings import create_embeddings
-from .exceptions import exception_handlers
-from .health import health
-from .images import create_image, create_image_edit, get_image_file
-from .metrics import metrics
-from .models import list_models, retrieve_model
-from .openapi import openapi
-from .responses_api import (
+from mlx_gateway.supervisor.api.anthropic.routes import count_tokens, create_message
+from mlx_gateway.supervisor.api.audio.routes import create_transcription, create_translation
+from mlx_gateway.supervisor.api.chat.routes import create_chat_completion
+from mlx_gateway.supervisor.api.completions.routes import create_completion
+from mlx_gateway.supervisor.api.embeddings.routes import create_embeddings
+from mlx_gateway.supervisor.api.images.routes import create_image, create_image_edit, get_image_file
+from mlx_gateway.supervisor.api.models.admin import load_model, unload_model
+from mlx_gateway.supervisor.api.models.health import health
+from mlx_gateway.supervisor.api.models.metrics import metrics
+from mlx_gateway.supervisor.api.models.openapi import openapi
+from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
+from mlx_gateway.supervisor.api.responses.routes import (
     create_response,
     delete_response,
     list_input_items,
     retrieve_response,
 )
+from mlx_gateway.supervisor.http.exceptions import exception_handlers
 
 routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from starlette.applications import Starlette
+
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, Started, Usage
 from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
-from starlette.applications import Starlette
 
 
 def defaults(**values: Any) -> SimpleNamespace:

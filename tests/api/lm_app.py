@@ -14,8 +14,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from mlx_gateway.supervisor.app import create_app
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.app import create_app
 
 from ..supervisor.fakes import fake_command, fake_config
 from .clients import asgi_client, strict_sdk

@@ -8,8 +8,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from mlx_gateway.supervisor.app import create_app
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.app import create_app
 
 from ..supervisor.fakes import fake_command, fake_config
 

@@ -12,8 +12,9 @@ import anthropic
 import httpx
 import httpx2
 import pytest
-from mlx_gateway.supervisor.app import create_app
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.app import create_app
 
 from ..supervisor.fakes import fake_command, fake_config
 from .lm_app import OK, PNG_1PX, REASONER, VISION, app, hermes_call, http

@@ -15,10 +15,10 @@ import httpx
 import openai
 import pytest
 import pytest_asyncio
-from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from starlette.applications import Starlette
 
+from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from tests.fixtures.whisper import FOX_CLIPS
 
 # One gateway (and so one worker process) for the whole module.

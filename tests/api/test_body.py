@@ -7,16 +7,17 @@ from typing import Any
 
 import msgspec
 import pytest
+
 from mlx_gateway.protocol.messages import SamplingParams
-from mlx_gateway.supervisor.api.body import decode
-from mlx_gateway.supervisor.api.completions import single_prompt
-from mlx_gateway.supervisor.api.sampling import check_common, sampling_params
-from mlx_gateway.supervisor.api.schemas import (
+from mlx_gateway.supervisor.api.completions.routes import single_prompt
+from mlx_gateway.supervisor.engine.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     messages_to_builtins,
 )
+from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.http.body import decode
 
 USER = {"role": "user", "content": "hi"}
 

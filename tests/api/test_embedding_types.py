@@ -8,9 +8,10 @@ from typing import Any
 import msgspec
 import numpy as np
 import pytest
+
 from mlx_gateway.protocol.messages import Embeddings
-from mlx_gateway.supervisor.api.embedding_types import MAX_INPUTS, EmbeddingUsage, split_input
-from mlx_gateway.supervisor.api.embeddings import render
+from mlx_gateway.supervisor.api.embeddings.inputs import MAX_INPUTS, EmbeddingUsage, split_input
+from mlx_gateway.supervisor.api.embeddings.routes import render
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 
 

@@ -15,12 +15,13 @@ import numpy as np
 import openai
 import pytest
 import pytest_asyncio
+from starlette.applications import Starlette
+
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.supervisor.api import embeddings as embeddings_api
+from mlx_gateway.supervisor.api.embeddings import routes as embeddings_api
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
-from mlx_gateway.supervisor.process import worker_command
-from starlette.applications import Starlette
+from mlx_gateway.supervisor.pool.spawn import worker_command
 
 from ..supervisor.fakes import fake_command
 

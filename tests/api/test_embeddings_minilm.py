@@ -14,9 +14,10 @@ import numpy as np
 import openai
 import pytest
 import pytest_asyncio
+from starlette.applications import Starlette
+
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
-from starlette.applications import Starlette
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

@@ -10,8 +10,9 @@ import httpx
 import msgspec
 import openai
 import pytest
-from mlx_gateway.supervisor.errors import ModelUnavailable
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.errors import ModelUnavailable
 
 from .fakes import FakeHandle, FakeRegistry, defaults, make_app
 

@@ -5,17 +5,18 @@ from __future__ import annotations
 import httpx
 import msgspec
 import pytest
-from mlx_gateway.supervisor.api.auth import AuthMiddleware
-from mlx_gateway.supervisor.api.image_schemas import (
+from starlette.responses import PlainTextResponse
+from starlette.types import Receive, Scope, Send
+
+from mlx_gateway.supervisor.api.images.schemas import (
     ImageEditForm,
     ImageGenerationRequest,
     check_fields,
     parse_edit_form,
 )
-from mlx_gateway.supervisor.api.image_store import ImageStore
+from mlx_gateway.supervisor.api.images.store import ImageStore
 from mlx_gateway.supervisor.errors import BadRequest
-from starlette.responses import PlainTextResponse
-from starlette.types import Receive, Scope, Send
+from mlx_gateway.supervisor.http.auth import AuthMiddleware
 
 
 class Clock:

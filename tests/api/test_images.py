@@ -17,11 +17,11 @@ import httpx
 import openai
 import pytest
 import pytest_asyncio
-from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from PIL import Image
 from starlette.applications import Starlette
 
+from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from tests.fixtures.tiny_flux2 import CONFIG_NAME, MODEL_CONFIG
 
 # One gateway (and so one image worker) for the whole module.

@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from mlx_gateway.supervisor.api import loading
-from mlx_gateway.supervisor.app import create_app
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.engine import loading
 
 from ..supervisor.fakes import fake_command, fake_config
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.metrics import Counter, Histogram, escape_label, format_value
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.metrics import Counter, Histogram, escape_label, format_value
 
 from ..supervisor.fakes import fake_command, fake_config
 
@@ -164,7 +165,7 @@ async def test_embeddings_are_counted_per_model(tiny_bert_path: Path) -> None:
     """An endpoint outside the chat/completions code (the real embeddings worker on
     a tiny BERT) notes its model and tokens too."""
     from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
-    from mlx_gateway.supervisor.process import worker_command
+    from mlx_gateway.supervisor.pool.spawn import worker_command
 
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),

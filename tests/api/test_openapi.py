@@ -10,11 +10,12 @@ import httpx
 import jsonschema_rs
 import msgspec
 import pytest
-from mlx_gateway.supervisor.api.body import decode
-from mlx_gateway.supervisor.api.schemas import ChatCompletionRequest
-from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.errors import BadRequest
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest
+from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.http.body import decode
 
 from ..supervisor.fakes import fake_command, fake_config
 

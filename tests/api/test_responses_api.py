@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from mlx_gateway.supervisor.api.response_store import ResponseStore
 from pydantic import BaseModel
+
+from mlx_gateway.supervisor.api.responses.store import ResponseStore
 
 from .lm_app import OK, PNG_1PX, REASONER, VISION, WEATHER_TOOL, app, hermes_call, http, sdk
 

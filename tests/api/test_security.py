@@ -10,11 +10,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from mlx_gateway.supervisor.api.auth import KeyRing, exposure_warning, is_admin, is_loopback
+from starlette.applications import Starlette
+
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.cli import serve
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
-from starlette.applications import Starlette
+from mlx_gateway.supervisor.http.auth import KeyRing, exposure_warning, is_admin, is_loopback
 
 from ..supervisor.fakes import fake_command, fake_config
 
@@ -237,7 +238,7 @@ async def test_launch_warns_when_public_without_keys(
 
 def test_route_limits_follow_the_models_files() -> None:
     """File-carrying paths get caps that fit the largest files the models accept."""
-    from mlx_gateway.supervisor.api.middleware import route_limits
+    from mlx_gateway.supervisor.http.middleware import route_limits
 
     mib = 2**20
     models = [

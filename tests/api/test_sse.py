@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import msgspec
+
 from mlx_gateway.protocol.messages import Usage as WireUsage
-from mlx_gateway.supervisor.api import sse
-from mlx_gateway.supervisor.api.chat import ChatEvents
-from mlx_gateway.supervisor.api.completions import CompletionEvents
-from mlx_gateway.supervisor.api.objects import usage_from
-from mlx_gateway.supervisor.api.responses import error_event
+from mlx_gateway.supervisor.api.chat.routes import ChatEvents
+from mlx_gateway.supervisor.api.completions.routes import CompletionEvents
+from mlx_gateway.supervisor.engine.objects import usage_from
 from mlx_gateway.supervisor.errors import WorkerCrashed
+from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.replies import error_event
 
 
 def payload(event: bytes) -> dict:

@@ -9,20 +9,21 @@ from typing import Any
 
 import msgspec
 import pytest
+from msgspec import UNSET
+
 from mlx_gateway.protocol.messages import Chunk, Done, Error, Started, Usage
-from mlx_gateway.supervisor.api import sse
-from mlx_gateway.supervisor.api.chat import ChatEvents
-from mlx_gateway.supervisor.api.completions import CompletionEvents
-from mlx_gateway.supervisor.api.generation import Generation
-from mlx_gateway.supervisor.api.objects import (
+from mlx_gateway.supervisor.api.chat.routes import ChatEvents
+from mlx_gateway.supervisor.api.completions.routes import CompletionEvents
+from mlx_gateway.supervisor.engine.generation import Generation
+from mlx_gateway.supervisor.engine.objects import (
     ChatCompletionChunk,
     ChunkChoice,
     Completion,
     CompletionChoice,
     Delta,
 )
-from mlx_gateway.supervisor.api.streaming import relay
-from msgspec import UNSET
+from mlx_gateway.supervisor.engine.streaming import relay
+from mlx_gateway.supervisor.http import sse
 
 TEXTS = ["", "hé", 'say "hi"\n\\ok', "\u2028 line sep", "🦊", "\x00"]
 

@@ -15,13 +15,13 @@ import httpx
 import openai
 import pytest
 import pytest_asyncio
-from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
-from mlx_gateway.supervisor.process import worker_command
 from PIL import Image
 from starlette.applications import Starlette
 
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.pool.spawn import worker_command
 from tests.fixtures.image_server import ImageServer
 
 from ..supervisor.fakes import fake_command

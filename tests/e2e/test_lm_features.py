@@ -16,10 +16,11 @@ import httpx2
 import openai
 import pytest
 import pytest_asyncio
-from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
+
+from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 
 # One app and one worker for the whole module: the tests share its event loop.
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

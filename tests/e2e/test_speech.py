@@ -15,8 +15,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
-from mlx_gateway.workers.audio import decode_audio
 
+from mlx_gateway.workers.audio import decode_audio
 from tests.fixtures.whisper import FOX_CLIPS
 
 from .gateway import Gateway, wait_until

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+
 from mlx_gateway.protocol import codec, frames
 from mlx_gateway.protocol.messages import (
     Batch,

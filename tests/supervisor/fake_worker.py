@@ -46,6 +46,7 @@ import time
 from dataclasses import dataclass, field
 
 import zmq
+
 from mlx_gateway.protocol.frames import pack, unpack_request
 from mlx_gateway.protocol.messages import (
     Batch,

@@ -12,11 +12,12 @@ from typing import Any
 
 import psutil
 import pytest
+
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, SamplingParams
 from mlx_gateway.protocol.spec import WorkerSpec, encode_spec
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
-from mlx_gateway.supervisor.registry import Registry
-from mlx_gateway.supervisor.worker import WorkerHandle
+from mlx_gateway.supervisor.pool.handle import WorkerHandle
+from mlx_gateway.supervisor.pool.registry import Registry
 
 FAKE_WORKER = Path(__file__).with_name("fake_worker.py")
 

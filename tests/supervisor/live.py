@@ -13,9 +13,10 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from starlette.applications import Starlette
+
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig
-from starlette.applications import Starlette
 
 from .fakes import fake_command, fake_config
 

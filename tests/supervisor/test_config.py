@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from mlx_gateway.supervisor import config as config_module
 from mlx_gateway.supervisor.config import (
     MODEL_TYPES,

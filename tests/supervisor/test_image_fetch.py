@@ -7,9 +7,9 @@ import base64
 from collections.abc import Iterator
 
 import pytest
-from mlx_gateway.supervisor import image_fetch
-from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.image_fetch import (
+
+from mlx_gateway.supervisor.engine import image_fetch
+from mlx_gateway.supervisor.engine.image_fetch import (
     MAX_REDIRECTS,
     ImagePolicy,
     ImageTooLarge,
@@ -17,7 +17,7 @@ from mlx_gateway.supervisor.image_fetch import (
     is_public,
     read_image_url,
 )
-
+from mlx_gateway.supervisor.errors import BadRequest
 from tests.fixtures.image_server import ImageServer
 
 PARAM = "messages[0].content[0].image_url.url"

@@ -12,15 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+
 from mlx_gateway.protocol.messages import Chunk, Done, Started
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.api import exception_handlers, routes
-from mlx_gateway.supervisor.blas import find_openblas, openblas_for, with_preload
 from mlx_gateway.supervisor.config import ConfigError, load_config
 from mlx_gateway.supervisor.errors import ModelUnavailable
-from mlx_gateway.supervisor.registry import Registry
-from mlx_gateway.supervisor.worker import spec_for
-from starlette.applications import Starlette
+from mlx_gateway.supervisor.pool.blas import find_openblas, openblas_for, with_preload
+from mlx_gateway.supervisor.pool.handle import spec_for
+from mlx_gateway.supervisor.pool.registry import Registry
 
 from .fakes import chat, fake_config
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+
 from mlx_gateway.supervisor.logs import JsonFormatter, setup_logging, split_model
 
 from .live import LiveGateway

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from mlx_gateway.supervisor.parsers.formats import TOOL_FORMATS, resolve_tool_format
-from mlx_gateway.supervisor.parsers.markers import StopScanner, held_suffix
-from mlx_gateway.supervisor.parsers.reasoning import (
+
+from mlx_gateway.supervisor.engine.parsers.formats import TOOL_FORMATS, resolve_tool_format
+from mlx_gateway.supervisor.engine.parsers.markers import StopScanner, held_suffix
+from mlx_gateway.supervisor.engine.parsers.reasoning import (
     REASONING_PARSERS,
     ReasoningSplitter,
     resolve_reasoning,
 )
-from mlx_gateway.supervisor.parsers.tool_calls import Function, ParsedCall, ToolCallStream
+from mlx_gateway.supervisor.engine.parsers.tool_calls import Function, ParsedCall, ToolCallStream
 
 TOOLS = [
     Function(

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import pytest
+
 from mlx_gateway.supervisor.config import ConfigError
 from mlx_gateway.supervisor.errors import (
     GatewayError,
@@ -17,8 +18,8 @@ from mlx_gateway.supervisor.errors import (
     TooManyRequests,
     WorkerCrashed,
 )
-from mlx_gateway.supervisor.placement import check_fits
-from mlx_gateway.supervisor.state import WorkerState
+from mlx_gateway.supervisor.pool.placement import check_fits
+from mlx_gateway.supervisor.pool.state import WorkerState
 
 from .fakes import alive, chat, fake_config, run, wait_for
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from mlx_gateway.supervisor.cli import main
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

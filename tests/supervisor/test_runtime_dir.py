@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlx_gateway.supervisor.runtime_dir import PREFIX, SOCKET_NAME, remove_stale
+from mlx_gateway.supervisor.pool.runtime_dir import PREFIX, SOCKET_NAME, remove_stale
 
 
 def dead_pid() -> int:

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from mlx_gateway.supervisor.config import ConfigError, config_from_model_path, load_config
 
 WHISPER = "mlx-community/whisper-large-v3-turbo"

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from mlx_gateway.supervisor.state import (
+
+from mlx_gateway.supervisor.pool.state import (
     ALLOWED,
     InvalidTransition,
     WorkerState,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from mlx_gateway.supervisor.cli import main
 from mlx_gateway.supervisor.config import load_config
 from mlx_gateway.supervisor.status import ago, default_url, human_bytes, table

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+
 from mlx_gateway.protocol.messages import Chunk
 from mlx_gateway.supervisor.errors import (
     GatewayError,
@@ -15,7 +16,7 @@ from mlx_gateway.supervisor.errors import (
     ModelUnavailable,
     WorkerCrashed,
 )
-from mlx_gateway.supervisor.state import WorkerState
+from mlx_gateway.supervisor.pool.state import WorkerState
 
 from .fakes import alive, chat, run, wait_for
 

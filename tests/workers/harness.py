@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import zmq
+
 from mlx_gateway.protocol.frames import pack_to, unpack_reply
 from mlx_gateway.protocol.messages import (
     Batch,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from mlx_gateway.protocol.messages import (
     Batch,
     Constraint,
@@ -20,7 +21,6 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.lm import LmBackend
-
 from tests.fixtures.tiny_models import build_tiny_lm
 
 pytestmark = pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mlx_gateway.protocol.messages import Batch, Chunk, Reply, TokenLogprob
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.hub import LoadError

@@ -10,6 +10,7 @@ from typing import Any
 
 import mlx.core as mx
 import pytest
+
 from mlx_gateway.protocol.messages import (
     Batch,
     Constraint,
@@ -20,9 +21,9 @@ from mlx_gateway.protocol.messages import (
     SamplingParams,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.supervisor.parsers.formats import TOOL_FORMATS
-from mlx_gateway.supervisor.parsers.grammars import json_document
-from mlx_gateway.supervisor.parsers.tool_calls import Function, ToolCallStream
+from mlx_gateway.supervisor.engine.parsers.formats import TOOL_FORMATS
+from mlx_gateway.supervisor.engine.parsers.grammars import json_document
+from mlx_gateway.supervisor.engine.parsers.tool_calls import Function, ToolCallStream
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.lm import LmBackend
 from mlx_gateway.workers.logprobs import FLOOR, LogprobTrack

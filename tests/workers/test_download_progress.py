@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from huggingface_hub.utils.tqdm import _create_progress_bar, hf_thread_map
+
 from mlx_gateway.workers.download import BYTES_BAR, DOWNLOAD, describe, progress_tqdm_class
 
 

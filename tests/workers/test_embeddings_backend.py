@@ -11,6 +11,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_embeddings import generate
+
 from mlx_gateway.protocol.messages import Done, Embed, Embeddings, Error, Reply, Started
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError

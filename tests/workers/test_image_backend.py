@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image as PILImage
+
 from mlx_gateway.protocol.messages import (
     Cancel,
     Done,
@@ -26,8 +28,6 @@ from mlx_gateway.protocol.messages import (
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import InboxItem, RequestError
 from mlx_gateway.workers.image import ImageBackend
-from PIL import Image as PILImage
-
 from tests.fixtures.tiny_flux2 import CONFIG_NAME, MODEL_CONFIG
 
 pytestmark = pytest.mark.slow

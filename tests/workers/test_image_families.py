@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.image_families import (
     FAMILIES,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from PIL import Image
+
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.image_files import encode, fill_mask, open_upload
-from PIL import Image
 
 
 def file_of(picture: Image.Image, fmt: str = "PNG", **save: object) -> bytes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
+
 from mlx_gateway.protocol.messages import (
     Batch,
     Done,
@@ -18,7 +20,6 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.lm import LmBackend
-from tokenizers import Tokenizer
 
 pytestmark = pytest.mark.slow
 

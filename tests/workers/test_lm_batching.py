@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from mlx_gateway.protocol.messages import Batch, Generate, SamplingParams
 
 from .lm_recorder import PROMPTS, Recorder

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from mlx_gateway.protocol.messages import Batch, Error
 
 from .lm_recorder import PROMPTS, Recorder

@@ -6,8 +6,9 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx_gateway.workers.mel import MelBuilder
 from mlx_whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
+
+from mlx_gateway.workers.mel import MelBuilder
 
 
 def speechless(samples: int, seed: int = 0) -> np.ndarray:

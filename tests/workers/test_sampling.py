@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import pytest
+
 from mlx_gateway.protocol.messages import SamplingParams
 from mlx_gateway.workers.sampling import (
     make_openai_penalties,

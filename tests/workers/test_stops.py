@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from mlx_gateway.workers.stops import StopScan, partial_stop_length, scan_stops
 
 

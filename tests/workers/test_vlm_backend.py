@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
+
 from mlx_gateway.protocol.messages import (
     Batch,
     Constraint,
@@ -23,8 +25,6 @@ from mlx_gateway.protocol.messages import (
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.vlm import VlmBackend
-from PIL import Image
-
 from tests.fixtures.tiny_vlm import PATCH
 
 pytestmark = pytest.mark.slow

@@ -8,6 +8,8 @@ import struct
 import zlib
 
 import pytest
+from PIL import Image
+
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.vlm_images import (
     LOW_DETAIL_SIZE,
@@ -15,7 +17,6 @@ from mlx_gateway.workers.vlm_images import (
     ImageLimits,
     decode_image,
 )
-from PIL import Image
 
 WHERE = "messages[0].content[1].image_url"
 RED = (255, 0, 0)

@@ -9,6 +9,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+
 from mlx_gateway.protocol.messages import (
     Chunk,
     Done,
@@ -23,7 +24,6 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.whisper import WhisperBackend
-
 from tests.fixtures.whisper import FOX_CLIPS
 
 pytestmark = pytest.mark.slow

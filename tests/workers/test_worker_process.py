@@ -10,6 +10,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from tokenizers import Tokenizer
+
 from mlx_gateway.protocol.messages import (
     Cancel,
     Chunk,
@@ -23,7 +25,6 @@ from mlx_gateway.protocol.messages import (
     Started,
 )
 from mlx_gateway.workers.base import EXIT_LOAD_FAILED, EXIT_OK
-from tokenizers import Tokenizer
 
 from .harness import WorkerHarness, text_of
 

@@ -19,11 +19,12 @@ import mlx.core as mx
 import mlx_whisper
 import numpy as np
 from mlx.utils import tree_map
+from mlx_whisper.load_models import load_model
+from mlx_whisper.transcribe import ModelHolder
+
 from mlx_gateway.workers.audio import decode_audio
 from mlx_gateway.workers.mel import MelBuilder
 from mlx_gateway.workers.transcriber import Options, Transcriber
-from mlx_whisper.load_models import load_model
-from mlx_whisper.transcribe import ModelHolder
 
 LIBRARY_NAMES = {"prompt": "initial_prompt"}
 """Our option names that mlx_whisper.transcribe spells differently."""

@@ -1,0 +1,130 @@
+"""From an Anthropic Messages request to the chat-completions vocabulary of a turn.
+
+* ``system`` becomes the first, ``system`` message;
+* a user message's ``tool_result`` blocks become ``tool`` messages (before the rest
+  of that message, as Anthropic requires results to come first); its text and
+  images become a user message (images as ``image_url`` parts with a ``data:`` or
+  http(s) URL, for vision models);
+* an assistant message's ``tool_use`` blocks become ``tool_calls`` (arguments as
+  JSON text), its ``thinking`` blocks ``reasoning_content``;
+* ``tool_choice`` ``any`` is OpenAI's ``required``, ``tool`` names the function,
+  ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mlx_gateway.supervisor.api.anthropic.schemas import (
+    AnthropicMessage,
+    AnthropicTool,
+    Base64Source,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ThinkingConfig,
+    ToolChoice,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
+from mlx_gateway.supervisor.engine.tools import ToolSpec, checked_spec
+
+
+def system_text(system: str | list[TextBlock] | None) -> str | None:
+    if system is None or isinstance(system, str):
+        return system or None
+    return "\n".join(block.text for block in system) or None
+
+
+def _image_part(block: ImageBlock) -> dict[str, Any]:
+    source = block.source
+    if isinstance(source, Base64Source):
+        url = f"data:{source.media_type};base64,{source.data}"
+    else:
+        url = source.url
+    return {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    if isinstance(block.content, str):
+        return block.content
+    # Images in a tool result have no place in a tool message: only its text goes on.
+    return "".join(part.text for part in block.content if isinstance(part, TextBlock))
+
+
+def to_chat(
+    system: str | list[TextBlock] | None, messages: list[AnthropicMessage]
+) -> list[dict[str, Any]]:
+    """Chat-completions messages of an Anthropic conversation."""
+    out: list[dict[str, Any]] = []
+    text = system_text(system)
+    if text:
+        out.append({"role": "system", "content": text})
+    for message in messages:
+        blocks = (
+            [TextBlock(message.content)] if isinstance(message.content, str) else message.content
+        )
+        if message.role == "assistant":
+            out.append(_assistant(blocks))
+            continue
+        parts: list[dict[str, Any]] = []
+        for block in blocks:
+            if isinstance(block, ToolResultBlock):
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": block.tool_use_id,
+                        "content": _result_text(block),
+                    }
+                )
+            elif isinstance(block, TextBlock):
+                parts.append({"type": "text", "text": block.text})
+            elif isinstance(block, ImageBlock):
+                parts.append(_image_part(block))
+        if parts:
+            if all(p["type"] == "text" for p in parts):
+                out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
+            else:
+                out.append({"role": "user", "content": parts})
+    return out
+
+
+def _assistant(blocks: list[Any]) -> dict[str, Any]:
+    text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+    thinking = "".join(b.thinking for b in blocks if isinstance(b, ThinkingBlock))
+    calls = [
+        {
+            "id": b.id,
+            "type": "function",
+            "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)},
+        }
+        for b in blocks
+        if isinstance(b, ToolUseBlock)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message["reasoning_content"] = thinking
+    return message
+
+
+def tool_spec(tools: list[AnthropicTool] | None, choice: ToolChoice | None) -> ToolSpec:
+    functions = [Function(t.name, t.input_schema, t.description) for t in tools or []]
+    mode = "auto"
+    parallel = True
+    if choice is not None:
+        mode = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type, "")
+        if choice.type == "tool":
+            mode = choice.name or ""
+        parallel = not choice.disable_parallel_tool_use
+    return checked_spec(functions, mode, parallel, "tool_choice")
+
+
+def thinking_switch(thinking: ThinkingConfig | None) -> bool | None:
+    """``thinking`` as the templates' ``enable_thinking`` (``None``: the model's default)."""
+    if thinking is None or thinking.type == "adaptive":
+        return None
+    return thinking.type == "enabled"

@@ -1,0 +1,162 @@
+"""The Anthropic Messages API: ``POST /v1/messages`` and ``/v1/messages/count_tokens``.
+
+With ``ANTHROPIC_BASE_URL=http://host:8000`` the official ``anthropic`` SDK (and
+tools built on it) talk to the gateway's models. A request becomes one turn
+(:mod:`.turns`); stop sequences are applied by the gateway itself, so the answer
+can say which one matched. Errors are Anthropic-shaped:
+``{"type": "error", "error": {"type", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from uuid import uuid4
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.protocol.messages import CountTokens, Done
+from mlx_gateway.supervisor.api.anthropic.convert import thinking_switch, to_chat, tool_spec
+from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
+from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
+from mlx_gateway.supervisor.engine.conversation import for_template
+from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
+from mlx_gateway.supervisor.engine.loading import start_stream
+from mlx_gateway.supervisor.engine.requests import SamplingFields
+from mlx_gateway.supervisor.engine.sampling import sampling_params
+from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
+from mlx_gateway.supervisor.engine.vision_input import prepare_images
+from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http.body import read_json
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.replies import JSONResponse
+
+logger = logging.getLogger(__name__)
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def error_type(status: int) -> str:
+    return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+
+
+def anthropic_error(exc: GatewayError) -> JSONResponse:
+    """``exc`` in Anthropic's error shape (the OpenAI ``param`` goes into the message)."""
+    message = exc.message
+    if exc.param and exc.param not in message:
+        message += f" (param: {exc.param})"
+    body = {"type": "error", "error": {"type": error_type(exc.status), "message": message}}
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+
+
+def anthropic_errors(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """Render the :class:`GatewayError`\\ s of ``handler`` the Anthropic way."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except GatewayError as exc:
+            return anthropic_error(exc)
+
+    wrapped.__doc__ = handler.__doc__
+    wrapped.__name__ = handler.__name__
+    return wrapped
+
+
+@anthropic_errors
+async def create_message(request: Request) -> Response:
+    """``POST /v1/messages``: JSON or, with ``stream``, Anthropic's event stream."""
+    req = await read_json(request, MessagesRequest)
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, CHAT_KINDS, "/v1/messages")
+    tools = tool_spec(req.tools, req.tool_choice)
+    inputs = await prepare_images(request, handle, for_template(to_chat(req.system, req.messages)))
+    fields = SamplingFields(
+        model=req.model,
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+    )
+    turn = TurnRequest(
+        messages=inputs.messages,
+        sampling=sampling_params(fields, handle.config),
+        template_kwargs=template_kwargs(None, tools, thinking_switch(req.thinking)),
+        tools=tools,
+        stops=[s for s in req.stop_sequences or [] if s],
+        files=inputs.files,
+        images=inputs.frame_indices,
+        call_id_prefix="toolu_",
+    )
+    check_turn(handle, turn)
+    message_id = f"msg_{uuid4().hex}"
+    builder = MessageBuilder(message_id, handle.name, stream=req.stream)
+    start = unless_disconnected(request, Turn.start(handle, turn, message_id))
+    if req.stream:
+
+        async def events(running: Turn) -> AsyncIterator[bytes]:
+            try:
+                started = running.generations[0].started
+                yield builder.opening(started.prompt_tokens if started else 0)
+                async for event in running.choice(0):
+                    chunk = builder.on(event)
+                    if chunk:
+                        yield chunk
+            except GatewayError as exc:
+                logger.warning("message stream failed after it started: %s", exc.message)
+                yield builder.error(error_type(exc.status), exc.message)
+            finally:
+                await running.aclose()
+
+        return await start_stream(handle, start, events)  # type: ignore[arg-type]
+    running = await start
+    try:
+
+        async def run() -> None:
+            async for event in running.choice(0):
+                builder.on(event)
+
+        await unless_disconnected(request, run())
+    finally:
+        await running.aclose()
+    return JSONResponse(builder.message)
+
+
+@anthropic_errors
+async def count_tokens(request: Request) -> Response:
+    """``POST /v1/messages/count_tokens``: the prompt's tokens, counted by the model's
+    own tokenizer and chat template (the worker renders it as for a real turn)."""
+    req = await read_json(request, CountTokensRequest)
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, CHAT_KINDS, "/v1/messages/count_tokens")
+    tools = tool_spec(req.tools, req.tool_choice)
+    msg = CountTokens(
+        request_id=f"count-{uuid4().hex}",
+        messages=for_template(to_chat(req.system, req.messages)),
+        chat_template_kwargs=template_kwargs(None, tools, thinking_switch(req.thinking)),
+    )
+
+    async def count() -> int:
+        tokens: int | None = None
+        async with handle.session() as session:
+            # Read to the end: the call's generator closes its request when it returns.
+            async for reply in session.call(msg, msg.request_id):
+                if isinstance(reply, Done):
+                    tokens = reply.usage.prompt_tokens
+        if tokens is None:
+            raise GatewayError("The worker ended the count without a result.")
+        return tokens
+
+    tokens = await unless_disconnected(request, count())
+    return JSONResponse({"input_tokens": tokens})

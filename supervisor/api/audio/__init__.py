@@ -1,0 +1,1 @@
+"""The audio API: /v1/audio/transcriptions and /v1/audio/translations."""

@@ -1,0 +1,154 @@
+"""``POST /v1/audio/transcriptions`` and ``POST /v1/audio/translations``.
+
+The upload (``multipart/form-data``) is read within the model's ``max_upload_mb``
+and sent to the model's whisper worker as one binary frame; the worker decodes it
+(any format FFmpeg reads), so an undecodable file is a 400 from the worker before
+any response starts, streamed or not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from uuid import uuid4
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from mlx_gateway.protocol.messages import Transcribe
+from mlx_gateway.supervisor.api.audio.formats import (
+    TEXT_FORMATS,
+    TextBody,
+    TextDelta,
+    TextDone,
+    TranscriptionBody,
+    TranscriptionForm,
+    TranslationForm,
+    check_options,
+    parse_form,
+    subtitles,
+    usage_of,
+    verbose_body,
+)
+from mlx_gateway.supervisor.api.audio.transcription import Transcription
+from mlx_gateway.supervisor.engine.kinds import require_kind
+from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.multipart import MIB, UploadTooLarge, read_upload
+from mlx_gateway.supervisor.http.replies import SSE_HEADERS, JSONResponse, error_event
+
+logger = logging.getLogger(__name__)
+
+SPEECH_KIND = "whisper"
+ENDPOINTS = {"transcribe": "transcriptions", "translate": "translations"}
+DEFAULT_LIMIT_MB = 100.0
+"""The upload limit when no speech-to-text model is configured (the request then
+fails on its model anyway, but only after the form was read)."""
+
+
+class TranscriptStream(StreamingResponse):
+    """An SSE response that closes its :class:`Transcription` however it ends."""
+
+    def __init__(self, events: AsyncIterator[bytes], transcription: Transcription) -> None:
+        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.transcription = transcription
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.transcription.aclose()
+
+
+async def create_transcription(request: Request) -> Response:
+    """Speech to text in the language spoken (or the one given)."""
+    return await _serve(request, "transcribe", TranscriptionForm)
+
+
+async def create_translation(request: Request) -> Response:
+    """Speech in any language to English text."""
+    return await _serve(request, "translate", TranslationForm)
+
+
+def _upload_limit(request: Request) -> float:
+    """The largest upload (MiB) any speech model accepts: the model is named inside
+    the form, so the body is bounded by this before the model is known."""
+    limits = [
+        handle.config.max_upload_mb
+        for handle in request.app.state.registry.handles
+        if handle.config.worker_kind == SPEECH_KIND
+    ]
+    return max(limits, default=DEFAULT_LIMIT_MB)
+
+
+async def _serve(request: Request, task: str, form_type: type[TranslationForm]) -> Response:
+    upload = await read_upload(request, _upload_limit(request))
+    if upload.file is None or upload.file_field != "file":
+        raise BadRequest("Missing required parameter: 'file' (the audio file).", param="file")
+    form = parse_form(upload.fields, form_type)
+    check_options(form)
+    handle = request.app.state.registry.resolve(form.model)
+    require_kind(handle, (SPEECH_KIND,), f"/v1/audio/{ENDPOINTS[task]}")
+    config = handle.config
+    if not upload.file:
+        raise BadRequest("The uploaded file is empty.", param="file")
+    if len(upload.file) > config.max_upload_mb * MIB:
+        raise UploadTooLarge(config.max_upload_mb)
+    transcribing = isinstance(form, TranscriptionForm)
+    msg = Transcribe(
+        request_id=f"{'trsc' if transcribing else 'trsl'}-{uuid4().hex}",
+        task=task,
+        filename=upload.filename,
+        language=form.language if transcribing else None,
+        prompt=form.prompt,
+        temperature=form.temperature,
+        word_timestamps=transcribing and "word" in form.timestamp_granularities,
+    )
+    transcription = await unless_disconnected(
+        request, Transcription.start(handle, msg, upload.file)
+    )
+    upload.file = None  # the worker has decoded it; do not hold it for the response
+    if transcribing and form.stream:
+        return TranscriptStream(_events(transcription), transcription)
+    try:
+        transcript = await unless_disconnected(request, transcription.result())
+    finally:
+        await transcription.aclose()
+    fmt = form.response_format
+    if fmt == "text":
+        return Response(transcript.text.strip() + "\n", media_type=TEXT_FORMATS[fmt])
+    if fmt in ("srt", "vtt"):
+        return Response(subtitles(transcript, fmt), media_type=TEXT_FORMATS[fmt])
+    if fmt == "verbose_json":
+        granularities = form.timestamp_granularities if transcribing else []
+        return JSONResponse(verbose_body(transcript, task, granularities))
+    text = transcript.text.strip()
+    if transcribing:
+        return JSONResponse(TranscriptionBody(text=text, usage=usage_of(transcript)))
+    return JSONResponse(TextBody(text=text))
+
+
+async def _events(transcription: Transcription) -> AsyncIterator[bytes]:
+    """``transcript.text.delta`` per window, then ``transcript.text.done`` and
+    ``[DONE]``; a failure after the start ends the stream with an error event."""
+    try:
+        leading = True
+        async for text in transcription.deltas():
+            if leading:  # Whisper's text starts with a space; the whole text does not
+                text = text.lstrip()
+                leading = not text
+            if text:
+                yield sse.data(TextDelta(delta=text))
+        assert transcription.transcript is not None
+        yield sse.data(TextDone(text=transcription.transcript.text.strip()))
+    except GatewayError as exc:
+        logger.warning("transcription stream failed after it started: %s", exc.message)
+        yield error_event(exc)
+    except Exception:
+        logger.exception("transcription stream failed after it started")
+        yield error_event(GatewayError("The server had an error while streaming the response."))
+    finally:
+        await transcription.aclose()
+    yield sse.DONE

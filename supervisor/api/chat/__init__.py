@@ -1,0 +1,1 @@
+"""The chat completions API: POST /v1/chat/completions."""

@@ -1,0 +1,186 @@
+"""``POST /v1/chat/completions``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from uuid import uuid4
+
+from msgspec import UNSET
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.supervisor.api.chat.objects import (
+    ChatChoiceOut,
+    ChatCompletionOut,
+    ChatMessageOut,
+    ChoiceLogprobs,
+    FunctionOut,
+    ToolCallOut,
+    logprobs_out,
+)
+from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
+from mlx_gateway.supervisor.engine.conversation import for_template
+from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
+from mlx_gateway.supervisor.engine.loading import start_stream
+from mlx_gateway.supervisor.engine.objects import (
+    ChatCompletionChunk,
+    ChunkChoice,
+    Delta,
+    Usage,
+    usage_from,
+)
+from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
+from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, messages_to_builtins
+from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
+from mlx_gateway.supervisor.engine.streaming import relay
+from mlx_gateway.supervisor.engine.tools import output_spec, tool_spec
+from mlx_gateway.supervisor.engine.turns import (
+    ChoiceResult,
+    Turn,
+    TurnRequest,
+    check_turn,
+    template_kwargs,
+)
+from mlx_gateway.supervisor.engine.vision_input import prepare_images
+from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.body import read_json
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.replies import JSONResponse
+
+
+class ChatEvents:
+    """The ``chat.completion.chunk`` events of one stream."""
+
+    def __init__(self, id: str, created: int, model: str, include_usage: bool) -> None:
+        self.id, self.created, self.model = id, created, model
+        self.include_usage = include_usage
+        self._content = sse.Template(
+            ChatCompletionChunk(
+                id=id,
+                created=created,
+                model=model,
+                choices=[ChunkChoice(index=0, delta=Delta(content=sse.HOLE))],
+                usage=None if include_usage else UNSET,
+            )
+        )
+
+    def _chunk(self, delta: Delta, finish_reason: str | None = None) -> bytes:
+        return sse.data(
+            ChatCompletionChunk(
+                id=self.id,
+                created=self.created,
+                model=self.model,
+                choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)],
+                usage=None if self.include_usage else UNSET,
+            )
+        )
+
+    def opening(self) -> bytes:
+        return self._chunk(Delta(role="assistant", content=""))
+
+    def content(self, text: str) -> bytes:
+        return self._content.fill(text)
+
+    def finish(self, finish_reason: str) -> bytes:
+        return self._chunk(Delta(), finish_reason)
+
+    def usage(self, usage: Usage) -> bytes:
+        return sse.data(
+            ChatCompletionChunk(
+                id=self.id, created=self.created, model=self.model, choices=[], usage=usage
+            )
+        )
+
+
+async def create_chat_completion(request: Request) -> Response:
+    """Validate, resolve the model, generate; answer as JSON or as an SSE stream."""
+    req = await read_json(request, ChatCompletionRequest)
+    check_common(req)
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, CHAT_KINDS, "/v1/chat/completions")
+    tools = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
+    messages = for_template(messages_to_builtins(req.messages))
+    inputs = await prepare_images(request, handle, messages)
+    turn = TurnRequest(
+        messages=inputs.messages,
+        sampling=sampling_params(req, handle.config),
+        template_kwargs=template_kwargs(
+            req.chat_template_kwargs, tools, thinking_of(req.reasoning_effort)
+        ),
+        tools=tools,
+        output=output_spec(req.response_format),
+        logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+        n=req.n or 1,
+        files=inputs.files,
+        images=inputs.frame_indices,
+    )
+    check_turn(handle, turn)
+    request_id = f"chatcmpl-{uuid4().hex}"
+    created = int(time.time())
+    if req.stream:
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        start = unless_disconnected(request, Turn.start(handle, turn, request_id))
+
+        def events(running: Turn) -> AsyncIterator[bytes]:
+            if plain(running):  # the lean path: text only, one choice
+                plain_events = ChatEvents(request_id, created, handle.name, include_usage)
+                return relay(running.generations[0], plain_events)
+            stream = ChatStream(
+                request_id, created, handle.name, include_usage, req.logprobs is True
+            )
+            return stream.events(running)
+
+        return await start_stream(handle, start, events)  # type: ignore[arg-type]
+    running = await unless_disconnected(request, Turn.start(handle, turn, request_id))
+    try:
+        results = await unless_disconnected(request, running.collect())
+    finally:
+        await running.aclose()
+    return JSONResponse(
+        ChatCompletionOut(
+            id=request_id,
+            created=created,
+            model=handle.name,
+            choices=[_choice(r, req.logprobs is True) for r in results],
+            usage=usage_from(total_usage([r.finish.usage for r in results if r.finish])),
+        )
+    )
+
+
+def thinking_of(effort: str | None) -> bool | None:
+    """``reasoning_effort`` as the templates' ``enable_thinking`` (``None``: leave it)."""
+    if effort is None:
+        return None
+    return effort not in ("none", "minimal")
+
+
+def plain(turn: Turn) -> bool:
+    """Whether a turn needs none of the parsers: one choice of text, nothing to split."""
+    request = turn.request
+    return (
+        request.n == 1
+        and not request.tools.active
+        and request.logprobs is None
+        and resolve_reasoning(
+            getattr(turn.handle.config, "reasoning_parser", None),
+            getattr(getattr(turn.handle, "facts", None), "extra", None),
+        )
+        is None
+    )
+
+
+def _choice(result: ChoiceResult, logprobs: bool) -> ChatChoiceOut:
+    finish = result.finish
+    calls = [ToolCallOut(c.id, FunctionOut(c.name, c.arguments)) for c in result.calls]
+    message = ChatMessageOut(
+        content=result.text if result.text or not calls else None,
+        tool_calls=calls or UNSET,
+        reasoning_content=result.reasoning or UNSET,
+    )
+    return ChatChoiceOut(
+        index=result.index,
+        message=message,
+        finish_reason=finish.reason if finish else "stop",
+        logprobs=ChoiceLogprobs(logprobs_out(result.logprobs)) if logprobs else None,
+    )

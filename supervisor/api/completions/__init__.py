@@ -1,0 +1,1 @@
+"""The legacy completions API: POST /v1/completions."""

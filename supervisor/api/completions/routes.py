@@ -1,0 +1,124 @@
+"""``POST /v1/completions`` (legacy text completions)."""
+
+from __future__ import annotations
+
+import time
+from uuid import uuid4
+
+from msgspec import UNSET
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.protocol.messages import Generate
+from mlx_gateway.supervisor.engine.generation import Generation
+from mlx_gateway.supervisor.engine.kinds import COMPLETION_KINDS, require_kind
+from mlx_gateway.supervisor.engine.loading import start_stream
+from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice, Usage, usage_from
+from mlx_gateway.supervisor.engine.requests import CompletionRequest
+from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
+from mlx_gateway.supervisor.engine.streaming import relay
+from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.body import read_json
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.replies import JSONResponse
+
+
+def single_prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:
+    """The one prompt of ``prompt``: a string or a list of token ids, possibly
+    wrapped in a one-element list. Batches (several prompts) are a 400."""
+    if isinstance(prompt, str):
+        return prompt
+    if len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+        if isinstance(prompt, str):
+            return prompt
+    if prompt and all(isinstance(token, int) for token in prompt):
+        return prompt  # type: ignore[return-value]
+    raise BadRequest(
+        "'prompt' must be a string or a list of token ids; "
+        "several prompts in one request are not supported.",
+        param="prompt",
+    )
+
+
+class CompletionEvents:
+    """The ``text_completion`` events of one stream (no opening event)."""
+
+    def __init__(
+        self, id: str, created: int, model: str, include_usage: bool, echo: str = ""
+    ) -> None:
+        self.id, self.created, self.model = id, created, model
+        self.include_usage = include_usage
+        self.echo = echo
+        self._content = sse.Template(
+            Completion(
+                id=id,
+                created=created,
+                model=model,
+                choices=[CompletionChoice(index=0, text=sse.HOLE)],
+                usage=None if include_usage else UNSET,
+            )
+        )
+
+    def _chunk(self, text: str, finish_reason: str | None = None) -> bytes:
+        return sse.data(
+            Completion(
+                id=self.id,
+                created=self.created,
+                model=self.model,
+                choices=[CompletionChoice(index=0, text=text, finish_reason=finish_reason)],
+                usage=None if self.include_usage else UNSET,
+            )
+        )
+
+    def opening(self) -> bytes | None:
+        return self._chunk(self.echo) if self.echo else None
+
+    def content(self, text: str) -> bytes:
+        return self._content.fill(text)
+
+    def finish(self, finish_reason: str) -> bytes:
+        return self._chunk("", finish_reason)
+
+    def usage(self, usage: Usage) -> bytes:
+        return sse.data(
+            Completion(id=self.id, created=self.created, model=self.model, choices=[], usage=usage)
+        )
+
+
+async def create_completion(request: Request) -> Response:
+    """Validate, resolve the model, generate; answer as JSON or as an SSE stream."""
+    req = await read_json(request, CompletionRequest)
+    check_common(req)
+    prompt = single_prompt(req.prompt)
+    if req.echo and not isinstance(prompt, str):
+        raise BadRequest("'echo' is only supported with a text prompt.", param="echo")
+    echo = prompt if req.echo and isinstance(prompt, str) else ""
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, COMPLETION_KINDS, "/v1/completions")
+    msg = Generate(
+        request_id=f"cmpl-{uuid4().hex}",
+        prompt=prompt,
+        sampling=sampling_params(req, handle.config),
+    )
+    created = int(time.time())
+    if req.stream:
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        events = CompletionEvents(msg.request_id, created, handle.name, include_usage, echo)
+        start = unless_disconnected(request, Generation.start(handle, msg))
+        return await start_stream(handle, start, lambda g: relay(g, events))
+    generation = await unless_disconnected(request, Generation.start(handle, msg))
+    try:
+        text, done = await unless_disconnected(request, generation.collect())
+    finally:
+        await generation.aclose()
+    return JSONResponse(
+        Completion(
+            id=msg.request_id,
+            created=created,
+            model=handle.name,
+            choices=[CompletionChoice(index=0, text=echo + text, finish_reason=done.finish_reason)],
+            usage=usage_from(done.usage),
+        )
+    )

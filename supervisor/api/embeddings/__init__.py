@@ -1,0 +1,1 @@
+"""The embeddings API: POST /v1/embeddings."""

@@ -1,0 +1,94 @@
+"""``POST /v1/embeddings``: the request body and the response objects, as OpenAI
+defines them, and the checks on ``input`` that its type cannot express."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct
+
+from mlx_gateway.supervisor.errors import BadRequest
+
+MAX_INPUTS = 2048
+"""Most inputs in one request, as OpenAI allows."""
+
+# Bounded so that an oversized number is a 400 naming the field, not a wire error.
+TokenId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+Input = str | list[str | TokenId | list[TokenId]]
+
+
+class EmbeddingRequest(Struct, kw_only=True):
+    """The request body. Unknown fields are accepted and ignored."""
+
+    model: str
+    input: Input
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
+    user: str | None = None
+
+
+class Embedding(Struct, kw_only=True):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+    """Floats, or base64 of the little-endian float32 bytes."""
+
+
+class EmbeddingUsage(Struct):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(Struct, kw_only=True):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingUsage
+
+
+_SHAPES = (
+    "'input' must be a string, a list of strings, a list of token ids, "
+    "or a list of lists of token ids"
+)
+
+
+_NAMES = {str: "string", list: "list of token ids"}
+
+
+def split_input(value: Input) -> tuple[list[str], list[list[int]]]:
+    """``input`` as ``(texts, token id lists)``, exactly one of them non-empty.
+
+    Raises :class:`BadRequest` naming ``input`` or ``input[i]`` for an empty input,
+    mixed kinds of items, or more than :data:`MAX_INPUTS` inputs."""
+    if isinstance(value, str):
+        if not value:
+            raise BadRequest("'input' must not be an empty string.", param="input")
+        return [value], []
+    if not value:
+        raise BadRequest("'input' must not be an empty list.", param="input")
+    ints = [isinstance(item, int) for item in value]
+    if all(ints):
+        return [], [value]  # type: ignore[list-item]  # one input given as token ids
+    if any(ints):
+        i = ints.index(True)
+        raise BadRequest(
+            f"{_SHAPES}; input[{i}] is a lone token id among other inputs.", param="input"
+        )
+    if len(value) > MAX_INPUTS:
+        raise BadRequest(
+            f"'input' holds {len(value)} inputs; at most {MAX_INPUTS} are allowed per request.",
+            param="input",
+        )
+    kind = type(value[0])
+    for i, item in enumerate(value):
+        if type(item) is not kind:
+            raise BadRequest(
+                f"{_SHAPES}; input[{i}] is a {_NAMES[type(item)]} but input[0] is a "
+                f"{_NAMES[kind]}.",
+                param="input",
+            )
+        if not item:
+            raise BadRequest(f"input[{i}] must not be empty.", param=f"input[{i}]")
+    if kind is str:
+        return value, []  # type: ignore[return-value]
+    return [], value  # type: ignore[return-value]

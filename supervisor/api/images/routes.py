@@ -1,0 +1,261 @@
+"""``POST /v1/images/generations``, ``POST /v1/images/edits`` and the image files.
+
+A request is checked here (fields, the ``WxH`` size against mflux's multiple of
+16 and the model's ``max_output_pixels``) before any worker starts; the worker then
+checks what depends on the model (its inputs, its own size rule) before ``Started``,
+so every rejection is a plain HTTP error, streamed or not.
+
+Answers: JSON with ``b64_json`` (default) or ``url`` per picture, or with
+``stream: true`` an SSE stream of ``image_generation.partial_image`` (when
+``partial_images`` > 0) and ``image_generation.completed`` events (``image_edit.*``
+for edits), with a comment line per denoising step that keeps the connection busy.
+URLs point at ``GET /v1/images/files/{id}.{ext}``, served from an in-memory store
+bounded by ``server.image_store_mb`` for ``server.image_url_ttl`` seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import uuid4
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from mlx_gateway.protocol.messages import GenerateImage, ImageStep
+from mlx_gateway.supervisor.api.images.form import MIB, read_edit_form
+from mlx_gateway.supervisor.api.images.job import ImageJob, Picture
+from mlx_gateway.supervisor.api.images.schemas import (
+    MEDIA_TYPES,
+    CompletedImageEvent,
+    ImageData,
+    ImageFields,
+    ImageGenerationRequest,
+    ImagesResponse,
+    PartialImageEvent,
+    check_fields,
+    event_types,
+    parse_edit_form,
+)
+from mlx_gateway.supervisor.api.images.store import ImageStore
+from mlx_gateway.supervisor.config import IMAGE_SIZE_MULTIPLE
+from mlx_gateway.supervisor.config.image import IMAGE_KIND, is_edit_model
+from mlx_gateway.supervisor.engine.kinds import require_kind
+from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.body import read_json
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.replies import SSE_HEADERS, JSONResponse, error_event
+
+logger = logging.getLogger(__name__)
+
+GENERATIONS = "/v1/images/generations"
+EDITS = "/v1/images/edits"
+FILES = "/v1/images/files"
+MAX_EDIT_IMAGES = 4
+DEFAULT_IMAGE_MB = 20.0
+"""The per-file upload limit when no edit model is configured (the request then
+fails on its model anyway, but only after the form was read)."""
+
+
+class ImageStream(StreamingResponse):
+    """An SSE response that closes its :class:`ImageJob` however it ends."""
+
+    def __init__(self, events: AsyncIterator[bytes], job: ImageJob) -> None:
+        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.job = job
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.job.aclose()
+
+
+async def create_image(request: Request) -> Response:
+    """Text to image."""
+    req = await read_json(request, ImageGenerationRequest)
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, (IMAGE_KIND,), GENERATIONS)
+    if is_edit_model(handle.config):
+        raise BadRequest(
+            f"The model '{handle.name}' edits images (model_type image-edit); send it to "
+            f"{EDITS} with an 'image'.",
+            param="model",
+            code="model_not_supported",
+        )
+    msg = _message(req, handle, images=0, mask=False)
+    return await _serve(request, handle, req, msg, [], edit=False)
+
+
+async def create_image_edit(request: Request) -> Response:
+    """An edit of one or more input images (and a mask, for inpainting models)."""
+    form = await read_edit_form(request, _upload_limit(request), MAX_EDIT_IMAGES)
+    req = parse_edit_form(form.fields)
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, (IMAGE_KIND,), EDITS)
+    if not is_edit_model(handle.config):
+        raise BadRequest(
+            f"The model '{handle.name}' generates images from text (model_type "
+            f"{handle.config.model_type}); use {GENERATIONS}, or a model of model_type "
+            "image-edit here.",
+            param="model",
+            code="model_not_supported",
+        )
+    form.check_sizes(int(handle.config.max_image_mb * MIB))
+    msg = _message(req, handle, images=len(form.images), mask=form.mask is not None)
+    files = [*form.images, *([form.mask] if form.mask is not None else [])]
+    return await _serve(request, handle, req, msg, files, edit=True)
+
+
+async def get_image_file(request: Request) -> Response:
+    """A stored image by ``{id}.{ext}``; 404 when unknown or expired."""
+    name = request.path_params["name"]
+    key, _, ext = name.rpartition(".")
+    store = image_store(request)
+    item = store.get(key) if key else None
+    if item is None or MEDIA_TYPES.get(ext) != item.media_type:
+        raise GatewayError(
+            f"The image '{name}' does not exist or has expired (images are kept {store.ttl:g} s).",
+            status=404,
+            type="invalid_request_error",
+            code="image_not_found",
+        )
+    age = int(store.remaining(item))
+    return Response(
+        item.data, media_type=item.media_type, headers={"Cache-Control": f"private, max-age={age}"}
+    )
+
+
+def image_store(request: Request) -> ImageStore:
+    """The app's image store, made on first use from the server settings."""
+    state = request.app.state
+    store = getattr(state, "image_store", None)
+    if store is None:
+        server = state.registry.config.server
+        store = ImageStore(int(server.image_store_mb * MIB), server.image_url_ttl)
+        state.image_store = store
+    return store
+
+
+def _upload_limit(request: Request) -> int:
+    """The largest file any edit model accepts: the model is named inside the form,
+    so the body is bounded by this before the model is known."""
+    limits = [
+        handle.config.max_image_mb
+        for handle in request.app.state.registry.handles
+        if is_edit_model(handle.config)
+    ]
+    return int(max(limits, default=DEFAULT_IMAGE_MB) * MIB)
+
+
+def _message(req: ImageFields, handle: Any, *, images: int, mask: bool) -> GenerateImage:
+    size = check_fields(req, IMAGE_SIZE_MULTIPLE, handle.config.max_output_pixels)
+    return GenerateImage(
+        request_id=f"img-{uuid4().hex}",
+        prompt=req.prompt,
+        n=req.n,
+        width=size[0] if size else None,
+        height=size[1] if size else None,
+        seed=req.seed,
+        steps=req.steps,
+        guidance=req.guidance,
+        negative_prompt=req.negative_prompt or None,
+        images=images,
+        mask=mask,
+        output_format=req.output_format,
+        output_compression=req.output_compression,
+        partial_images=req.partial_images if req.stream else 0,
+    )
+
+
+async def _serve(
+    request: Request,
+    handle: Any,
+    req: ImageFields,
+    msg: GenerateImage,
+    files: list[bytes],
+    *,
+    edit: bool,
+) -> Response:
+    job = await unless_disconnected(request, ImageJob.start(handle, handle.name, msg, files))
+    created = int(time.time())
+    if req.stream:
+        return ImageStream(_events(job, req, msg, edit), job)
+    try:
+        pictures = await unless_disconnected(request, job.collect())
+    finally:
+        await job.aclose()
+    url = req.response_format == "url"
+    store = image_store(request) if url else None
+    data = []
+    for picture in pictures:
+        if store is not None:
+            key = store.put(picture.data, MEDIA_TYPES[req.output_format])
+            link = f"{str(request.base_url).rstrip('/')}{FILES}/{key}.{req.output_format}"
+            data.append(ImageData(url=link, seed=picture.seed))
+        else:
+            data.append(ImageData(b64_json=_b64(picture.data), seed=picture.seed))
+    size = f"{pictures[0].width}x{pictures[0].height}" if pictures else ""
+    return JSONResponse(
+        ImagesResponse(created=created, data=data, output_format=req.output_format, size=size)
+    )
+
+
+async def _events(
+    job: ImageJob, req: ImageFields, msg: GenerateImage, edit: bool
+) -> AsyncIterator[bytes]:
+    """Partial and completed events, a comment per step, ``[DONE]``; a failure
+    after the start ends the stream with an error event."""
+    partial_type, completed_type = event_types(edit)
+    try:
+        async for update in job.updates():
+            if isinstance(update, ImageStep):
+                yield sse.comment(
+                    f"image {update.index + 1}/{msg.n} step {update.step}/{update.steps}"
+                )
+                continue
+            yield sse.data(_event(update, req, partial_type, completed_type))
+    except GatewayError as exc:
+        logger.warning("image stream failed after it started: %s", exc.message)
+        yield error_event(exc)
+    except Exception:
+        logger.exception("image stream failed after it started")
+        yield error_event(GatewayError("The server had an error while streaming the response."))
+    finally:
+        await job.aclose()
+    yield sse.DONE
+
+
+def _event(
+    picture: Picture, req: ImageFields, partial_type: str, completed_type: str
+) -> PartialImageEvent | CompletedImageEvent:
+    size = f"{picture.width}x{picture.height}"
+    now = int(time.time())
+    if picture.partial is not None:
+        return PartialImageEvent(
+            type=partial_type,
+            b64_json=_b64(picture.data),
+            partial_image_index=picture.partial,
+            created_at=now,
+            size=size,
+            output_format=req.output_format,
+        )
+    return CompletedImageEvent(
+        type=completed_type,
+        b64_json=_b64(picture.data),
+        created_at=now,
+        size=size,
+        output_format=req.output_format,
+    )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+__all__ = ["create_image", "create_image_edit", "get_image_file"]

@@ -1,0 +1,1 @@
+"""Models and administration: /v1/models, load/unload, /health, /metrics, OpenAPI."""

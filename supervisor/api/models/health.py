@@ -1,0 +1,34 @@
+"""``GET /health``: the gateway answers, and how each model is doing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.blas import find_openblas
+
+
+async def health(request: Request) -> Response:
+    """``{"status": "ok", "blas": {...}, "models": {name: status}}``; 200 while the
+    gateway runs, whatever the models' states (a failed model shows ``"state":
+    "failed"``). ``blas`` tells whether workers get OpenBLAS preloaded (the path
+    found, ``null`` when none is or the switch is off); each ready model's
+    ``blas`` is what its worker actually computes with."""
+    registry = request.app.state.registry
+    handles = registry.handles
+    return JSONResponse(
+        {
+            "status": "ok",
+            "blas": _gateway_blas(registry),
+            "models": {h.name: h.status() for h in handles},
+        }
+    )
+
+
+def _gateway_blas(registry: Any) -> dict[str, Any]:
+    config = getattr(registry, "config", None)
+    preload = config.server.preload_openblas if config is not None else True
+    return {"preload_openblas": preload, "openblas": find_openblas() if preload else None}

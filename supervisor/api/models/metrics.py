@@ -1,0 +1,149 @@
+"""``GET /metrics``: Prometheus text format.
+
+Request figures (status codes, tokens, TTFT, durations) come from the app's
+:class:`~.recorder.Recorder`; model figures (state, in flight, queue, memory,
+crashes, evictions) are read from the worker handles at scrape time; gateway
+figures (open connections, memory) from the gateway process itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import psutil
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.supervisor.http.recorder import Recorder
+from mlx_gateway.supervisor.metrics import CONTENT_TYPE, counter_of, gauge
+from mlx_gateway.supervisor.pool.state import WorkerState
+
+STATES = tuple(dict.fromkeys(state.public for state in WorkerState))
+"""Every public state name, once each (``unloaded``, ``loading``, ``ready``…)."""
+
+_PROCESS = psutil.Process(os.getpid())
+
+
+def model_lines(handles: Iterable[Any]) -> Iterator[str]:
+    """The per-model families read from the worker handles."""
+    handles = list(handles)
+
+    def each(read: Any) -> Iterator[tuple[tuple[str, ...], float]]:
+        for h in handles:
+            value = read(h)
+            if value is not None:
+                yield (h.name,), float(value)
+
+    yield from gauge(
+        "mlx_gateway_model_state",
+        "1 for the state the model's worker is in, 0 for the others.",
+        ("model", "state"),
+        (((h.name, s), float(h.state.public == s)) for h in handles for s in STATES),
+    )
+    yield from gauge(
+        "mlx_gateway_model_inflight",
+        "Requests holding the model now (waiting for it or being answered).",
+        ("model",),
+        each(lambda h: h.inflight),
+    )
+    yield from gauge(
+        "mlx_gateway_model_queue_depth",
+        "Requests waiting in the gateway for the model to load or for a free slot.",
+        ("model",),
+        each(lambda h: getattr(h, "waiting", 0)),
+    )
+    yield from gauge(
+        "mlx_gateway_model_memory_bytes",
+        "Memory the model's worker last reported: rss, MLX active and MLX cache.",
+        ("model", "kind"),
+        (
+            ((h.name, kind), float(getattr(h.memory, kind)))
+            for h in handles
+            if h.memory is not None
+            for kind in ("rss", "mlx_active", "mlx_cache")
+        ),
+    )
+    yield from gauge(
+        "mlx_gateway_model_last_used_timestamp_seconds",
+        "Unix time at which the model's last request finished.",
+        ("model",),
+        each(lambda h: h.last_used_wall),
+    )
+    yield from counter_of(
+        "mlx_gateway_model_crashes_total",
+        "Worker exits the gateway did not ask for (the next request restarts it).",
+        ("model",),
+        each(lambda h: getattr(h, "crashes", 0)),
+    )
+    yield from counter_of(
+        "mlx_gateway_model_evictions_total",
+        "Times the model was stopped to make room for another one.",
+        ("model",),
+        each(lambda h: getattr(h, "evictions", 0)),
+    )
+
+
+def open_connections(port: int | None) -> int | None:
+    """Established TCP connections to the gateway's port (``None`` when unknown)."""
+    if port is None:
+        return None
+    try:
+        conns = _PROCESS.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    return sum(
+        1 for c in conns if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port
+    )
+
+
+def gateway_lines(recorder: Recorder, port: int | None) -> Iterator[str]:
+    """The gateway's own families."""
+    connections = open_connections(port)
+    yield from gauge(
+        "mlx_gateway_open_connections",
+        "Established TCP connections to the gateway's HTTP port.",
+        (),
+        [((), float(connections))] if connections is not None else [],
+    )
+    yield from gauge(
+        "mlx_gateway_http_requests_in_flight",
+        "HTTP requests being answered now (streams included).",
+        (),
+        [((), float(recorder.in_flight))],
+    )
+    with _PROCESS.oneshot():
+        rss = _PROCESS.memory_info().rss
+        started = _PROCESS.create_time()
+    yield from gauge(
+        "process_resident_memory_bytes", "Resident memory of the gateway process.", (), [((), rss)]
+    )
+    yield from gauge(
+        "process_start_time_seconds",
+        "Unix time at which the gateway process started.",
+        (),
+        [((), started)],
+    )
+    yield from gauge(
+        "mlx_gateway_uptime_seconds",
+        "Seconds since the gateway process started.",
+        (),
+        [((), max(0.0, time.time() - started))],
+    )
+
+
+def render(recorder: Recorder, handles: Iterable[Any], port: int | None) -> str:
+    """The whole exposition."""
+    request_lines = (line for family in recorder.families() for line in family.render())
+    lines = itertools.chain(model_lines(handles), request_lines, gateway_lines(recorder, port))
+    return "\n".join(lines) + "\n"
+
+
+async def metrics(request: Request) -> Response:
+    """Every metric in Prometheus text format (an admin endpoint)."""
+    state = request.app.state
+    body = render(state.metrics, state.registry.handles, getattr(state, "http_port", None))
+    return Response(body, media_type=CONTENT_TYPE)

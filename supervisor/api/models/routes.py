@@ -1,0 +1,49 @@
+"""``GET /v1/models`` and ``GET /v1/models/{model_id}`` (ids may contain ``/``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.supervisor.api.images.job import progress_of
+from mlx_gateway.supervisor.config.image import IMAGE_KIND
+from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.supervisor.http.replies import JSONResponse
+
+CREATED = int(time.time())
+"""The ``created`` of every model: when the gateway started."""
+
+OWNED_BY = "mlx-gateway"
+
+
+def model_object(handle: Any) -> dict[str, Any]:
+    """The OpenAI model object of ``handle``, plus its live status (``state``,
+    ``inflight``, ...) and configuration facts (``aliases``, ``model_type``)."""
+    entry: dict[str, Any] = {
+        "id": handle.name,
+        "object": "model",
+        "created": CREATED,
+        "owned_by": OWNED_BY,
+    }
+    for key, value in handle.status().items():
+        entry.setdefault(key, value)
+    entry.setdefault("aliases", list(handle.config.aliases))
+    entry.setdefault("model_type", handle.config.model_type)
+    if kind_of(handle) == IMAGE_KIND:  # how far each image request got
+        entry.setdefault("progress", progress_of(handle.name))
+    return entry
+
+
+async def list_models(request: Request) -> Response:
+    """Every served model, in configuration order."""
+    handles = request.app.state.registry.handles
+    return JSONResponse({"object": "list", "data": [model_object(h) for h in handles]})
+
+
+async def retrieve_model(request: Request) -> Response:
+    """One model by served name or alias; 404 listing the served names otherwise."""
+    handle = request.app.state.registry.resolve(request.path_params["model_id"])
+    return JSONResponse(model_object(handle))

@@ -1,0 +1,1 @@
+"""The Responses API: /v1/responses, stored responses, streamed events."""

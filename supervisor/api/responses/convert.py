@@ -1,0 +1,120 @@
+"""Between Responses API items and the chat messages a turn runs on.
+
+Input items become chat-completions messages: ``function_call`` items join the
+assistant message before them as ``tool_calls``, ``function_call_output`` items
+become ``tool`` messages, reasoning items are dropped (templates re-render
+thinking from scratch, and most drop earlier turns' thinking anyway). A stored
+response's output goes through the same conversion, so ``previous_response_id``
+continues a conversation exactly as if the client had sent all of it again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import uuid4
+
+import msgspec
+
+from mlx_gateway.supervisor.api.responses.schemas import (
+    ContentPart,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputImage,
+    InputItem,
+    InputText,
+    MessageItem,
+    OutputText,
+    Refusal,
+)
+from mlx_gateway.supervisor.errors import BadRequest
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid4().hex}"
+
+
+def _parts(parts: str | list[ContentPart], where: str) -> str | list[dict[str, Any]]:
+    """Chat content of a message's parts: a string when it is all text."""
+    if isinstance(parts, str):
+        return parts
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(parts):
+        match part:
+            case InputText(text=text) | OutputText(text=text):
+                out.append({"type": "text", "text": text})
+            case Refusal(refusal=text):
+                out.append({"type": "text", "text": text})
+            case InputImage(image_url=url, detail=detail) if url:
+                out.append({"type": "image_url", "image_url": {"url": url, "detail": detail}})
+            case InputImage():
+                raise BadRequest(
+                    "Images by 'file_id' are not supported; send 'image_url' (a data: URL or "
+                    "an http(s) URL).",
+                    param=f"{where}[{j}]",
+                )
+    if all(p["type"] == "text" for p in out):
+        return "".join(p["text"] for p in out)
+    return out
+
+
+def to_chat(items: list[InputItem], where: str = "input") -> list[dict[str, Any]]:
+    """Chat-completions messages of Responses API items."""
+    messages: list[dict[str, Any]] = []
+    for i, item in enumerate(items):
+        match item:
+            case MessageItem(role=role, content=content):
+                messages.append({"role": role, "content": _parts(content, f"{where}[{i}].content")})
+            case FunctionCallItem(call_id=call_id, name=name, arguments=arguments):
+                call = {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+                last = messages[-1] if messages else None
+                if last is not None and last["role"] == "assistant":
+                    last.setdefault("tool_calls", []).append(call)
+                else:
+                    messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            case FunctionCallOutputItem(call_id=call_id, output=output):
+                content = _parts(output, f"{where}[{i}].output")
+                if not isinstance(content, str):
+                    content = "".join(p.get("text", "") for p in content)
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            case _:
+                pass  # reasoning
+    return messages
+
+
+def output_items(output: list[dict[str, Any]]) -> list[InputItem]:
+    """A response's output as input items (for the stored conversation)."""
+    items: list[InputItem] = []
+    for entry in output:
+        if entry["type"] == "message":
+            text = "".join(p.get("text", "") for p in entry["content"])
+            items.append(MessageItem(role="assistant", content=text))
+        elif entry["type"] == "function_call":
+            items.append(
+                FunctionCallItem(
+                    call_id=entry["call_id"], name=entry["name"], arguments=entry["arguments"]
+                )
+            )
+    return items
+
+
+def stored_input(items: list[InputItem]) -> list[dict[str, Any]]:
+    """Input items as ``GET /v1/responses/{id}/input_items`` lists them (with ids)."""
+    out = []
+    for item in items:
+        data = msgspec.to_builtins(item)
+        if isinstance(item, MessageItem):
+            content = item.content
+            if isinstance(content, str):
+                kind = "output_text" if item.role == "assistant" else "input_text"
+                data["content"] = [{"type": kind, "text": content}]
+            data["status"] = data.get("status") or "completed"
+            data["id"] = item.id or new_id("msg")
+        elif isinstance(item, FunctionCallItem | FunctionCallOutputItem):
+            data["id"] = item.id or new_id("fc" if isinstance(item, FunctionCallItem) else "fco")
+            data["status"] = data.get("status") or "completed"
+        out.append(data)
+    return out

@@ -1,0 +1,22 @@
+"""What a language-model entry tells its worker beyond the common WorkerSpec fields.
+
+No I/O and no MLX here: the gateway imports it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.pool.memory import parse_size
+
+LM_KIND = "lm"
+
+
+def worker_options(config: ModelConfig) -> dict[str, Any]:
+    """The ``WorkerSpec.options`` of a language model (see ``workers/lm.py``)."""
+    return {
+        "prompt_cache_bytes": parse_size(config.prompt_cache_bytes),
+        "prompt_cache_entries": config.prompt_cache_entries,
+        "stream_interval": config.stream_interval,
+    }

@@ -1,0 +1,264 @@
+"""The bytes behind an image URL of a chat request: ``data:`` URLs and http(s) fetches.
+
+The gateway fetches http(s) images itself (the worker never touches the network),
+with three guards, each a client error that names the URL and the request field:
+
+* size: a file larger than the model's ``max_image_mb`` is refused with 413, from
+  ``Content-Length`` before the body, or while counting the body as it arrives;
+* time: the whole fetch, redirects included, must end within the model's
+  ``image_fetch_timeout``;
+* address: unless ``allow_private_image_urls`` is set, no connection is made to a
+  loopback, private, link-local or otherwise non-global address. The check runs at
+  connect time on the addresses the host name resolved to, and the connection goes
+  to an address that passed it (so DNS cannot answer differently in between); it
+  covers every redirect hop, which are followed by hand (at most
+  :data:`MAX_REDIRECTS`), and proxies from the environment are not used.
+
+The content is not inspected here: the worker decodes it and answers 400 for a
+file that is not an image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import ipaddress
+import socket
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpcore
+import httpx
+
+from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+
+MIB = 1 << 20
+MAX_REDIRECTS = 3
+USER_AGENT = "mlx-gateway (image fetch)"
+SHOWN_URL_CHARS = 120
+"""Longer URLs (``data:`` URLs above all) are shortened in messages."""
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """How a model's image URLs are read."""
+
+    max_bytes: int = 20 * MIB
+    timeout: float = 10.0
+    allow_private: bool = False
+
+
+class ImageTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+
+    def __init__(self, what: str, limit: int, param: str) -> None:
+        super().__init__(
+            f"The image {what} is too large: the limit is {limit / MIB:g} MiB (max_image_mb).",
+            param=param,
+            code="image_too_large",
+        )
+
+
+class AddressRefused(Exception):
+    """A connection to a non-public address that the policy does not allow."""
+
+    def __init__(self, host: str, address: str) -> None:
+        super().__init__(f"{host} resolves to {address}")
+        self.host, self.address = host, address
+
+
+def shown(url: str) -> str:
+    """``url`` shortened for an error message."""
+    if len(url) <= SHOWN_URL_CHARS:
+        return url
+    return url[: SHOWN_URL_CHARS - 1] + "…"
+
+
+async def read_image_url(url: str, policy: ImagePolicy, param: str) -> bytes:
+    """The file behind ``url`` (``data:``, ``http:`` or ``https:``).
+
+    ``param`` is the request field holding the URL (for errors). Raises
+    :class:`~.errors.BadRequest` (malformed, unreachable, refused, not found,
+    timed out) or :class:`ImageTooLarge`."""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "data":
+        return decode_data_url(url, policy.max_bytes, param)
+    if scheme in ("http", "https"):
+        return await fetch(url, policy, param)
+    raise BadRequest(
+        f"The image URL '{shown(url)}' is not supported: use a data: URL (base64) or an "
+        "http(s) URL.",
+        param=param,
+        code="invalid_image_url",
+    )
+
+
+def decode_data_url(url: str, max_bytes: int, param: str) -> bytes:
+    """The bytes of a ``data:[<media type>][;base64],<data>`` URL."""
+    header, sep, data = url.partition(",")
+    if not sep:
+        raise BadRequest(
+            f"The data URL '{shown(url)}' has no ',' before its data.",
+            param=param,
+            code="invalid_image_url",
+        )
+    media_type = header[5:].split(";", 1)[0].strip().lower()
+    if media_type and not media_type.startswith("image/"):
+        raise BadRequest(
+            f"The data URL's media type '{media_type}' is not an image type (image/…).",
+            param=param,
+            code="invalid_image_url",
+        )
+    if not header.lower().endswith(";base64"):
+        raw = urllib.parse.unquote_to_bytes(data)
+    else:
+        compact = "".join(data.split())  # clients wrap long base64 in lines
+        if len(compact) // 4 * 3 > max_bytes + 2:  # refuse before decoding
+            raise ImageTooLarge("in the data URL", max_bytes, param)
+        try:
+            raw = base64.b64decode(compact, validate=True)
+        except (binascii.Error, ValueError):
+            raise BadRequest(
+                "The data URL's image is not valid base64.", param=param, code="invalid_image_url"
+            ) from None
+    if not raw:
+        raise BadRequest("The data URL holds no data.", param=param, code="invalid_image_url")
+    if len(raw) > max_bytes:
+        raise ImageTooLarge("in the data URL", max_bytes, param)
+    return raw
+
+
+# ---------------------------------------------------------------- http(s)
+
+
+def is_public(address: str) -> bool:
+    """Whether ``address`` is a global unicast address (not loopback, private,
+    link-local, shared, reserved, multicast…). IPv4-mapped IPv6 counts as IPv4."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+class _GuardedBackend(httpcore.AsyncNetworkBackend):
+    """Resolves the host itself, refuses non-public addresses (unless allowed) and
+    connects to an address that passed; TLS still verifies the host name."""
+
+    def __init__(self, allow_private: bool) -> None:
+        self._inner = httpcore.AnyIOBackend()
+        self._allow_private = allow_private
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+        allowed = [a for a in addresses if self._allow_private or is_public(a)]
+        if not allowed:
+            raise AddressRefused(host, addresses[0] if addresses else "nothing")
+        error: Exception | None = None
+        for address in allowed:
+            try:
+                return await self._inner.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except httpcore.ConnectError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, allow_private: bool) -> None:
+        super().__init__(retries=0)
+        # httpx builds its pool without a way to pass a network backend; replace it
+        # with the same pool over the guarded backend.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            network_backend=_GuardedBackend(allow_private),
+        )
+
+
+async def fetch(url: str, policy: ImagePolicy, param: str) -> bytes:
+    """GET an http(s) image under ``policy`` (see the module docstring)."""
+    transport = _GuardedTransport(policy.allow_private)
+    async with httpx.AsyncClient(
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+        timeout=policy.timeout,
+        headers={"User-Agent": USER_AGENT, "Accept": "image/*"},
+    ) as client:
+        try:
+            async with asyncio.timeout(policy.timeout):
+                return await _follow(client, url, policy, param)
+        except TimeoutError:
+            raise _unreachable(url, param, f"no answer within {policy.timeout:g} s") from None
+        except AddressRefused as exc:
+            raise BadRequest(
+                f"The image URL '{shown(url)}' was refused: {exc.host} is a private, "
+                f"loopback or link-local address ({exc.address}). Set "
+                "allow_private_image_urls to fetch images from the gateway's own network.",
+                param=param,
+                code="image_url_refused",
+            ) from None
+        except httpx.HTTPError as exc:
+            raise _unreachable(url, param, str(exc) or type(exc).__name__) from None
+
+
+async def _follow(client: httpx.AsyncClient, url: str, policy: ImagePolicy, param: str) -> bytes:
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        async with client.stream("GET", current) as response:
+            if response.is_redirect:
+                location = response.headers.get("location", "")
+                current = urllib.parse.urljoin(current, location)
+                if urllib.parse.urlsplit(current).scheme not in ("http", "https"):
+                    raise _unreachable(url, param, f"redirected to '{shown(current)}'")
+                continue
+            if response.status_code != 200:
+                raise _unreachable(url, param, f"the server answered HTTP {response.status_code}")
+            return await _read_body(response, url, policy.max_bytes, param)
+    raise _unreachable(url, param, f"more than {MAX_REDIRECTS} redirects")
+
+
+async def _read_body(response: httpx.Response, url: str, limit: int, param: str) -> bytes:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ImageTooLarge(f"at '{shown(url)}'", limit, param)
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise ImageTooLarge(f"at '{shown(url)}'", limit, param)
+    if not body:
+        raise _unreachable(url, param, "the server sent no data")
+    return bytes(body)
+
+
+def _unreachable(url: str, param: str, why: str) -> BadRequest:
+    return BadRequest(
+        f"The image URL '{shown(url)}' could not be fetched: {why}.",
+        param=param,
+        code="image_url_unreachable",
+    )

@@ -1,0 +1,122 @@
+"""OpenAI response objects as msgspec Structs, encoded straight to JSON.
+
+Fields OpenAI always sends are always present (``null`` included). ``usage`` on
+stream chunks is :data:`msgspec.UNSET` (left out) unless the client asked for
+``stream_options.include_usage``, in which case it is ``null`` on every chunk but
+the last, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from msgspec import UNSET, Struct, UnsetType
+
+from mlx_gateway.protocol import messages as wire
+
+FinishReason = str
+
+
+class PromptTokensDetails(Struct):
+    cached_tokens: int = 0
+
+
+class Usage(Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+
+
+def usage_from(usage: wire.Usage) -> Usage:
+    """The OpenAI usage object of a worker's :class:`~mlx_gateway.protocol.messages.Usage`."""
+    return Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        total_tokens=usage.prompt_tokens + usage.completion_tokens,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+    )
+
+
+# ---------------------------------------------------------------- chat
+
+
+class AssistantMessage(Struct):
+    content: str
+    role: Literal["assistant"] = "assistant"
+
+
+class ChatChoice(Struct):
+    index: int
+    message: AssistantMessage
+    finish_reason: FinishReason | None
+    logprobs: None = None
+
+
+class ChatCompletion(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    object: Literal["chat.completion"] = "chat.completion"
+
+
+class Delta(Struct, omit_defaults=True):
+    """A streamed message delta; unset keys are left out (``{}`` on the last chunk)."""
+
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(Struct):
+    index: int
+    delta: Delta
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(Struct):
+    id: str
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | UnsetType | None = UNSET
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+
+
+# ---------------------------------------------------------------- completions
+
+
+class CompletionChoice(Struct):
+    index: int
+    text: str
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class Completion(Struct):
+    """A legacy completion; also each chunk of its stream (OpenAI uses one shape)."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | UnsetType | None = UNSET
+    object: Literal["text_completion"] = "text_completion"
+
+
+# ---------------------------------------------------------------- errors
+
+
+class ErrorBody(Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorEvent(Struct):
+    """The final SSE event of a stream that failed after it started."""
+
+    error: ErrorBody

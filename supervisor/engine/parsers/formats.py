@@ -1,0 +1,105 @@
+"""The tool-call formats by name, and how a model's format is chosen."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mlx_gateway.supervisor.engine.parsers.gemma_formats import FunctionGemma, Gemma4
+from mlx_gateway.supervisor.engine.parsers.json_formats import Hermes, Llama3Json, MistralJson
+from mlx_gateway.supervisor.engine.parsers.pythonic_format import Pythonic
+from mlx_gateway.supervisor.engine.parsers.tool_calls import Function, ParsedCall, ToolFormat
+from mlx_gateway.supervisor.engine.parsers.xml_format import Qwen3Coder
+
+
+class WorkerParsed:
+    """The tokenizer's own parser, run by the worker: mlx-lm parses the formats this
+    gateway does not (MiniMax, GLM, Kimi, LongCat, …) with the markers and parser it
+    inferred from the chat template; calls arrive as ``Chunk.tool_calls``."""
+
+    name = "tokenizer"
+    start = ""
+    end = ""
+    leading: tuple[str, ...] = ()
+
+    def parse(self, body: str, tools: Sequence[Function]) -> list[ParsedCall]:
+        return []
+
+    def grammar(self, tools: Sequence[Function], parallel: bool) -> None:
+        return None  # forced calls in these formats run unconstrained
+
+
+TOOL_FORMATS: dict[str, ToolFormat] = {
+    fmt.name: fmt
+    for fmt in (
+        Hermes(),
+        Qwen3Coder(),
+        Llama3Json(),
+        MistralJson(),
+        FunctionGemma(),
+        Gemma4(),
+        Pythonic(),
+        WorkerParsed(),
+    )
+}
+"""Every format by its ``tool_call_parser`` name."""
+
+TOOL_ALIASES: dict[str, str] = {
+    # mlx-lm's tool_parser_type names and the spellings of vLLM and mlx-openai-server.
+    "json_tools": "hermes",
+    "qwen": "hermes",
+    "qwen2_5": "hermes",
+    "qwen3": "hermes",
+    "qwen3_moe": "hermes",
+    "qwen3_vl": "hermes",
+    "qwen3_5": "qwen3_coder",
+    "qwen3_next": "qwen3_coder",
+    "qwen3_xml": "qwen3_coder",
+    "llama3": "llama3_json",
+    "llama": "llama3_json",
+    "llama4_json": "llama3_json",
+    "functiongemma": "function_gemma",
+} | {
+    # Families mlx-lm parses and this gateway does not: the worker does it.
+    name: "tokenizer"
+    for name in (
+        "minimax_m2",
+        "minimax",
+        "glm4_moe",
+        "glm45",
+        "glm47",
+        "glm47_flash",
+        "kimi_k2",
+        "kimi_k3",
+        "longcat",
+        "longcat_flash_lite",
+        "minicpm5",
+        "muse_spark",
+        "laguna",
+        "nemotron3_nano",
+        "solar_open",
+    )
+}
+
+TOOL_PARSER_CHOICES = ("auto", "none", *TOOL_FORMATS, *TOOL_ALIASES)
+"""Every value ``tool_call_parser`` accepts."""
+
+DEFAULT_FORMAT = "hermes"
+"""Used when neither the configuration nor the model names a format."""
+
+
+def resolve_tool_format(name: str | None, extra: dict[str, str] | None) -> ToolFormat | None:
+    """The format for a model: ``name`` is its ``tool_call_parser`` (``None`` or
+    ``auto``: the format its worker reported in ``extra``, the worker's
+    ``ModelFacts.extra`` — one this gateway does not parse is left to the worker's
+    tokenizer — else Hermes); ``none`` turns tool-call parsing off."""
+    if name == "none":
+        return None
+    if name not in (None, "auto"):
+        return TOOL_FORMATS[TOOL_ALIASES.get(name, name)]
+    reported = (extra or {}).get("tool_parser")
+    if reported:
+        key = TOOL_ALIASES.get(reported, reported)
+        # A format mlx-lm named but this gateway does not parse: the worker's
+        # tokenizer has the parser for it.
+        return TOOL_FORMATS.get(key, TOOL_FORMATS["tokenizer"])
+    return TOOL_FORMATS[DEFAULT_FORMAT]

@@ -1,0 +1,161 @@
+"""Thinking blocks: split a model's output into reasoning and answer.
+
+A reasoning model writes ``<think>…</think>`` (or its family's markers) before its
+answer; when the chat template already opened the block in the prompt, the output
+starts inside it and only the end marker shows. :class:`ReasoningSplitter` takes
+the text as it streams and returns ``("reasoning", text)`` and ``("content",
+text)`` pieces, holding back only what may still turn into a marker.
+
+A start marker counts only at the start of the output (after white space): a
+model that mentions ``<think>`` in its answer is not thinking. An output that ends
+before the end marker was reasoning all along (it was cut by ``max_tokens``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mlx_gateway.supervisor.engine.parsers.markers import held_suffix
+
+Kind = Literal["reasoning", "content"]
+Piece = tuple[Kind, str]
+
+
+@dataclass(frozen=True)
+class ThinkMarkers:
+    """How one family opens and closes a thinking block."""
+
+    start: str
+    end: str
+
+
+REASONING_PARSERS: dict[str, ThinkMarkers] = {
+    "think": ThinkMarkers("<think>", "</think>"),
+    "gemma4": ThinkMarkers("<|channel>thought", "<channel|>"),
+    "mistral": ThinkMarkers("[THINK]", "[/THINK]"),
+    "kimi": ThinkMarkers("◁think▷", "◁/think▷"),
+    "longcat": ThinkMarkers("<longcat_think>", "</longcat_think>"),
+    "seed": ThinkMarkers("<seed:think>", "</seed:think>"),
+}
+"""Named markers for ``reasoning_parser``."""
+
+REASONING_ALIASES: dict[str, str] = {
+    # The spellings of vLLM and mlx-openai-server for families that use <think>.
+    name: "think"
+    for name in (
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_vl",
+        "qwen3_5",
+        "qwen3_next",
+        "deepseek_r1",
+        "deepseek-r1",
+        "deepseek_v3",
+        "glm4_moe",
+        "glm45",
+        "glm47_flash",
+        "minimax_m2",
+        "nemotron3_nano",
+        "solar_open",
+        "hunyuan_a13b",
+        "ernie45",
+        "olmo3",
+        "step3",
+    )
+} | {"kimi_k2": "kimi", "magistral": "mistral", "seed_oss": "seed"}
+
+REASONING_CHOICES = ("auto", "none", *REASONING_PARSERS, *REASONING_ALIASES)
+"""Every value ``reasoning_parser`` accepts."""
+
+
+def resolve_reasoning(name: str | None, extra: dict[str, str] | None) -> ThinkMarkers | None:
+    """The markers for a model: ``name`` is its ``reasoning_parser`` (``None`` or
+    ``auto``: the markers its worker found in the vocabulary, from ``extra``, the
+    worker's ``ModelFacts.extra``); ``none`` turns splitting off."""
+    if name in (None, "auto"):
+        start, end = (extra or {}).get("think_start"), (extra or {}).get("think_end")
+        return ThinkMarkers(start, end) if start and end else None
+    if name == "none":
+        return None
+    return REASONING_PARSERS[REASONING_ALIASES.get(name, name)]
+
+
+class ReasoningSplitter:
+    """Splits one output stream (see the module docstring)."""
+
+    def __init__(self, markers: ThinkMarkers, *, inside: bool = False) -> None:
+        self._markers = markers
+        self._state: Literal["start", "reasoning", "content"] = "reasoning" if inside else "start"
+        self._buffer = ""
+        self._trim = False
+        """Drop the white space between the end marker and the answer."""
+        self.reasoned = inside
+        """Whether the output had a thinking block."""
+
+    def feed(self, text: str) -> list[Piece]:
+        """Take the next piece of output; return what can be told apart now."""
+        self._buffer += text
+        out: list[Piece] = []
+        while self._buffer:
+            if self._state == "start":
+                if not self._leave_start():
+                    break
+            elif self._state == "reasoning":
+                if not self._scan_reasoning(out):
+                    break
+            else:
+                self._content(out, self._buffer)
+                self._buffer = ""
+        return out
+
+    def finish(self) -> list[Piece]:
+        """The output ended: everything still held back."""
+        out: list[Piece] = []
+        rest, self._buffer = self._buffer, ""
+        if rest:
+            if self._state == "reasoning":
+                out.append(("reasoning", rest))
+            else:
+                self._content(out, rest)
+        return out
+
+    def _leave_start(self) -> bool:
+        """In front of the output: a start marker opens reasoning, anything else is
+        the answer. False while the text so far may still become the marker."""
+        start = self._markers.start
+        stripped = self._buffer.lstrip()
+        if stripped.startswith(start):
+            self._buffer = stripped[len(start) :]
+            self._state = "reasoning"
+            self.reasoned = True
+            return True
+        if not stripped or start.startswith(stripped):
+            return False
+        self._state = "content"
+        return True
+
+    def _scan_reasoning(self, out: list[Piece]) -> bool:
+        end = self._markers.end
+        cut = self._buffer.find(end)
+        if cut >= 0:
+            if cut:
+                out.append(("reasoning", self._buffer[:cut]))
+            self._buffer = self._buffer[cut + len(end) :]
+            self._state = "content"
+            self._trim = True
+            return True
+        keep = held_suffix(self._buffer, (end,))
+        ready = self._buffer[: len(self._buffer) - keep]
+        if ready:
+            out.append(("reasoning", ready))
+        self._buffer = self._buffer[len(self._buffer) - keep :]
+        return False
+
+    def _content(self, out: list[Piece], text: str) -> None:
+        if self._trim:
+            text = text.lstrip()
+            if not text:
+                return
+            self._trim = False
+        out.append(("content", text))

@@ -1,0 +1,177 @@
+"""Request bodies of the OpenAI text-generation endpoints, as msgspec Structs.
+
+Decoding a body into these types is the whole of type validation: a wrong type or
+an out-of-range value fails with the field path (see :mod:`.body`). Unknown
+top-level fields are accepted and ignored, as the OpenAI API grows faster than
+any gateway; the types of known fields are always checked.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from mlx_gateway.supervisor.engine.tools import (
+    FunctionTool,
+    NamedToolChoice,
+    ResponseFormat,
+    ToolChoiceMode,
+)
+
+# ---------------------------------------------------------------- value ranges
+
+# Integers are bounded where the wire (msgpack: 64 bits) and the workers (int32
+# token ids; MLX seeds are unsigned) end: beyond, a 400 names the field, not a 500.
+INT32_MAX = 2**31 - 1
+MaxTokens = Annotated[int, Meta(ge=1, le=INT32_MAX)]
+Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
+TopP = Annotated[float, Meta(gt=0.0, le=1.0)]
+TopK = Annotated[int, Meta(ge=-1, le=INT32_MAX)]
+"""``0`` and ``-1`` (vLLM's spelling) both mean "no top-k"."""
+MinP = Annotated[float, Meta(ge=0.0, le=1.0)]
+RepetitionPenalty = Annotated[float, Meta(gt=0.0)]
+Penalty = Annotated[float, Meta(ge=-2.0, le=2.0)]
+N = Annotated[int, Meta(ge=1, le=16)]
+TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
+TokenId = Annotated[int, Meta(ge=0, le=INT32_MAX)]
+Seed = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+
+# ---------------------------------------------------------------- chat messages
+
+
+class TextPart(Struct, tag="text", tag_field="type"):
+    """A content part ``{"type": "text", "text": ...}``."""
+
+    text: str
+
+
+Content = str | list[TextPart]
+
+
+class ImageURL(Struct):
+    url: str
+    """A ``data:`` URL (base64) or an http(s) URL the gateway fetches."""
+    detail: Literal["auto", "low", "high"] = "auto"
+
+
+class ImagePart(Struct, tag="image_url", tag_field="type"):
+    """A content part ``{"type": "image_url", "image_url": {"url": ..., "detail": ...}}``
+    (user messages only; models of model_type vlm)."""
+
+    image_url: ImageURL
+
+
+UserContent = str | list[TextPart | ImagePart]
+
+
+class FunctionCall(Struct):
+    name: str
+    arguments: str
+
+
+class ToolCall(Struct):
+    """A tool call made by the assistant in an earlier turn."""
+
+    id: str
+    function: FunctionCall
+    type: Literal["function"] = "function"
+
+
+class ChatMessage(Struct, tag_field="role"):
+    """Base of the chat messages; tagged by ``role``. Unknown keys are dropped;
+    optional keys the client left out stay out (:data:`UNSET`), and an explicit
+    ``null`` stays ``None``, so the chat template sees what the client sent."""
+
+
+class SystemMessage(ChatMessage, tag="system"):
+    content: Content
+    name: str | UnsetType | None = UNSET
+
+
+class DeveloperMessage(ChatMessage, tag="developer"):
+    content: Content
+    name: str | UnsetType | None = UNSET
+
+
+class UserMessage(ChatMessage, tag="user"):
+    content: UserContent
+    name: str | UnsetType | None = UNSET
+
+
+class AssistantMessage(ChatMessage, tag="assistant"):
+    content: Content | UnsetType | None = UNSET
+    name: str | UnsetType | None = UNSET
+    tool_calls: list[ToolCall] | UnsetType | None = UNSET
+    reasoning_content: str | UnsetType | None = UNSET
+    """An earlier turn's thinking (vLLM's field), for templates that render it."""
+
+
+class ToolMessage(ChatMessage, tag="tool"):
+    content: Content
+    tool_call_id: str
+
+
+Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+# ---------------------------------------------------------------- requests
+
+
+class StreamOptions(Struct):
+    include_usage: bool = False
+
+
+class SamplingFields(Struct, kw_only=True):
+    """The fields chat and legacy completions share (``model`` and sampling)."""
+
+    model: str
+    max_tokens: MaxTokens | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+    min_p: MinP | None = None
+    seed: Seed | None = None
+    repetition_penalty: RepetitionPenalty | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: N | None = None
+    user: str | None = None
+
+
+class ChatCompletionRequest(SamplingFields, kw_only=True):
+    """``POST /v1/chat/completions``."""
+
+    messages: Annotated[list[Message], Meta(min_length=1)]
+    max_completion_tokens: MaxTokens | None = None
+    metadata: dict[str, str] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    """vLLM's extension: extra variables for the model's chat template."""
+    tools: list[FunctionTool] | None = None
+    tool_choice: ToolChoiceMode | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: TopLogprobs | None = None
+    reasoning_effort: str | None = None
+    """``none`` turns a hybrid model's thinking off; other values turn it on."""
+
+
+class CompletionRequest(SamplingFields, kw_only=True):
+    """``POST /v1/completions``.
+
+    ``prompt`` is a string, a list of token ids, or a one-element list of either;
+    batches of several prompts are rejected by the handler."""
+
+    prompt: str | list[str | TokenId | list[TokenId]]
+    echo: bool = False
+
+
+def messages_to_builtins(messages: list[Message]) -> list[dict[str, Any]]:
+    """The parsed messages as plain dicts for :class:`~mlx_gateway.protocol.messages.Generate`
+    (``role`` included, unset optional keys left out, content part lists kept)."""
+    return msgspec.to_builtins(messages)

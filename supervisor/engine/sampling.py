@@ -1,0 +1,69 @@
+"""From a request's sampling fields and the model's defaults to :class:`SamplingParams`."""
+
+from __future__ import annotations
+
+from typing import Protocol, TypeVar
+
+from mlx_gateway.protocol.messages import SamplingParams
+from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, SamplingFields
+from mlx_gateway.supervisor.errors import BadRequest
+
+T = TypeVar("T")
+
+
+class ModelDefaults(Protocol):
+    """The per-model sampling defaults of a ``ModelConfig`` (``None`` = unset)."""
+
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None
+    min_p: float | None
+    repetition_penalty: float | None
+
+
+def _first(*values: T | None, default: T) -> T:
+    for value in values:
+        if value is not None:
+            return value
+    return default
+
+
+def check_common(req: SamplingFields) -> None:
+    """Checks across fields, beyond what the schema types express."""
+    if isinstance(req, ChatCompletionRequest):
+        if req.top_logprobs is not None and not req.logprobs:
+            raise BadRequest(
+                "'top_logprobs' is only allowed when 'logprobs' is true.", param="top_logprobs"
+            )
+    elif req.n is not None and req.n != 1:
+        raise BadRequest("Only n=1 is supported.", param="n")
+    if req.stream_options is not None and not req.stream:
+        raise BadRequest(
+            "The 'stream_options' parameter is only allowed when 'stream' is true.",
+            param="stream_options",
+        )
+
+
+def sampling_params(req: SamplingFields, defaults: ModelDefaults) -> SamplingParams:
+    """The request's sampling settings, each falling back to the model's default
+    when the request leaves it out (``max_completion_tokens`` wins over ``max_tokens``)."""
+    max_tokens = req.max_tokens
+    if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
+        max_tokens = req.max_completion_tokens
+    top_k = _first(req.top_k, defaults.top_k, default=0)
+    stop = req.stop if isinstance(req.stop, list) else [req.stop] if req.stop else []
+    return SamplingParams(
+        max_tokens=_first(max_tokens, defaults.max_tokens, default=None),
+        temperature=_first(req.temperature, defaults.temperature, default=1.0),
+        top_p=_first(req.top_p, defaults.top_p, default=1.0),
+        top_k=max(top_k, 0),
+        min_p=_first(req.min_p, defaults.min_p, default=0.0),
+        repetition_penalty=_first(
+            req.repetition_penalty, defaults.repetition_penalty, default=None
+        ),
+        presence_penalty=_first(req.presence_penalty, default=0.0),
+        frequency_penalty=_first(req.frequency_penalty, default=0.0),
+        seed=req.seed,
+        stop=stop,
+    )

@@ -1,0 +1,131 @@
+"""Image parts of chat messages: refused for text-only models, read for vision ones.
+
+For a vision model every ``{"type": "image_url", "image_url": {"url", "detail"}}``
+part is read (``data:`` URL or http(s) fetch, see :mod:`..image_fetch`), all of a
+request's images at once; the part becomes ``{"type": "image", "detail": …}`` and
+its file travels to the worker as a binary frame (``Generate.images``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from mlx_gateway.supervisor.config.vision import VISION_KIND, image_policy
+from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, read_image_url
+from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+
+IMAGE_PART = "image_url"
+
+
+@dataclass
+class ImageInputs:
+    """The messages as the worker gets them, and the image files in part order."""
+
+    messages: list[dict[str, Any]]
+    files: list[bytes] = field(default_factory=list)
+
+    @property
+    def frame_indices(self) -> list[int]:
+        """``Generate.images``: image part ``k`` is payload frame ``k``."""
+        return list(range(len(self.files)))
+
+
+def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every image part with its field path (``messages[1].content[0]``), in order."""
+    found = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if isinstance(content, list):
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") == IMAGE_PART:
+                    found.append((f"messages[{i}].content[{j}]", part))
+    return found
+
+
+def check_images_allowed(handle: Any, messages: list[dict[str, Any]]) -> None:
+    """A 400 naming the first image part when ``handle``'s model takes no images,
+    or when there are more than its ``max_images``."""
+    parts = image_parts(messages)
+    if not parts:
+        return
+    if kind_of(handle) != VISION_KIND:
+        raise BadRequest(
+            f"The model '{handle.name}' (model_type {handle.config.model_type}) does not "
+            "accept images; send image_url parts to a model of model_type vlm.",
+            param=parts[0][0],
+            code="images_not_supported",
+        )
+    limit = handle.config.max_images
+    if len(parts) > limit:
+        raise BadRequest(
+            f"The request has {len(parts)} images; the model '{handle.name}' accepts at most "
+            f"{limit} (max_images).",
+            param=parts[limit][0],
+            code="too_many_images",
+        )
+
+
+async def prepare_images(
+    request: Request, handle: Any, messages: list[dict[str, Any]]
+) -> ImageInputs:
+    """Check ``messages``' image parts against ``handle``'s model and read them
+    (unless the client leaves first). Without image parts: ``messages`` as they are."""
+    check_images_allowed(handle, messages)
+    if not image_parts(messages):
+        return ImageInputs(messages)
+    registry = request.app.state.registry
+    policy = image_policy(handle.config, registry.config.server)
+    return await unless_disconnected(request, read_images(messages, policy))
+
+
+async def read_images(messages: list[dict[str, Any]], policy: ImagePolicy) -> ImageInputs:
+    """Read every image part's file (concurrently) and rewrite the parts.
+
+    Raises the first failure: :class:`~..errors.BadRequest` (bad URL, unreachable,
+    refused) or 413 (too large)."""
+    parts = image_parts(messages)
+    if not parts:
+        return ImageInputs(messages)
+    urls = [(f"{where}.image_url", part["image_url"]) for where, part in parts]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(read_image_url(url["url"], policy, f"{where}.url"))
+                for where, url in urls
+            ]
+    except ExceptionGroup as failed:
+        first = _first_error(failed)
+        if first is None:
+            raise
+        raise first from None
+    rewritten = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = [_worker_part(part) for part in content]
+            message = {**message, "content": content}
+        rewritten.append(message)
+    return ImageInputs(rewritten, [task.result() for task in tasks])
+
+
+def _worker_part(part: Any) -> Any:
+    if isinstance(part, dict) and part.get("type") == IMAGE_PART:
+        return {"type": "image", "detail": part["image_url"].get("detail", "auto")}
+    return part
+
+
+def _first_error(group: BaseExceptionGroup[Any]) -> GatewayError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, GatewayError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            inner = _first_error(exc)
+            if inner is not None:
+                return inner
+    return None

@@ -1,0 +1,64 @@
+"""The gateway's middleware stack, from the configuration.
+
+Outermost first: observing (so 401s and 413s are counted and timed too), API keys
+(so an unauthenticated client cannot make the gateway read a large body), then the
+body cap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.middleware import Middleware
+
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
+from mlx_gateway.supervisor.http.auth import AuthMiddleware
+from mlx_gateway.supervisor.http.limits import MIB, BodyLimitMiddleware
+from mlx_gateway.supervisor.http.observe import ObserveMiddleware
+from mlx_gateway.supervisor.http.recorder import Recorder
+
+FORM_OVERHEAD = 64 * 1024
+"""Room beyond the files for a form's other fields and part headers (as the
+upload readers allow)."""
+TEXT_OVERHEAD = MIB
+"""Room beside base64 images for a chat request's text."""
+EDIT_FILES = 5
+"""Files an image edit may carry: up to 4 images and a mask (``images.MAX_EDIT_IMAGES``)."""
+
+
+def route_limits(models: list[ModelConfig]) -> dict[str, int]:
+    """The body cap of each file-carrying path, from the largest files the models
+    accept (paths no model serves are left to ``max_body_mb``)."""
+
+    def largest(kinds: tuple[str, ...], size: Any) -> float | None:
+        sizes = [size(m) for m in models if m.worker_kind in kinds]
+        return max(sizes) if sizes else None
+
+    limits: dict[str, int] = {}
+    audio = largest(("whisper",), lambda m: m.max_upload_mb)
+    if audio is not None:
+        limits["/v1/audio/"] = int(audio * MIB) + FORM_OVERHEAD
+    edits = largest(("image",), lambda m: getattr(m, "max_image_mb", 0.0))
+    if edits:
+        limits["/v1/images/edits"] = int(edits * MIB) * EDIT_FILES + FORM_OVERHEAD
+    # A chat request carries its images inline as base64 data URLs (4 bytes per 3).
+    vision = largest(
+        ("vlm",), lambda m: getattr(m, "max_image_mb", 0.0) * getattr(m, "max_images", 0)
+    )
+    if vision:
+        limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
+    return limits
+
+
+def middleware_for(config: GatewayConfig, recorder: Recorder) -> list[Middleware]:
+    server = config.server
+    max_body = int(server.max_body_mb * MIB)
+    stack = [Middleware(ObserveMiddleware, recorder=recorder)]
+    if server.api_keys or server.admin_keys:
+        stack.append(
+            Middleware(AuthMiddleware, api_keys=server.api_keys, admin_keys=server.admin_keys)
+        )
+    stack.append(
+        Middleware(BodyLimitMiddleware, max_body=max_body, routes=route_limits(config.models))
+    )
+    return stack

@@ -1,0 +1,48 @@
+"""The observing middleware: times every HTTP request, counts it by route and
+status, and commits what the request code noted (:mod:`.recorder`) when the
+response ends — for a stream, after its last event or the client's departure."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlx_gateway.supervisor.http.recorder import Recorder, close_record, open_record
+
+
+def route_label(scope: Scope) -> str:
+    """The matched route's path template (bounded cardinality), or ``unmatched``."""
+    route = scope.get("route")
+    path = getattr(route, "path", None) if isinstance(route, BaseRoute) else None
+    return path if isinstance(path, str) else "unmatched"
+
+
+class ObserveMiddleware:
+    """Feed ``recorder`` with every HTTP request; keep ``recorder.in_flight``."""
+
+    def __init__(self, app: ASGIApp, *, recorder: Recorder) -> None:
+        self.app = app
+        self.recorder = recorder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the server answers when the app raises before a response
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        record, token = open_record()
+        self.recorder.in_flight += 1
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            self.recorder.in_flight -= 1
+            close_record(token)
+            self.recorder.commit(record, route_label(scope), status, time.monotonic())

@@ -1,0 +1,173 @@
+"""What each request did, for ``/metrics``: its model, first token, tokens, outcome.
+
+The observing middleware (:mod:`.observe`) opens a :class:`RequestRecord` per HTTP
+request in a context variable; the shared request code (:mod:`.generation`, and
+any endpoint's own work loop) notes facts on it with the ``note_*`` functions,
+which do nothing outside a request. When the response ends, the middleware
+commits the record into the app's :class:`Recorder`. A context variable reaches
+every task the request starts (anyio and asyncio copy the context into them), so
+no handler needs to pass the record around.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from dataclasses import dataclass
+
+from mlx_gateway.supervisor.metrics import Counter, Histogram
+
+TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+@dataclass
+class RequestRecord:
+    """One HTTP request as seen by the gateway (times are ``time.monotonic()``)."""
+
+    started: float
+    model: str | None = None
+    first_token: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    outcome: str | None = None
+    """How the model's work ended: a finish reason (``stop``, ``length``…),
+    ``error`` (failed after it started) or ``client_left``."""
+
+
+_current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "mlx_gateway_request_record", default=None
+)
+
+
+def open_record() -> tuple[RequestRecord, contextvars.Token[RequestRecord | None]]:
+    record = RequestRecord(started=time.monotonic())
+    return record, _current.set(record)
+
+
+def close_record(token: contextvars.Token[RequestRecord | None]) -> None:
+    _current.reset(token)
+
+
+def current() -> RequestRecord | None:
+    return _current.get()
+
+
+def note_model(name: str) -> None:
+    """The request is served by model ``name`` (its served name)."""
+    record = _current.get()
+    if record is not None:
+        record.model = name
+
+
+def note_handle(handle: object) -> None:
+    """The request is served by ``handle``'s model (a handle without a name, as
+    in some tests, notes nothing)."""
+    name = getattr(handle, "name", None)
+    if isinstance(name, str):
+        note_model(name)
+
+
+def note_started(prompt_tokens: int) -> None:
+    """The worker accepted the request (``Started``)."""
+    record = _current.get()
+    if record is not None:
+        record.prompt_tokens = prompt_tokens
+
+
+def note_output(tokens: int) -> None:
+    """The worker produced output (a ``Chunk``); the first one stamps the TTFT."""
+    record = _current.get()
+    if record is not None:
+        if record.first_token is None:
+            record.first_token = time.monotonic()
+        record.completion_tokens += tokens
+
+
+def note_done(finish_reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+    """The worker's ``Done``: its usage replaces the counts noted so far."""
+    record = _current.get()
+    if record is not None:
+        record.outcome = finish_reason
+        if prompt_tokens or completion_tokens:
+            record.prompt_tokens, record.completion_tokens = prompt_tokens, completion_tokens
+
+
+def note_outcome(outcome: str) -> None:
+    """How the work ended when no ``Done`` came (``error``, ``client_left``);
+    the first outcome noted stays."""
+    record = _current.get()
+    if record is not None and record.outcome is None:
+        record.outcome = outcome
+
+
+class Recorder:
+    """The gateway's request metrics, fed by finished :class:`RequestRecord`\\ s."""
+
+    def __init__(self) -> None:
+        self.http_requests = Counter(
+            "mlx_gateway_http_requests_total",
+            "HTTP requests answered, by route and status code.",
+            ("route", "status"),
+        )
+        self.requests = Counter(
+            "mlx_gateway_requests_total",
+            "Requests for a model, by HTTP status code.",
+            ("model", "status"),
+        )
+        self.outcomes = Counter(
+            "mlx_gateway_request_outcomes_total",
+            "How a model's work for a request ended: its finish reason (stop, length, "
+            "cancelled), error (failed after it started) or client_left.",
+            ("model", "outcome"),
+        )
+        self.prompt_tokens = Counter(
+            "mlx_gateway_prompt_tokens_total", "Prompt (input) tokens processed.", ("model",)
+        )
+        self.completion_tokens = Counter(
+            "mlx_gateway_completion_tokens_total",
+            "Completion (output) tokens generated.",
+            ("model",),
+        )
+        self.ttft = Histogram(
+            "mlx_gateway_time_to_first_token_seconds",
+            "From the request's arrival to the worker's first output (model load included).",
+            TTFT_BUCKETS,
+            ("model",),
+        )
+        self.duration = Histogram(
+            "mlx_gateway_request_duration_seconds",
+            "From the request's arrival to the end of its response (streams included).",
+            DURATION_BUCKETS,
+            ("model",),
+        )
+        self.in_flight = 0
+        """HTTP requests being served now (streams included)."""
+
+    def commit(self, record: RequestRecord, route: str, status: int, ended: float) -> None:
+        code = str(status)
+        self.http_requests.inc(route, code)
+        model = record.model
+        if model is None:
+            return
+        self.requests.inc(model, code)
+        if record.outcome is not None:
+            self.outcomes.inc(model, record.outcome)
+        if record.prompt_tokens:
+            self.prompt_tokens.inc(model, amount=record.prompt_tokens)
+        if record.completion_tokens:
+            self.completion_tokens.inc(model, amount=record.completion_tokens)
+        if record.first_token is not None:
+            self.ttft.observe(model, value=record.first_token - record.started)
+        self.duration.observe(model, value=ended - record.started)
+
+    def families(self) -> list[Counter | Histogram]:
+        return [
+            self.http_requests,
+            self.requests,
+            self.outcomes,
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.ttft,
+            self.duration,
+        ]

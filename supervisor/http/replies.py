@@ -1,0 +1,51 @@
+"""Response classes: JSON encoded by msgspec, and SSE streams that own a generation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from mlx_gateway.supervisor.engine.generation import Generation
+from mlx_gateway.supervisor.engine.objects import ErrorBody, ErrorEvent
+from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http import sse
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class JSONResponse(Response):
+    """A JSON response encoded by msgspec (Structs or builtins)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return msgspec.json.encode(content)
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    """The OpenAI-shaped error response of ``exc``."""
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def error_event(exc: GatewayError) -> bytes:
+    """The SSE event that ends a stream which failed after it started."""
+    return sse.data(ErrorEvent(ErrorBody(exc.message, exc.type, exc.param, exc.code)))
+
+
+class EventStream(StreamingResponse):
+    """A ``text/event-stream`` response that closes its :class:`Generation` however
+    the response ends: finished, failed, client gone, or never iterated at all."""
+
+    def __init__(self, events: AsyncIterator[bytes], generation: Generation) -> None:
+        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.generation = generation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.generation.aclose()

@@ -1,0 +1,719 @@
+"""WorkerHandle: one model's worker process, owned by one asyncio task.
+
+Callers never touch the process or the state directly: they post commands
+(:meth:`WorkerHandle.ensure_ready`, :meth:`WorkerHandle.stop`) and the owner task
+applies them one at a time, together with the events the process produces (its
+``Ready``/``Error`` messages, its exit, the start timeout). Concurrent
+``ensure_ready`` calls therefore await the same start, and a call made while the
+worker stops waits for the stop and then starts it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from mlx_gateway.protocol.frames import Frame
+from mlx_gateway.protocol.messages import (
+    Error,
+    Generate,
+    Heartbeat,
+    Memory,
+    ModelFacts,
+    Progress,
+    Ready,
+    Reply,
+    Shutdown,
+)
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config.image import IMAGE_KIND
+from mlx_gateway.supervisor.config.image import worker_options as image_options
+from mlx_gateway.supervisor.config.lm import LM_KIND
+from mlx_gateway.supervisor.config.lm import worker_options as lm_options
+from mlx_gateway.supervisor.config.vision import VISION_KIND
+from mlx_gateway.supervisor.config.vision import worker_options as vision_options
+from mlx_gateway.supervisor.errors import (
+    GatewayError,
+    ModelUnavailable,
+    TooManyRequests,
+    WorkerCrashed,
+)
+from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
+from mlx_gateway.supervisor.pool.calls import ReplyStream
+from mlx_gateway.supervisor.pool.memory import measured_need
+from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
+from mlx_gateway.supervisor.pool.spawn import WorkerCommand, describe_exit, worker_command
+from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
+
+if TYPE_CHECKING:
+    from mlx_gateway.supervisor.pool.placement import Placement
+
+log = logging.getLogger("mlx_gateway.worker")
+
+STDERR_LINES_KEPT = 40
+KILL_WAIT = 3.0  # seconds between SIGTERM and SIGKILL
+CRASH_LOOP = 3  # crashes of a ready worker within CRASH_WINDOW that make it FAILED
+CRASH_WINDOW = 60.0
+
+
+# ---------------------------------------------------------------- owner inbox
+
+
+@dataclass
+class _EnsureReady:
+    future: asyncio.Future[None]
+
+
+@dataclass
+class _Stop:
+    future: asyncio.Future[None]
+    reason: str
+    if_idle: bool = False
+
+
+@dataclass
+class _FromWorker:
+    generation: int
+    reply: Reply
+
+
+@dataclass
+class _Exited:
+    generation: int
+    returncode: int
+
+
+@dataclass
+class _StartTimeout:
+    generation: int
+
+
+@dataclass
+class _Kill:
+    reason: str
+
+
+_Event = _EnsureReady | _Stop | _FromWorker | _Exited | _StartTimeout | _Kill
+
+
+@dataclass
+class _Process:
+    """One started worker process (one *generation* of this handle)."""
+
+    generation: int
+    worker_id: str
+    proc: asyncio.subprocess.Process
+    stderr: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=STDERR_LINES_KEPT)
+    )
+    load_error: str | None = None
+    kill_reason: str | None = None
+    stop_reason: str = ""
+    stop_requested: bool = False
+    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+
+
+def spec_for(config: ModelConfig, worker_id: str, heartbeat_interval: float = 2.0) -> WorkerSpec:
+    return WorkerSpec(
+        heartbeat_interval=heartbeat_interval,
+        worker_id=worker_id,
+        kind=config.worker_kind,
+        model_path=config.model_path,
+        served_model_name=config.served_model_name,
+        context_length=config.context_length,
+        chat_template_file=config.chat_template_file,
+        trust_remote_code=config.trust_remote_code,
+        max_concurrency=config.max_concurrency,
+        prefill_batch_size=config.prefill_batch_size,
+        prefill_step_size=config.prefill_step_size,
+        options=kind_options(config),
+    )
+
+
+def kind_options(config: ModelConfig) -> dict[str, Any]:
+    """The kind-specific settings of ``config`` for ``WorkerSpec.options``; unset
+    ones are left out, so the worker applies its own defaults."""
+    options: dict[str, Any] = {}
+    if config.max_batch_tokens is not None:
+        options["max_batch_tokens"] = config.max_batch_tokens
+    if config.worker_kind == VISION_KIND:
+        options.update(vision_options(config))
+    if config.worker_kind == IMAGE_KIND:
+        options.update(image_options(config))
+    if config.worker_kind == LM_KIND:
+        options.update(lm_options(config))
+    return options
+
+
+def default_command(config: ModelConfig) -> WorkerCommand:
+    return lambda spec, endpoint: worker_command(spec, endpoint, python=config.python)
+
+
+class WorkerHandle:
+    """The gateway's side of one model: state, process, in-flight accounting."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        server: ServerConfig,
+        relay: Relay,
+        *,
+        command: WorkerCommand | None = None,
+        env: dict[str, str] | None = None,
+        on_state: Callable[[WorkerHandle, WorkerState, WorkerState], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.served_model_name
+        self._server = server
+        self._relay = relay
+        self._command = command or default_command(config)
+        self._env = env or {}
+        self._on_state = on_state
+        self.state = WorkerState.STOPPED
+        self.inflight = 0
+        self.last_used: float | None = None  # time.monotonic() of the last request's end
+        self.last_used_wall: float | None = None
+        self.facts: ModelFacts | None = None
+        self.memory: Memory | None = None
+        self.progress: Progress | None = None
+        self.last_error: str | None = None
+        self.failures = 0
+        self.placement: Placement | None = None  # set by the registry
+        self.reserved = False  # the placement granted it room; it is about to start
+        self.draining = False  # takes no new requests until stopped (see placement)
+        self.ready_since: float | None = None
+        self.last_heartbeat = 0.0
+        self.measured_bytes = 0  # what the worker last reported (kept after a stop)
+        self.estimated_bytes: int | None = None
+        self._slots = asyncio.Semaphore(config.max_concurrency)
+        self._state_changed = asyncio.Event()
+        self._recent_crashes: list[float] = []
+        self.crashes = 0  # exits we did not ask for, since the gateway started
+        self.evictions = 0  # stops to make room for another model
+        self.waiting = 0  # requests waiting in the gateway for a slot or the load
+        self.held_back = 0  # of those, the ones held back by a drain (they pin nothing)
+        self._failed_at = 0.0
+        self._generation = 0
+        self._proc: _Process | None = None
+        self._ready_waiters: list[asyncio.Future[None]] = []
+        self._stop_waiters: list[asyncio.Future[None]] = []
+        self._inbox: asyncio.Queue[_Event] = asyncio.Queue()
+        self._owner: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------ public surface
+
+    def start_owner(self) -> None:
+        if self._owner is None:
+            self._owner = asyncio.create_task(self._run(), name=f"worker-owner:{self.name}")
+
+    async def ensure_ready(self) -> None:
+        """Start the worker if needed and wait for its ``Ready``.
+
+        Raises :class:`ModelUnavailable` with the reason when it cannot load."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(_EnsureReady(future))
+        await future
+
+    async def stop(self, reason: str = "requested", *, if_idle: bool = False) -> None:
+        """Stop the worker (Shutdown → SIGTERM → SIGKILL) and wait until it exited.
+
+        With ``if_idle`` the stop is skipped when a request arrived meanwhile: the
+        owner re-checks ``inflight`` when it applies the command."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(_Stop(future, reason, if_idle))
+        await future
+
+    async def close(self) -> None:
+        """Stop the worker and end the owner task."""
+        if self._owner is None:
+            return
+        await self.stop("gateway shutting down")
+        if self._owner is not None:
+            self._owner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._owner
+            self._owner = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.proc.pid if self._proc else None
+
+    @property
+    def preload_openblas(self) -> bool:
+        """The model's ``preload_openblas``, else the server's."""
+        own = self.config.preload_openblas
+        return self._server.preload_openblas if own is None else own
+
+    def status(self) -> dict[str, Any]:
+        """What /v1/models and /health show of this model."""
+        memory = self.memory if self.state is WorkerState.READY else None
+        progress = None
+        if self.state is WorkerState.STARTING and self.progress is not None:
+            progress = {
+                "stage": self.progress.stage,
+                "fraction": self.progress.fraction,
+                "detail": self.progress.detail,
+            }
+        return {
+            "state": self.state.public,
+            "pid": self.pid if self.state is not WorkerState.FAILED else None,
+            "inflight": self.inflight,
+            "waiting": self.waiting,
+            "last_used": self.last_used_wall,
+            "error": self.last_error,
+            "context_length": self.facts.context_length if self.facts else None,
+            "memory": memory.rss if memory else None,
+            "memory_detail": msgspec.structs.asdict(memory) if memory else None,
+            "memory_need": self.measured_bytes or self.estimated_bytes,
+            "load_progress": progress,
+            "pinned": self.config.pinned,
+            "draining": self.draining,
+            "crashes": self.crashes,
+            "evictions": self.evictions,
+            "blas": self.facts.extra.get("blas") if self.facts else None,
+        }
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Session]:
+        """Hold the worker for one request.
+
+        Admission: at most ``max_concurrency`` requests hold a slot; up to
+        ``max_queue`` more wait (for a slot, for room in the memory budget, for the
+        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429.
+        While waiting or holding a slot the request keeps the worker from being
+        reaped or evicted, and ``last_used`` is stamped when the request *ends* —
+        streams included. A client that leaves while a load runs only for it
+        stops that load."""
+        if self.waiting >= self.config.max_queue and self._slots.locked():
+            raise TooManyRequests(self.name, self.config.max_queue)
+        timeout = self.config.effective_queue_timeout(self._server)
+        self.waiting += 1
+        acquired = admitted = False
+        deadline = time.monotonic() + timeout
+        try:
+            async with asyncio.timeout(timeout):
+                await self._admit(deadline)
+                await self._slots.acquire()
+                acquired = True
+                # The worker may have crashed while this request waited for the slot:
+                # then wait for the restart (within the same deadline), don't fail.
+                while self.state is not WorkerState.READY:
+                    await self._admit(deadline)
+                admitted = True
+        except TimeoutError:
+            if (
+                self.placement is not None
+                and not self.reserved
+                and self.state
+                in (
+                    WorkerState.STOPPED,
+                    WorkerState.FAILED,
+                )
+            ):
+                raise self.placement.blocked(self) from None
+            raise ModelUnavailable(
+                f"model '{self.name}': the request waited {timeout:g} s (queue_timeout) "
+                f"for {'a free slot' if self.state is WorkerState.READY else 'the model to load'}",
+                code="queue_timeout",
+            ) from None
+        except asyncio.CancelledError:
+            if (
+                self.config.on_demand
+                and self.waiting == 1
+                and self.inflight == 0
+                and self.state is WorkerState.STARTING
+            ):
+                _background(self.stop("the only client waiting for the load left", if_idle=True))
+            raise
+        finally:
+            self.waiting -= 1
+            if not admitted:
+                if acquired:
+                    self._slots.release()
+                self._changed()
+        self.inflight += 1
+        try:
+            yield Session(self)
+        finally:
+            self.inflight -= 1
+            self._slots.release()
+            self.last_used = time.monotonic()
+            self.last_used_wall = time.time()
+            self._changed()
+
+    async def _admit(self, deadline: float) -> None:
+        """Wait out a drain, reserve room in the memory budget, start, await Ready."""
+        if self.draining:
+            self.held_back += 1
+            try:
+                while self.draining:
+                    await self._state_changed.wait()
+            finally:
+                self.held_back -= 1
+        if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
+            await self.placement.make_room(self, deadline)
+        await self.ensure_ready()
+
+    def _changed(self) -> None:
+        if self.placement is not None:
+            self.placement.notify()
+
+    async def load(self) -> None:
+        """Admin: start the model now (through the memory budget), clearing a
+        failure backoff."""
+        self.failures = 0
+        self._recent_crashes.clear()
+        timeout = self.config.effective_queue_timeout(self._server)
+        async with asyncio.timeout(timeout):
+            await self._admit(time.monotonic() + timeout)
+
+    async def kill(self, reason: str) -> None:
+        """SIGKILL the worker now (it hung); its requests fail with ``reason``."""
+        self._inbox.put_nowait(_Kill(reason))
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and nobody waiting for it (drain-held requests aside)."""
+        return self.inflight == 0 and self.waiting == self.held_back
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last request finished (or since the worker became ready)."""
+        return now - self.last_used if self.last_used is not None else 0.0
+
+    # ------------------------------------------------------------ owner task
+
+    async def _run(self) -> None:
+        while True:
+            event = await self._inbox.get()
+            try:
+                await self._handle(event)
+            except Exception:  # the owner must survive anything; log and go on
+                log.exception("[%s] error while handling %s", self.name, type(event).__name__)
+
+    async def _handle(self, event: _Event) -> None:
+        match event:
+            case _EnsureReady(future):
+                await self._on_ensure_ready(future)
+            case _Stop(future, reason, if_idle):
+                if if_idle and not self.idle:
+                    _resolve(future)
+                else:
+                    self._on_stop(future, reason)
+            case _FromWorker(generation, reply) if self._is_current(generation):
+                self._on_reply(reply)
+            case _Exited(generation, returncode) if self._is_current(generation):
+                await self._on_exit(returncode)
+            case _Kill(reason) if self._proc is not None and self.state in (
+                WorkerState.READY,
+                WorkerState.STARTING,
+            ):
+                log.error("[%s] killing worker pid %d: %s", self.name, self._proc.proc.pid, reason)
+                self._proc.kill_reason = reason
+                _signal_group(self._proc.proc.pid, signal.SIGKILL)
+            case _StartTimeout(generation) if self._is_current(generation):
+                if self.state is WorkerState.STARTING:
+                    assert self._proc is not None
+                    timeout = self._start_timeout()
+                    self._proc.load_error = (
+                        f"the worker sent no Ready within {timeout:g} s (start_timeout)"
+                    )
+                    self._terminate(self._proc)
+            case _:
+                pass  # an event from a previous generation of the process
+
+    def _is_current(self, generation: int) -> bool:
+        return self._proc is not None and self._proc.generation == generation
+
+    def _set_state(self, new: WorkerState) -> None:
+        old = self.state
+        check_transition(old, new)
+        self.state = new
+        log.info("[%s] %s → %s", self.name, old.public, new.public)
+        if new is WorkerState.READY:
+            self.ready_since = self.last_heartbeat = time.monotonic()
+        elif new in (WorkerState.STOPPED, WorkerState.FAILED):
+            self.reserved = self.draining = False
+            self.ready_since = None
+        self._state_changed.set()
+        self._state_changed = asyncio.Event()
+        self._changed()
+        if self._on_state is not None:
+            self._on_state(self, old, new)
+
+    async def _on_ensure_ready(self, future: asyncio.Future[None]) -> None:
+        match self.state:
+            case WorkerState.READY:
+                _resolve(future)
+            case WorkerState.STARTING | WorkerState.STOPPING:
+                # While stopping: wait for the exit, then start again (see _on_exit).
+                self._ready_waiters.append(future)
+            case WorkerState.STOPPED:
+                self._ready_waiters.append(future)
+                await self._spawn()
+            case WorkerState.FAILED:
+                wait = self._failed_at + failure_backoff(self.failures) - time.monotonic()
+                if wait > 0:
+                    _fail(future, self._unavailable(f" (next attempt in {wait:.0f} s)"))
+                else:
+                    self._ready_waiters.append(future)
+                    await self._spawn()
+
+    def _on_stop(self, future: asyncio.Future[None], reason: str) -> None:
+        match self.state:
+            case WorkerState.STOPPED | WorkerState.FAILED:
+                _resolve(future)
+            case WorkerState.STOPPING:
+                self._stop_waiters.append(future)
+            case WorkerState.STARTING | WorkerState.READY:
+                assert self._proc is not None
+                log.info("[%s] stopping: %s", self.name, reason)
+                self._stop_waiters.append(future)
+                self._fail_ready_waiters(ModelUnavailable(f"model '{self.name}' was stopped"))
+                self._set_state(WorkerState.STOPPING)
+                self._proc.stop_requested = True
+                self._proc.stop_reason = reason
+                self._proc.tasks.append(asyncio.create_task(self._escalate_stop(self._proc)))
+
+    def _on_reply(self, reply: Reply) -> None:
+        assert self._proc is not None
+        match reply:
+            case Ready(facts=facts, memory=memory):
+                if self.state is WorkerState.STARTING:
+                    self.facts, self.memory, self.progress = facts, memory, None
+                    self.measured_bytes = measured_need(memory) or self.measured_bytes
+                    self.failures, self.last_error = 0, None
+                    self.last_used, self.last_used_wall = time.monotonic(), time.time()
+                    self._set_state(WorkerState.READY)
+                    for waiter in self._ready_waiters:
+                        _resolve(waiter)
+                    self._ready_waiters.clear()
+            case Progress():
+                self.progress = reply
+            case Heartbeat(memory=memory):
+                self.memory = memory
+                self.last_heartbeat = time.monotonic()
+                if self.state is WorkerState.READY and measured_need(memory) > 0:
+                    self.measured_bytes = measured_need(memory)
+            case Error(message=message):
+                # A worker-level error: the model could not load; the exit follows.
+                self._proc.load_error = message
+                log.error("[%s] %s", self.name, message)
+
+    async def _on_exit(self, returncode: int) -> None:
+        assert self._proc is not None
+        proc, self._proc = self._proc, None
+        for task in proc.tasks:
+            task.cancel()
+        expected = proc.stop_requested
+        reason = self._exit_reason(proc, returncode)
+        crash = WorkerCrashed(f"model '{self.name}' worker {reason}")
+        self._relay.detach(proc.worker_id, crash)
+        if expected:
+            log.info("[%s] worker pid %d stopped (%s)", self.name, proc.proc.pid, reason)
+            self._set_state(WorkerState.STOPPED)
+            for waiter in self._stop_waiters:
+                _resolve(waiter)
+            self._stop_waiters.clear()
+            if self._ready_waiters:  # someone asked for the model while it stopped
+                await self._spawn()
+            return
+        self.last_error = reason
+        self.crashes += 1
+        log.error("[%s] worker pid %d %s", self.name, proc.proc.pid, reason)
+        if self.state is WorkerState.STARTING:
+            self.failures += 1
+            self._failed_at = time.monotonic()
+            self._set_state(WorkerState.FAILED)
+            self._fail_ready_waiters(self._unavailable())
+        else:  # READY: a crash; the next request starts it again, unless it crash-loops
+            now = time.monotonic()
+            self._recent_crashes = [t for t in self._recent_crashes if now - t < CRASH_WINDOW]
+            self._recent_crashes.append(now)
+            if len(self._recent_crashes) >= CRASH_LOOP:
+                self.failures += 1
+                self._failed_at = now
+                self.last_error = (
+                    f"crash loop: {len(self._recent_crashes)} crashes within "
+                    f"{CRASH_WINDOW:g} s; last: {reason}"
+                )
+                self._set_state(WorkerState.FAILED)
+            else:
+                self._set_state(WorkerState.STOPPED)
+
+    def _exit_reason(self, proc: _Process, returncode: int) -> str:
+        if proc.load_error:
+            return f"failed to load: {proc.load_error}"
+        if proc.kill_reason:
+            return f"was killed: {proc.kill_reason}"
+        if proc.stop_requested:
+            return f"was stopped ({proc.stop_reason})"
+        reason = describe_exit(returncode)
+        tail = [line for line in proc.stderr if line.strip()][-5:]
+        if tail:
+            reason += "; last log lines:\n" + "\n".join(tail)
+        return reason
+
+    def _unavailable(self, suffix: str = "") -> ModelUnavailable:
+        return ModelUnavailable(
+            f"model '{self.name}' is unavailable: {self.last_error or 'unknown error'}{suffix}",
+            code="model_load_failed",
+        )
+
+    def _fail_ready_waiters(self, exc: GatewayError) -> None:
+        for waiter in self._ready_waiters:
+            _fail(waiter, exc)
+        self._ready_waiters.clear()
+
+    def _start_timeout(self) -> float:
+        return self.config.start_timeout or self._server.start_timeout
+
+    # ------------------------------------------------------------ process
+
+    async def _spawn(self) -> None:
+        self._generation += 1
+        generation = self._generation
+        worker_id = f"{self.name[:180]}#{generation}-{uuid.uuid4().hex[:6]}"
+        beat = min(2.0, self._server.hang_timeout / 4)
+        spec = spec_for(self.config, worker_id, heartbeat_interval=beat)
+        argv = list(self._command(spec, self._relay.endpoint))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
+        if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:
+            env = with_preload(env, openblas)
+        self._set_state(WorkerState.STARTING)
+        self.progress = None
+
+        def on_reply(reply: Reply, _payloads: list[bytes]) -> None:
+            self._inbox.put_nowait(_FromWorker(generation, reply))
+
+        self._relay.attach(worker_id, on_reply)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # own process group: signals reach its children too
+            )
+        except OSError as exc:
+            self._relay.detach(worker_id, WorkerCrashed(str(exc)))
+            self.last_error = f"could not start the worker ({argv[0]}): {exc}"
+            self.failures += 1
+            self._failed_at = time.monotonic()
+            self._set_state(WorkerState.FAILED)
+            self._fail_ready_waiters(self._unavailable())
+            return
+        self._proc = handle = _Process(generation, worker_id, proc)
+        log.info("[%s] started worker pid %d (%s)", self.name, proc.pid, self.config.model_path)
+        handle.tasks += [
+            asyncio.create_task(self._pump_output(handle)),
+            asyncio.create_task(self._start_timer(generation)),
+        ]
+        # Not in handle.tasks: _on_exit cancels those, and this one posts _on_exit.
+        _background(self._watch_exit(handle))
+
+    async def _pump_output(self, handle: _Process) -> None:
+        assert handle.proc.stdout is not None
+        prefix = f"[{self.name}]"
+        worker_log = logging.getLogger("mlx_gateway.worker.output")
+        while line := await handle.proc.stdout.readline():
+            text = line.decode(errors="replace").rstrip()
+            handle.stderr.append(text)
+            worker_log.info("%s %s", prefix, text)
+
+    async def _watch_exit(self, handle: _Process) -> None:
+        returncode = await handle.proc.wait()
+        self._inbox.put_nowait(_Exited(handle.generation, returncode))
+
+    async def _start_timer(self, generation: int) -> None:
+        await asyncio.sleep(self._start_timeout())
+        self._inbox.put_nowait(_StartTimeout(generation))
+
+    async def _escalate_stop(self, handle: _Process) -> None:
+        grace = self._server.shutdown_grace
+        with contextlib.suppress(WorkerUnreachable):
+            await self._relay.send(handle.worker_id, Shutdown(grace=grace))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(handle.proc.wait()), grace + 1.0)
+            return
+        log.warning("[%s] no exit after Shutdown; sending SIGTERM", self.name)
+        self._terminate(handle)
+
+    def _terminate(self, handle: _Process) -> None:
+        _signal_group(handle.proc.pid, signal.SIGTERM)
+
+        async def kill_later() -> None:
+            await asyncio.sleep(KILL_WAIT)
+            if handle.proc.returncode is None:
+                log.warning("[%s] no exit after SIGTERM; sending SIGKILL", self.name)
+                _signal_group(handle.proc.pid, signal.SIGKILL)
+
+        _background(kill_later())
+
+
+class Session:
+    """One request's access to a READY worker (see :meth:`WorkerHandle.session`)."""
+
+    def __init__(self, handle: WorkerHandle) -> None:
+        self._handle = handle
+
+    def generate(self, msg: Generate) -> ReplyStream:
+        """Send ``msg`` and yield the worker's Started and Chunks, ending with Done.
+
+        Raises a :class:`GatewayError` for the worker's Error (its status) or its
+        death (:class:`WorkerCrashed`). Leaving early sends ``Cancel``."""
+        return self.call(msg, msg.request_id)
+
+    def call(self, msg: Any, request_id: str, payloads: Sequence[Frame] = ()) -> ReplyStream:
+        """Send any request message (with binary ``payloads``) and yield its replies up
+        to and including ``Done``; a reply that came with frames is yielded as
+        :class:`~.relay.WithPayloads`. Errors and leaving early as for :meth:`generate`.
+        Nothing is sent before the first iteration."""
+        handle = self._handle
+
+        def opener() -> str:
+            proc = handle._proc
+            if handle.state is not WorkerState.READY or proc is None:
+                raise WorkerCrashed(
+                    f"model '{handle.name}' worker {handle.last_error or 'is gone'}"
+                )
+            return proc.worker_id
+
+        return ReplyStream(handle._relay, opener, msg, request_id, payloads, handle.name)
+
+
+_BACKGROUND: set[asyncio.Task[Any]] = set()
+
+
+def _background(coro: Coroutine[Any, Any, Any]) -> None:
+    """Run ``coro`` as a task that is kept referenced until it ends."""
+    task = asyncio.create_task(coro)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+def _signal_group(pid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _fail(future: asyncio.Future[None], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

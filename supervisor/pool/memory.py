@@ -1,0 +1,136 @@
+"""Memory accounting for the budget: sizes, the budget, and each model's need.
+
+Pure functions plus a look at the disk (weight files); no MLX. A model's need is
+first *estimated* (weights on disk times a factor for its kind, plus an allowance for
+the KV cache of ``max_concurrency`` full contexts), then replaced by what its worker
+*measured* once it reported (see :func:`measured_need`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import psutil
+
+from mlx_gateway.protocol.messages import Memory
+from mlx_gateway.supervisor.config import ModelConfig
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+KIND_FACTOR = {"lm": 1.15, "vlm": 1.25, "embeddings": 1.5, "whisper": 1.5, "image": 1.4}
+"""Resident memory per byte of weights on disk, before any request (runtime, buffers)."""
+KV_BYTES_PER_ELEMENT = 2  # fp16/bf16 KV cache
+WEIGHT_SUFFIXES = (".safetensors", ".npz", ".bin", ".gguf")
+
+
+def parse_size(value: str | int | float) -> int:
+    """``48GB``, ``512MiB``, ``1.5g`` or a plain number of bytes → bytes."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return int(value)
+    match = _SIZE_RE.match(str(value))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"{value!r} is not a size; write e.g. 48GB, 512MiB or 0.75 (of RAM)")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def budget_bytes(budget: str | float, total: int | None = None) -> int:
+    """The memory budget in bytes: a fraction of RAM (``0 < x ≤ 1``) or a size."""
+    if isinstance(budget, float | int) and not isinstance(budget, bool) and 0 < budget <= 1:
+        return int(budget * (total if total is not None else psutil.virtual_memory().total))
+    if isinstance(budget, float) and not budget.is_integer():
+        raise ValueError(f"memory_budget {budget!r}: a fraction of RAM must be in (0, 1]")
+    size = parse_size(budget)
+    if size <= 0:
+        raise ValueError(f"memory_budget must be positive, got {budget!r}")
+    return size
+
+
+def format_size(n: int) -> str:
+    for unit, scale in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def hub_cache_dir() -> Path:
+    if cache := os.environ.get("HF_HUB_CACHE"):
+        return Path(cache)
+    home = os.environ.get("HF_HOME") or os.path.join(Path.home(), ".cache", "huggingface")
+    return Path(home) / "hub"
+
+
+def model_dir(model_path: str) -> Path | None:
+    """The local directory holding the model's files, if there is one already."""
+    local = Path(model_path).expanduser()
+    if local.is_dir():
+        return local
+    repo = hub_cache_dir() / f"models--{model_path.replace('/', '--')}" / "snapshots"
+    if repo.is_dir():
+        snapshots = sorted(repo.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True)
+        return snapshots[0] if snapshots else None
+    return None
+
+
+def weights_on_disk(directory: Path) -> int:
+    total = 0
+    for path in directory.rglob("*"):
+        if path.suffix in WEIGHT_SUFFIXES and path.is_file():
+            total += path.stat().st_size  # follows the hub cache's symlinks
+    return total
+
+
+def kv_allowance(directory: Path, config: ModelConfig) -> int:
+    """Bytes of KV cache for ``max_concurrency`` sequences of the full context."""
+    try:
+        meta = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    meta = meta.get("text_config", meta)
+    layers = meta.get("num_hidden_layers") or 0
+    heads = meta.get("num_attention_heads") or 0
+    kv_heads = meta.get("num_key_value_heads") or heads
+    hidden = meta.get("hidden_size") or 0
+    head_dim = meta.get("head_dim") or (hidden // heads if heads else 0)
+    context = config.context_length or meta.get("max_position_embeddings") or 0
+    per_token = 2 * layers * kv_heads * head_dim * KV_BYTES_PER_ELEMENT
+    return int(per_token * context * config.max_concurrency)
+
+
+def estimate_need(config: ModelConfig) -> int | None:
+    """The model's memory need before it ever ran, or ``None`` when unknown (not
+    downloaded yet and no ``memory_estimate`` in its entry)."""
+    if config.memory_estimate is not None:
+        return parse_size(config.memory_estimate)
+    directory = model_dir(config.model_path)
+    if directory is None:
+        return None
+    weights = weights_on_disk(directory)
+    factor = KIND_FACTOR.get(config.worker_kind, 1.3)
+    kv = kv_allowance(directory, config) if config.worker_kind in ("lm", "vlm") else 0
+    return int(weights * factor) + kv
+
+
+def measured_need(memory: Memory) -> int:
+    """What a running worker uses: its RSS, or MLX's own figures where larger
+    (on Apple silicon MLX buffers are not all counted in RSS)."""
+    return max(memory.rss, memory.mlx_active + memory.mlx_cache)

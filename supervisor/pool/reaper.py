@@ -1,0 +1,69 @@
+"""The housekeeping loop: stop idle workers, kill hung ones, release drained ones.
+
+* Idle: READY, nothing in flight or waiting, ``on_demand``, ``idle_timeout > 0``, and
+  ``idle_timeout`` seconds since the last request *finished*.
+* Hung: READY with requests in flight but no heartbeat for ``hang_timeout`` seconds
+  (e.g. the process was stopped); it is SIGKILLed and its requests fail at once.
+* Drained (see :mod:`.placement`): once idle it is stopped so the waiting model fits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from mlx_gateway.supervisor.config import ServerConfig
+from mlx_gateway.supervisor.pool.handle import WorkerHandle
+from mlx_gateway.supervisor.pool.state import WorkerState
+
+log = logging.getLogger("mlx_gateway.reaper")
+
+
+def reapable(handle: WorkerHandle, now: float) -> bool:
+    """Whether ``handle`` has been idle past its ``idle_timeout`` (see module doc)."""
+    timeout = handle.config.idle_timeout
+    return (
+        handle.config.on_demand
+        and timeout > 0
+        and handle.state is WorkerState.READY
+        and handle.idle
+        and handle.idle_for(now) >= timeout
+    )
+
+
+def hung(handle: WorkerHandle, now: float, hang_timeout: float) -> bool:
+    return (
+        handle.state is WorkerState.READY
+        and handle.inflight > 0
+        and now - handle.last_heartbeat > hang_timeout
+    )
+
+
+def check_interval(handles: Sequence[WorkerHandle], server: ServerConfig) -> float:
+    timeouts = [h.config.idle_timeout for h in handles if h.config.idle_timeout > 0]
+    return max(0.2, min([*timeouts, server.hang_timeout, 20.0]) / 4)
+
+
+async def housekeeping_forever(
+    handles: Callable[[], Sequence[WorkerHandle]], server: ServerConfig
+) -> None:
+    """Run the checks every few seconds; ``handles`` is read anew each round (a
+    config reload may change the list)."""
+    while True:
+        await asyncio.sleep(check_interval(handles(), server))
+        now = time.monotonic()
+        for handle in handles():
+            if hung(handle, now, server.hang_timeout):
+                silent = now - handle.last_heartbeat
+                await handle.kill(
+                    f"hung: no heartbeat for {silent:.0f} s with {handle.inflight} request(s) "
+                    "in flight (hang_timeout)"
+                )
+            elif handle.draining and handle.idle and handle.state is WorkerState.READY:
+                await handle.stop("drained for a waiting model", if_idle=True)
+            elif reapable(handle, now):
+                log.info("[%s] idle for %.0f s: stopping", handle.name, handle.idle_for(now))
+                # Awaited in turn: stops are quick (Shutdown with nothing in flight).
+                await handle.stop("idle timeout", if_idle=True)

@@ -1,0 +1,173 @@
+"""The registry: served names and aliases → WorkerHandle, plus shared resources
+(the relay socket, the private runtime directory, the memory placement, the
+housekeeping loop) and the admin operations (load, unload, reload)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
+from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
+from mlx_gateway.supervisor.pool.handle import WorkerHandle
+from mlx_gateway.supervisor.pool.placement import Placement
+from mlx_gateway.supervisor.pool.reaper import housekeeping_forever
+from mlx_gateway.supervisor.pool.relay import Relay
+from mlx_gateway.supervisor.pool.runtime_dir import make_runtime_dir
+from mlx_gateway.supervisor.pool.spawn import WorkerCommand
+
+log = logging.getLogger("mlx_gateway.registry")
+
+
+class Registry:
+    """Owns every model's :class:`WorkerHandle`."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        *,
+        command: WorkerCommand | None = None,
+        worker_env: dict[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self._command = command
+        self._worker_env = worker_env
+        self._runtime_dir, self._owns_runtime_dir = make_runtime_dir(config.server.runtime_dir)
+        self.relay = Relay(f"ipc://{self._runtime_dir / 'gateway.sock'}")
+        self.handles: list[WorkerHandle] = []
+        self.placement = Placement(self.handles, config.server)
+        self.handles += [self._new_handle(model) for model in config.models]
+        self._by_name: dict[str, WorkerHandle] = {}
+        self._index()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def _new_handle(self, model: ModelConfig) -> WorkerHandle:
+        handle = WorkerHandle(
+            model, self.config.server, self.relay, command=self._command, env=self._worker_env
+        )
+        handle.placement = self.placement
+        return handle
+
+    def _index(self) -> None:
+        self._by_name = {name: h for h in self.handles for name in h.config.names}
+
+    def resolve(self, name: str) -> WorkerHandle:
+        """The handle serving ``name`` (a served name or an alias)."""
+        handle = self._by_name.get(name)
+        if handle is None:
+            raise ModelNotFound(name, self.served_names())
+        return handle
+
+    def served_names(self) -> list[str]:
+        return [handle.name for handle in self.handles]
+
+    async def start(self) -> None:
+        await self.relay.start()
+        for handle in self.handles:
+            handle.start_owner()
+        for handle in self.handles:
+            if not handle.config.on_demand:
+                self._preload(handle)
+        self._tasks.append(
+            asyncio.create_task(housekeeping_forever(lambda: self.handles, self.config.server))
+        )
+
+    def _preload(self, handle: WorkerHandle) -> None:
+        async def run() -> None:
+            try:
+                await handle.load()
+            except Exception as exc:  # visible in /health and /v1/models; requests retry
+                log.error("[%s] could not start at launch: %s", handle.name, exc)
+
+        self._tasks.append(asyncio.create_task(run()))
+
+    # ------------------------------------------------------------ admin
+
+    async def load(self, name: str) -> WorkerHandle:
+        """Start a model now (clearing a failure backoff); returns once it is ready."""
+        handle = self.resolve(name)
+        await handle.load()
+        return handle
+
+    async def unload(self, name: str, *, force: bool = False) -> WorkerHandle:
+        """Stop a model. A busy one is refused (409) unless ``force``: then its
+        in-flight requests fail with a clear error."""
+        handle = self.resolve(name)
+        if not force and not handle.idle:
+            raise GatewayError(
+                f"model '{handle.name}' is busy ({handle.inflight} in flight, "
+                f"{handle.waiting} waiting); retry later or pass force=true",
+                status=409,
+                type="invalid_request_error",
+                code="model_busy",
+            )
+        await handle.stop("unloaded by an admin request")
+        return handle
+
+    async def reload(self, new: GatewayConfig) -> dict[str, list[str]]:
+        """Apply a new config: unchanged models keep running; changed ones are
+        replaced (the old worker finishes its in-flight requests first); new ones
+        appear; removed ones stop. Returns what changed, by name."""
+        old = {h.name: h for h in self.handles}
+        report: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "kept": []}
+        handles: list[WorkerHandle] = []
+        for model in new.models:
+            current = old.pop(model.served_model_name, None)
+            if current is not None and current.config == model:
+                handles.append(current)
+                report["kept"].append(current.name)
+                continue
+            handle = self._new_handle(model)
+            handle.start_owner()
+            handles.append(handle)
+            if current is None:
+                report["added"].append(handle.name)
+            else:
+                report["changed"].append(handle.name)
+                self._retire(current)
+            if not model.on_demand:
+                self._preload(handle)
+        for gone in old.values():
+            report["removed"].append(gone.name)
+            self._retire(gone)
+        # The server section (ports, budget…) needs a restart; only models reload.
+        self.config = GatewayConfig(server=self.config.server, models=new.models)
+        self.handles[:] = handles  # the placement shares this list
+        self._index()
+        log.info(
+            "config reloaded: %s",
+            "; ".join(f"{k} {', '.join(v)}" for k, v in report.items() if v and k != "kept")
+            or "no model changed",
+        )
+        return report
+
+    def _retire(self, handle: WorkerHandle) -> None:
+        """Stop routing to ``handle``; stop it once its in-flight requests are done."""
+
+        async def run() -> None:
+            while not handle.idle:
+                await asyncio.sleep(0.1)
+            await handle.close()
+
+        task = asyncio.create_task(run())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def close(self) -> None:
+        """Stop every worker (in parallel) and release the socket and directory."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in [*self._tasks, *self._retiring]:
+            task.cancel()
+        for task in [*self._tasks, *self._retiring]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(handle.close() for handle in self.handles), return_exceptions=True)
+        await self.relay.close()
+        if self._owns_runtime_dir:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
