@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlx_gateway.supervisor.config import ModelConfig
-from mlx_gateway.supervisor.pool.memory import parse_size
+from mlx_gateway.supervisor.config.sizes import parse_size
 
 LM_KIND = "lm"
 

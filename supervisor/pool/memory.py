@@ -10,59 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
-
-import psutil
 
 from mlx_gateway.protocol.messages import Memory
 from mlx_gateway.supervisor.config import ModelConfig
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+from mlx_gateway.supervisor.config.sizes import parse_size
 
 KIND_FACTOR = {"lm": 1.15, "vlm": 1.25, "embeddings": 1.5, "whisper": 1.5, "image": 1.4}
 """Resident memory per byte of weights on disk, before any request (runtime, buffers)."""
 KV_BYTES_PER_ELEMENT = 2  # fp16/bf16 KV cache
 WEIGHT_SUFFIXES = (".safetensors", ".npz", ".bin", ".gguf")
-
-
-def parse_size(value: str | int | float) -> int:
-    """``48GB``, ``512MiB``, ``1.5g`` or a plain number of bytes → bytes."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return int(value)
-    match = _SIZE_RE.match(str(value))
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise ValueError(f"{value!r} is not a size; write e.g. 48GB, 512MiB or 0.75 (of RAM)")
-    return int(float(match.group(1)) * _UNITS[unit])
-
-
-def budget_bytes(budget: str | float, total: int | None = None) -> int:
-    """The memory budget in bytes: a fraction of RAM (``0 < x ≤ 1``) or a size."""
-    if isinstance(budget, float | int) and not isinstance(budget, bool) and 0 < budget <= 1:
-        return int(budget * (total if total is not None else psutil.virtual_memory().total))
-    if isinstance(budget, float) and not budget.is_integer():
-        raise ValueError(f"memory_budget {budget!r}: a fraction of RAM must be in (0, 1]")
-    size = parse_size(budget)
-    if size <= 0:
-        raise ValueError(f"memory_budget must be positive, got {budget!r}")
-    return size
 
 
 def format_size(n: int) -> str:

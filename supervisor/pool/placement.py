@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlx_gateway.supervisor.config import ConfigError, GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.sizes import budget_bytes
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
-from mlx_gateway.supervisor.pool.memory import budget_bytes, estimate_need, format_size
+from mlx_gateway.supervisor.pool.memory import estimate_need, format_size
 from mlx_gateway.supervisor.pool.state import WorkerState
 
 log = logging.getLogger("mlx_gateway.placement")

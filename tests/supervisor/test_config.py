@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from mlx_gateway.supervisor import config as config_module
 from mlx_gateway.supervisor.config import (
     MODEL_TYPES,
     SERVABLE_KINDS,
@@ -23,6 +22,7 @@ from mlx_gateway.supervisor.config import (
     load_config,
     override_server,
 )
+from mlx_gateway.supervisor.config import checks as config_checks
 
 DATA = Path(__file__).with_name("data")
 REPO = Path(__file__).resolve().parents[2]
@@ -489,7 +489,7 @@ def test_known_but_not_servable_model_type(
     tmp_path: Path, model_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every kind is servable now; a gateway built without one still says so clearly.
-    monkeypatch.setattr(config_module, "SERVABLE_KINDS", ("lm",))
+    monkeypatch.setattr(config_checks, "SERVABLE_KINDS", ("lm",))
     path = write(
         tmp_path,
         f"""

@@ -42,8 +42,8 @@ from mlx_gateway.supervisor.api.images.schemas import (
     parse_edit_form,
 )
 from mlx_gateway.supervisor.api.images.store import ImageStore
-from mlx_gateway.supervisor.config import IMAGE_SIZE_MULTIPLE
 from mlx_gateway.supervisor.config.image import IMAGE_KIND, is_edit_model
+from mlx_gateway.supervisor.config.schema import IMAGE_SIZE_MULTIPLE
 from mlx_gateway.supervisor.engine.kinds import require_kind
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse

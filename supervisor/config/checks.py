@@ -1,0 +1,257 @@
+"""What types cannot express: model kinds, local paths, parsers, image presets,
+memory sizes, unique names."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
+from mlx_gateway.supervisor.config.schema import (
+    IMAGE_SIZE_MULTIPLE,
+    MODEL_TYPES,
+    SERVABLE_KINDS,
+    GatewayConfig,
+    ModelConfig,
+)
+from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
+from mlx_gateway.supervisor.engine.parsers.formats import TOOL_PARSER_CHOICES
+from mlx_gateway.supervisor.engine.parsers.reasoning import REASONING_CHOICES
+
+log = logging.getLogger("mlx_gateway.supervisor.config")
+
+# --------------------------------------------------------------------------- checks
+
+
+def _absolute(base: Path, value: str) -> str:
+    return os.path.abspath(os.path.join(base, os.path.expanduser(value)))
+
+
+def _looks_local(base: Path, path: str) -> bool:
+    """A local directory rather than a Hugging Face ``org/name`` repo id."""
+    return (
+        path.startswith(("/", "./", "../", "~"))
+        or path in (".", "..")
+        or path.count("/") > 1
+        or os.path.exists(os.path.join(base, os.path.expanduser(path)))
+    )
+
+
+def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
+    from mlx_gateway.supervisor.config.sizes import budget_bytes, parse_size
+
+    try:
+        budget_bytes(config.server.memory_budget, total=1)
+    except ValueError as exc:
+        raise ctx.error(("server", "memory_budget"), str(exc)) from None
+    for i, model in enumerate(config.models):
+        if model.memory_estimate is not None:
+            try:
+                parse_size(model.memory_estimate)
+            except ValueError as exc:
+                raise ctx.error(("models", i, "memory_estimate"), str(exc)) from None
+        try:
+            if parse_size(model.prompt_cache_bytes) < 0:
+                raise ValueError(f"expected a size ≥ 0, got {model.prompt_cache_bytes!r}")
+        except ValueError as exc:
+            raise ctx.error(("models", i, "prompt_cache_bytes"), str(exc)) from None
+
+
+def _check(ctx: _Ctx, config: GatewayConfig) -> None:
+    _check_sizes(ctx, config)
+    seen: dict[str, _KeyPath] = {}
+    for i, model in enumerate(config.models):
+        here: _KeyPath = ("models", i)
+        clash = model.served_model_name in seen
+        ctx.labels[i] = model.model_path if clash else model.served_model_name
+        _check_kind(ctx, here, model)
+        _check_paths(ctx, here, model)
+        _check_image(ctx, here, model)
+        _check_parsers(ctx, here, model)
+        for path, name in _name_paths(ctx, here, model):
+            if not name.strip() or any(c.isspace() for c in name):
+                raise ctx.error(
+                    path, f"{_show(name)} cannot be a model name: it is blank or has spaces"
+                )
+            if name in seen:
+                other = seen[name]
+                written, pos = ctx.locate(other)
+                at = f" at {ctx.file}:{pos.value_line}" if ctx.file and pos else ""
+                j = ctx.model_index(other)
+                owner = "this same entry" if j == i else f"models[{j}] ({ctx.labels.get(j, '?')!r})"
+                raise ctx.error(
+                    path,
+                    f"the name {name!r} is already used by {owner} as its "
+                    f"{_display(written[2:])}{at}; every served_model_name and alias must be "
+                    "unique across the file",
+                )
+            seen[name] = path
+
+
+def _name_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> list[tuple[_KeyPath, str]]:
+    served = (*here, "served_model_name")
+    if served not in ctx.origin:  # defaulted to model_path
+        served = (*here, "model_path")
+    return [
+        (served, model.served_model_name),
+        *(((*here, "aliases", j), alias) for j, alias in enumerate(model.aliases)),
+    ]
+
+
+_EMBEDDINGS_ONLY: dict[str, Any] = {"max_batch_tokens": None, "truncate": False}
+"""Per-model keys of embeddings models, with their defaults."""
+
+_VISION_ONLY: dict[str, Any] = {
+    "max_images": 8,
+    "image_fetch_timeout": 10.0,
+    "allow_private_image_urls": None,
+    "resize_shape": None,
+    "max_pixels": None,
+    "prefix_cache": True,
+}
+"""Per-model keys of vision models (``vlm``), with their defaults."""
+
+
+def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    kind = MODEL_TYPES.get(model.model_type)
+    if kind is None:
+        close = _suggest(model.model_type, list(MODEL_TYPES))
+        raise ctx.error(
+            (*here, "model_type"),
+            f"unknown model_type {model.model_type!r}; allowed: {', '.join(MODEL_TYPES)}"
+            + (f" (did you mean '{close}'?)" if close else ""),
+        )
+    if kind not in SERVABLE_KINDS:
+        servable = ", ".join(t for t, k in MODEL_TYPES.items() if k in SERVABLE_KINDS)
+        raise ctx.error(
+            (*here, "model_type"),
+            f"model_type {model.model_type!r} is not supported yet by this gateway "
+            f"(supported now: {servable}); remove this entry or serve it elsewhere for now",
+        )
+    if kind != "embeddings":
+        for key, default in _EMBEDDINGS_ONLY.items():
+            if getattr(model, key) != default:
+                raise ctx.error(
+                    (*here, key),
+                    f"{key} applies to embeddings models only, and this entry's "
+                    f"model_type is {model.model_type!r}; remove it",
+                )
+    if kind != "vlm":
+        for key, default in _VISION_ONLY.items():
+            if getattr(model, key) != default:
+                raise ctx.error(
+                    (*here, key),
+                    f"{key} applies to vision models (model_type vlm) only, and this "
+                    f"entry's model_type is {model.model_type!r}; remove it",
+                )
+
+
+def _check_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    base = ctx.base_dir
+    written = model.model_path.strip()
+    if not written:
+        raise ctx.error((*here, "model_path"), "model_path is empty")
+    if _looks_local(base, written):
+        resolved = _absolute(base, written)
+        if not os.path.isdir(resolved):
+            state = "is not a directory" if os.path.exists(resolved) else "does not exist"
+            raise ctx.error(
+                (*here, "model_path"),
+                f"local model directory {resolved!r} {state}; fix the path (relative paths "
+                "start from the config file's folder) or give a Hugging Face repo id "
+                "'org/name'",
+            )
+        model.model_path = resolved
+    if model.chat_template_file is not None:
+        resolved = _absolute(base, model.chat_template_file)
+        if not os.path.isfile(resolved):
+            raise ctx.error(
+                (*here, "chat_template_file"),
+                f"chat template file {resolved!r} does not exist; fix the path (relative "
+                "paths start from the config file's folder)",
+            )
+        model.chat_template_file = resolved
+    if model.python is not None:
+        model.python = _resolve_python(ctx, (*here, "python"), model.python)
+
+
+def _check_parsers(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """An output parser this gateway does not know falls back to ``auto`` with a
+    warning (mlx-openai-server configs name parsers of families not covered here)."""
+    for key, choices in (
+        ("tool_call_parser", TOOL_PARSER_CHOICES),
+        ("reasoning_parser", REASONING_CHOICES),
+    ):
+        value = getattr(model, key)
+        if value in choices:
+            continue
+        pos = ctx.positions.get((*here, key))
+        line = f" (line {pos.key_line})" if pos else ""
+        log.warning(
+            "%s%s%s: %s %r is not one this gateway knows (%s); detecting it from the model",
+            f"{ctx.file}: " if ctx.file else "",
+            _display(here),
+            line,
+            key,
+            value,
+            ", ".join(choices),
+        )
+        setattr(model, key, "auto")
+
+
+def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """The image settings: one scale per LoRA, local LoRA files, a valid ``size``."""
+    if model.lora_scales and len(model.lora_scales) != len(model.lora_paths):
+        raise ctx.error(
+            (*here, "lora_scales"),
+            f"{len(model.lora_scales)} scale(s) for {len(model.lora_paths)} LoRA path(s); "
+            "give one scale per entry of lora_paths, or none (1.0 each)",
+        )
+    for j, path in enumerate(model.lora_paths):
+        if _looks_local(ctx.base_dir, path):
+            resolved = _absolute(ctx.base_dir, path)
+            if not os.path.exists(resolved):
+                raise ctx.error(
+                    (*here, "lora_paths", j),
+                    f"LoRA file {resolved!r} does not exist; fix the path (relative paths "
+                    "start from the config file's folder) or give a Hugging Face repo id",
+                )
+            model.lora_paths[j] = resolved
+    width, _, height = model.size.partition("x")
+    if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+        raise ctx.error(
+            (*here, "size"), f"expected 'WIDTHxHEIGHT' such as '1024x1024', got {_show(model.size)}"
+        )
+    width, height = int(width), int(height)
+    if width % IMAGE_SIZE_MULTIPLE or height % IMAGE_SIZE_MULTIPLE:
+        raise ctx.error(
+            (*here, "size"),
+            f"{model.size!r}: width and height must be multiples of {IMAGE_SIZE_MULTIPLE}",
+        )
+    if width * height > model.max_output_pixels:
+        raise ctx.error(
+            (*here, "size"),
+            f"{model.size!r} is more than max_output_pixels ({model.max_output_pixels})",
+        )
+
+
+def _resolve_python(ctx: _Ctx, path: _KeyPath, value: str) -> str:
+    if os.sep in value or value.startswith((".", "~")):
+        resolved = _absolute(ctx.base_dir, value)
+        if not (os.path.isfile(resolved) and os.access(resolved, os.X_OK)):
+            raise ctx.error(
+                path,
+                f"interpreter {resolved!r} does not exist or is not executable; point it at "
+                "a virtualenv's bin/python",
+            )
+        return resolved
+    found = shutil.which(value)
+    if found is None:
+        raise ctx.error(
+            path,
+            f"interpreter {value!r} is not on PATH; give its full path (e.g. .venv/bin/python)",
+        )
+    return os.path.abspath(found)

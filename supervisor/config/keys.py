@@ -1,0 +1,99 @@
+"""Which keys the config accepts: our own, the ones of mlx-openai-server that we
+rename or act on, and the ones we accept but do not use (a warning names them)."""
+
+from __future__ import annotations
+
+from mlx_gateway.supervisor.config.schema import ModelConfig, ServerConfig
+
+# --------------------------------------------------------------------------- keys
+
+_SERVER_KEYS = frozenset(ServerConfig.__struct_fields__)
+_MODEL_KEYS = frozenset(ModelConfig.__struct_fields__)
+_DURATION_KEYS = frozenset(
+    {
+        "start_timeout",
+        "shutdown_grace",
+        "idle_timeout",
+        "queue_timeout",
+        "hang_timeout",
+        "min_resident_seconds",
+        "image_fetch_timeout",
+        "image_url_ttl",
+        "response_store_ttl",
+    }
+)
+
+# mlx-openai-server keys, both of its `server:` section and of its older "hub" files
+# that put server keys at the top level.
+_SERVER_RENAMES = {"model_load_timeout": "start_timeout"}
+_SERVER_IGNORED = frozenset(
+    {
+        "log_file",
+        "no_log_file",
+        "log_rotation",
+        "log_retention",
+        "log_path",
+        "max_loaded_models",
+        "model_starting_port",
+        "enable_status_page",
+    }
+)
+_TOP_IGNORED = frozenset({"groups"})
+
+# mlx-openai-server per-model keys we act on, with the field they set.
+_MODEL_RENAMES = {
+    "on_demand_idle_timeout": "idle_timeout",
+    "jit_enabled": "on_demand",
+    "default_max_tokens": "max_tokens",
+    "default_temperature": "temperature",
+    "default_top_p": "top_p",
+    "default_top_k": "top_k",
+    "default_min_p": "min_p",
+    "default_repetition_penalty": "repetition_penalty",
+    "batch_completion_size": "max_concurrency",
+    "batch_prefill_size": "prefill_batch_size",
+    "batch_prefill_step_size": "prefill_step_size",
+    "prompt_cache_size": "prompt_cache_entries",
+    "prompt_cache_max_bytes": "prompt_cache_bytes",
+}
+# Keys handled one by one in _normalize_model.
+_MODEL_SPECIAL = frozenset(
+    {"model_id", "name", "version", "auto_unload_minutes", "disable_batching"}
+)
+# mlx-openai-server per-model keys accepted and ignored (with a warning) for now.
+_MODEL_IGNORED = frozenset(
+    {
+        "queue_timeout",
+        "queue_size",
+        "lora_paths_str",
+        "lora_scales_str",
+        "disable_auto_resize",
+        "enable_auto_tool_choice",
+        "message_converter",
+        "debug",
+        "pipeline",
+        "prompt_cache_dir",
+        "draft_model_path",
+        "num_draft_tokens",
+        "kv_bits",
+        "kv_group_size",
+        "quantized_kv_start",
+        "default_presence_penalty",
+        "default_xtc_probability",
+        "default_xtc_threshold",
+        "default_seed",
+        "default_repetition_context_size",
+        "group",
+        "default",
+        "is_default_model",
+        "host",
+        "port",
+        "log_level",
+        "log_file",
+        "no_log_file",
+        "enable_status_page",
+    }
+)
+
+_SERVER_ACCEPTED = _SERVER_KEYS | _SERVER_RENAMES.keys() | _SERVER_IGNORED
+_MODEL_ACCEPTED = _MODEL_KEYS | _MODEL_RENAMES.keys() | _MODEL_SPECIAL | _MODEL_IGNORED

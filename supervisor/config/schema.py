@@ -1,0 +1,256 @@
+"""The configuration schema: server and model settings as msgspec Structs, with
+their defaults and the kinds of model the gateway serves."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+MODEL_TYPES: dict[str, str] = {
+    "lm": "lm",
+    "vlm": "vlm",
+    "multimodal": "vlm",
+    "embeddings": "embeddings",
+    "whisper": "whisper",
+    "image-generation": "image",
+    "image-edit": "image",
+    "image": "image",
+}
+"""Every ``model_type`` a config may name, mapped to the worker kind that serves it."""
+
+SERVABLE_KINDS: tuple[str, ...] = ("lm", "embeddings", "whisper", "vlm", "image")
+"""Worker kinds this gateway can run today; an entry of another kind fails at load."""
+
+IMAGE_SIZE_MULTIPLE = 16
+"""Image models: width and height are multiples of this (mflux: VAE factor 8, patch 2)."""
+
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+
+_Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
+_Positive = Annotated[int, msgspec.Meta(ge=1)]
+_Seconds = Annotated[float, msgspec.Meta(ge=0)]
+_PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+_LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+_ApiKey = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^\S+$")]
+"""A key: any non-empty string without whitespace."""
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; the message says where and what to change.
+
+    ``file``, ``line`` (1-based), ``key`` (e.g. ``models[1].temperature``) and
+    ``model_index`` repeat the location for callers that want it structured.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+        model_index: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+        self.key = key
+        self.model_index = model_index
+
+
+class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Gateway-wide settings (the ``server:`` section)."""
+
+    host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
+    port: _Port = 8000
+    log_level: _LogLevel = "info"
+    log_format: Literal["text", "json"] = "text"
+    """``json``: one JSON object per log line (ts, level, logger, model, message)."""
+    api_keys: list[_ApiKey] = []
+    """Keys clients must send (``Authorization: Bearer`` or ``x-api-key``); empty:
+    no authentication. ``/health`` stays open."""
+    admin_keys: list[_ApiKey] = []
+    """When set, only these keys open the admin endpoints (load/unload, /metrics)."""
+    max_body_mb: Annotated[float, msgspec.Meta(gt=0)] = 32.0
+    """Largest request body in MiB (uploads: the model's ``max_upload_mb``) → else 413."""
+    runtime_dir: str | None = None
+    """Directory for the ZeroMQ socket; ``None``: a private per-process directory."""
+    start_timeout: _PositiveSeconds = 600.0
+    """Seconds a worker may take to send ``Ready`` (first downloads can be long)."""
+    shutdown_grace: _Seconds = 5.0
+    """Seconds in-flight work may take to finish when stopping, before signals."""
+    memory_budget: str | float = 0.75
+    """Memory all workers together may use: a fraction of RAM (``0.75``) or a size
+    (``48GB``, ``512MiB``). Starting a model that does not fit evicts idle ones."""
+    queue_timeout: _PositiveSeconds = 300.0
+    """Seconds a request may wait for its model to load or for a free slot → 503."""
+    hang_timeout: _PositiveSeconds = 120.0
+    """A busy worker silent (no heartbeat) this long is killed as hung."""
+    min_resident_seconds: _Seconds = 30.0
+    """A busy model that blocks another's load stops taking new requests once it
+    has been resident this long, so one model's traffic cannot starve another."""
+    allow_private_image_urls: bool = False
+    """Let vision models' image URLs reach loopback, private and link-local
+    addresses (the gateway's own network); a model's own setting wins."""
+    image_url_ttl: _PositiveSeconds = 3600.0
+    """Seconds a generated image asked for with ``response_format: url`` stays
+    downloadable from the gateway."""
+    preload_openblas: bool = True
+    """Linux: preload the system's OpenBLAS into the workers (``LD_PRELOAD``) when it
+    is installed; the ``mlx-cpu`` wheel's own BLAS is several times slower."""
+    image_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 256.0
+    """Memory for those images, in MiB; the oldest go first when it is full."""
+    response_store_ttl: _PositiveSeconds = 3600.0
+    """Responses API: seconds a stored response (``store: true``) can be continued
+    with ``previous_response_id`` or fetched with ``GET /v1/responses/{id}``."""
+    response_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 64.0
+    """Responses API: memory for stored responses, in MiB; the oldest go first."""
+
+
+class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One served model (an entry of ``models:``).
+
+    After :func:`load_config`, ``served_model_name`` is set, local paths are
+    absolute, and ``model_type`` is known and servable.
+    """
+
+    model_path: str
+    """A Hugging Face repo id (``org/name``) or a local model directory."""
+    served_model_name: str = ""
+    """The name clients send as ``model``; empty means ``model_path``."""
+    aliases: list[str] = []
+    model_type: str = "lm"
+    on_demand: bool = True
+    """``True``: started by the first request; ``False``: started with the gateway."""
+    idle_timeout: _Seconds = 300.0
+    """Seconds without requests before the worker is stopped; 0 = never."""
+    start_timeout: _PositiveSeconds | None = None
+    """Overrides ``server.start_timeout`` for this model."""
+    context_length: _Positive | None = None
+    max_tokens: _Positive | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_p: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    chat_template_file: str | None = None
+    trust_remote_code: bool = False
+    max_concurrency: _Positive = 8
+    prefill_batch_size: _Positive = 8
+    prefill_step_size: _Positive = 2048
+    prompt_cache_bytes: str | int = "512MiB"
+    """Language models: bytes of KV cache kept after requests end, to reuse the
+    longest common token prefix of later prompts (``512MiB``, ``2GB``; 0: off)."""
+    prompt_cache_entries: Annotated[int, msgspec.Meta(ge=0)] = 32
+    """Language models: most KV caches kept in the prompt cache (0: off)."""
+    stream_interval: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.02
+    """Language models: shortest time in seconds between two SSE writes of one
+    stream; text generated meanwhile goes out with the next write (0: every step)."""
+    tool_call_parser: str = "auto"
+    """Language models: the format of the model's tool calls (``hermes``,
+    ``qwen3_coder``, ``llama3_json``, ``mistral``, ``function_gemma``, ``gemma4``,
+    ``pythonic``, or an alias); ``auto``: the one its chat template shows; ``none``:
+    never parse tool calls."""
+    reasoning_parser: str = "auto"
+    """Language models: the markers of the model's thinking blocks (``think``,
+    ``gemma4``, ``mistral``, ``kimi``, ``longcat``, ``seed``, or an alias such as
+    ``qwen3``, ``deepseek_r1``); ``auto``: those in its vocabulary; ``none``: keep
+    thinking in the answer text."""
+    preload_openblas: bool | None = None
+    """Overrides ``server.preload_openblas`` for this model's worker."""
+    python: str | None = None
+    """Interpreter for this model's worker (a backend in its own virtualenv)."""
+    worker_env: dict[str, str] = {}
+    """Extra environment variables for this model's worker."""
+    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 64
+    """Requests that may wait in the gateway beyond ``max_concurrency`` → else 429."""
+    queue_timeout: _PositiveSeconds | None = None
+    """Overrides ``server.queue_timeout`` for this model."""
+    pinned: bool = False
+    """Never evicted to make room for another model."""
+    group: str | None = None
+    """Models sharing a group never run at the same time (one evicts the other)."""
+    memory_estimate: str | int | None = None
+    """This model's memory need (``6GB``) before its worker measured it; default:
+    weights on disk times a factor per kind + the KV cache allowance."""
+    max_batch_tokens: _Positive | None = None
+    """Embeddings models: padded tokens per forward pass (``None``: the worker's
+    default, 4096); concurrent requests and long input lists share batches up to it."""
+    truncate: bool = False
+    """Embeddings models: cut inputs longer than the model's maximum length to it,
+    instead of answering 400."""
+    max_upload_mb: Annotated[float, msgspec.Meta(gt=0)] = 100.0
+    """Largest audio upload accepted for this model, in MiB (speech-to-text models);
+    a bigger one is answered with 413."""
+    max_image_mb: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    """Vision models: largest image file (a ``data:`` URL's bytes or a fetched one),
+    in MiB → else 413. Image-edit models: largest uploaded ``image`` or ``mask``."""
+    max_images: _Positive = 8
+    """Vision models: most images in one request → else 400."""
+    image_fetch_timeout: _PositiveSeconds = 10.0
+    """Vision models: seconds the gateway may spend fetching one http(s) image URL."""
+    allow_private_image_urls: bool | None = None
+    """Vision models: overrides ``server.allow_private_image_urls`` for this model."""
+    resize_shape: Annotated[list[_Positive], msgspec.Meta(min_length=1, max_length=2)] | None = None
+    """Vision models: resize every image to exactly ``[width, height]`` (one number:
+    a square) before the model's processor sees it."""
+    max_pixels: _Positive | None = None
+    """Vision models: scale larger images down to at most this many pixels, keeping
+    their aspect ratio."""
+    prefix_cache: bool = True
+    """Vision models: keep recent prompts' key/value blocks and reuse a repeated
+    prefix (mlx-vlm's automatic prefix cache, in memory)."""
+    config_name: str | None = None
+    """Image models: the mflux preset (``flux2-klein-4b``, ``schnell``, ``dev-kontext``,
+    ``qwen-image-edit``, …); left out, mflux infers it from ``model_path``."""
+    quantize: Literal[3, 4, 5, 6, 8] | None = None
+    """Image models: quantize the weights to this many bits at load."""
+    lora_paths: list[str] = []
+    """Image models: LoRA adapters (local ``.safetensors`` files or Hugging Face repos)."""
+    lora_scales: list[float] = []
+    """Image models: one scale per LoRA path (default 1.0 each)."""
+    model_config: dict[str, Any] = {}
+    """Image models: overrides of mflux's ModelConfig fields for the preset (mapping
+    fields such as ``transformer_overrides`` are merged key by key)."""
+    steps: Annotated[int, msgspec.Meta(ge=1, le=500)] | None = None
+    """Image models: default denoising steps (else mflux's for the preset)."""
+    guidance: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    """Image models: default guidance scale (else mflux's for the preset)."""
+    size: str = "1024x1024"
+    """Image models: the ``WxH`` size of a generation that does not ask for one."""
+    max_output_pixels: _Positive = 2048 * 2048
+    """Image models: the largest ``width * height`` a request may ask for → else 400."""
+
+    def __post_init__(self) -> None:
+        if not self.served_model_name:
+            self.served_model_name = self.model_path
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name that routes to this model: the served name, then the aliases."""
+        return (self.served_model_name, *self.aliases)
+
+    @property
+    def worker_kind(self) -> str:
+        """The worker kind that serves this ``model_type`` (``multimodal`` → ``vlm``)."""
+        try:
+            return MODEL_TYPES[self.model_type]
+        except KeyError:
+            raise ValueError(f"unknown model_type {self.model_type!r}") from None
+
+    def effective_start_timeout(self, server: ServerConfig) -> float:
+        """This model's start timeout, falling back to the server's."""
+        return self.start_timeout if self.start_timeout is not None else server.start_timeout
+
+    def effective_queue_timeout(self, server: ServerConfig) -> float:
+        """This model's queue timeout, falling back to the server's."""
+        return self.queue_timeout if self.queue_timeout is not None else server.queue_timeout
+
+
+class GatewayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The whole configuration: server settings and at least one model."""
+
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    models: Annotated[list[ModelConfig], msgspec.Meta(min_length=1)]
