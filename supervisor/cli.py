@@ -102,7 +102,7 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
             served_model_name=args.served_model_name,
             **overrides,
         )
-    check_fits(config)  # a model that can never fit is a config error at launch
+    check_fits(config)  # warns about each model too big for the budget
     return config
 
 

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -54,11 +54,9 @@ from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
 from mlx_gateway.supervisor.pool.memory import measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
+from mlx_gateway.supervisor.pool.room import Room
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand, describe_exit, worker_command
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
-
-if TYPE_CHECKING:
-    from mlx_gateway.supervisor.pool.placement import Placement
 
 log = logging.getLogger("mlx_gateway.worker")
 
@@ -190,13 +188,10 @@ class WorkerHandle:
         self.progress: Progress | None = None
         self.last_error: str | None = None
         self.failures = 0
-        self.placement: Placement | None = None  # set by the registry
-        self.reserved = False  # the placement granted it room; it is about to start
-        self.draining = False  # takes no new requests until stopped (see placement)
+        self.placement: Room | None = None  # set by the registry
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
-        self.measured_bytes = 0  # what the worker last reported (kept after a stop)
-        self.estimated_bytes: int | None = None
+        self.measured_bytes = 0  # the most its workers reported (kept after a stop)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._state_changed = asyncio.Event()
         self._recent_crashes: list[float] = []
@@ -276,7 +271,7 @@ class WorkerHandle:
             "context_length": self.facts.context_length if self.facts else None,
             "memory": memory.rss if memory else None,
             "memory_detail": msgspec.structs.asdict(memory) if memory else None,
-            "memory_need": self.measured_bytes or self.estimated_bytes,
+            "memory_need": self.measured_bytes or None,
             "load_progress": progress,
             "pinned": self.config.pinned,
             "draining": self.draining,
@@ -366,6 +361,24 @@ class WorkerHandle:
             await self.placement.make_room(self, deadline)
         await self.ensure_ready()
 
+    @property
+    def reserved(self) -> bool:
+        """The placement granted it room; it is about to start."""
+        return self.placement is not None and self.placement.is_reserved(self)
+
+    @property
+    def draining(self) -> bool:
+        """It takes no new requests until stopped: another model waits for room."""
+        return self.placement is not None and self.placement.is_draining(self)
+
+    def _measured(self, memory: Memory) -> None:
+        need = measured_need(memory)
+        if need <= 0:
+            return
+        if self.placement is not None:
+            need = self.placement.measured(self, need)
+        self.measured_bytes = max(self.measured_bytes, need)
+
     def _changed(self) -> None:
         if self.placement is not None:
             self.placement.notify()
@@ -444,7 +457,8 @@ class WorkerHandle:
         if new is WorkerState.READY:
             self.ready_since = self.last_heartbeat = time.monotonic()
         elif new in (WorkerState.STOPPED, WorkerState.FAILED):
-            self.reserved = self.draining = False
+            if self.placement is not None:
+                self.placement.released(self)
             self.ready_since = None
         self._state_changed.set()
         self._state_changed = asyncio.Event()
@@ -492,7 +506,7 @@ class WorkerHandle:
             case Ready(facts=facts, memory=memory):
                 if self.state is WorkerState.STARTING:
                     self.facts, self.memory, self.progress = facts, memory, None
-                    self.measured_bytes = measured_need(memory) or self.measured_bytes
+                    self._measured(memory)
                     self.failures, self.last_error = 0, None
                     self.last_used, self.last_used_wall = time.monotonic(), time.time()
                     self._set_state(WorkerState.READY)
@@ -504,8 +518,8 @@ class WorkerHandle:
             case Heartbeat(memory=memory):
                 self.memory = memory
                 self.last_heartbeat = time.monotonic()
-                if self.state is WorkerState.READY and measured_need(memory) > 0:
-                    self.measured_bytes = measured_need(memory)
+                if self.state is WorkerState.READY:
+                    self._measured(memory)
             case Error(message=message):
                 # A worker-level error: the model could not load; the exit follows.
                 self._proc.load_error = message
