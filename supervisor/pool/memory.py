@@ -48,7 +48,7 @@ class KindProfile:
 
 
 KIND_PROFILES = {
-    "lm": KindProfile(1.0, 250 * MB),
+    "lm": KindProfile(1.0, 200 * MB),
     "vlm": KindProfile(1.0, 450 * MB, activations=600 * MB),  # the vision tower's pass
     "embeddings": KindProfile(1.0, 200 * MB, activations=100 * MB),
     "whisper": KindProfile(1.0, 300 * MB, activations=400 * MB),
@@ -56,9 +56,10 @@ KIND_PROFILES = {
 }
 DEFAULT_PROFILE = KindProfile(1.05, 300 * MB, activations=500 * MB)
 
-KV_WORKING_TOKENS = 8192
+KV_WORKING_TOKENS = 4096
 """Tokens of KV cache a language model's need reserves, shared by its concurrent
-requests (e.g. two 4k conversations). Longer work is admitted per request."""
+requests (one 4k conversation, or several short ones). Longer work is admitted
+per request against what the budget has free."""
 KV_BYTES_PER_ELEMENT = 2  # fp16/bf16 KV cache
 ACTIVATION_FACTOR = 4
 """Live copies of the widest activation (2 bytes each) per prefill token."""
@@ -141,15 +142,35 @@ def kv_element_bytes(bits: int | None, group_size: int) -> float:
     return bits / 8 + 4 / group_size
 
 
-def kv_bytes_per_token(meta: dict[str, Any], config: ModelConfig) -> float:
-    """KV cache bytes one token takes in every layer (keys and values)."""
-    layers = _int(meta.get("num_hidden_layers"))
+def kv_bytes_per_token(
+    meta: dict[str, Any], config: ModelConfig, layers: int | None = None
+) -> float:
+    """KV cache bytes one token takes in ``layers`` layers (default: all of them),
+    keys and values."""
+    if layers is None:
+        layers = _int(meta.get("num_hidden_layers"))
     heads = _int(meta.get("num_attention_heads"))
     kv_heads = _int(meta.get("num_key_value_heads")) or heads
     hidden = _int(meta.get("hidden_size"))
     head_dim = _int(meta.get("head_dim")) or (hidden // heads if heads else 0)
     element = kv_element_bytes(config.kv_bits, config.kv_group_size)
     return 2 * layers * kv_heads * head_dim * element
+
+
+def sliding_layers(meta: dict[str, Any]) -> tuple[int, int]:
+    """``(layers, window)``: how many layers attend only to the last ``window``
+    tokens (Gemma 3, gpt-oss…); their KV cache never grows past it."""
+    window = _int(meta.get("sliding_window"))
+    layers = _int(meta.get("num_hidden_layers"))
+    if not window or not layers:
+        return 0, 0
+    kinds = meta.get("layer_types")
+    if isinstance(kinds, list):
+        return sum(1 for kind in kinds if kind == "sliding_attention"), window
+    pattern = _int(meta.get("sliding_window_pattern"))
+    if pattern > 1:  # every pattern-th layer attends globally
+        return layers - layers // pattern, window
+    return 0, 0
 
 
 def context_of(meta: dict[str, Any], config: ModelConfig) -> int:
@@ -166,7 +187,14 @@ def kv_working_tokens(meta: dict[str, Any], config: ModelConfig) -> int:
 
 
 def kv_working_set(meta: dict[str, Any], config: ModelConfig) -> int:
-    return int(kv_bytes_per_token(meta, config) * kv_working_tokens(meta, config))
+    tokens = kv_working_tokens(meta, config)
+    sliding, window = sliding_layers(meta)
+    full = _int(meta.get("num_hidden_layers")) - sliding
+    windowed = min(tokens, window * config.max_concurrency)
+    return int(
+        kv_bytes_per_token(meta, config, full) * tokens
+        + kv_bytes_per_token(meta, config, sliding) * windowed
+    )
 
 
 def prefill_activations(meta: dict[str, Any], config: ModelConfig) -> int:
