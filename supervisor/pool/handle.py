@@ -52,7 +52,7 @@ from mlx_gateway.supervisor.errors import (
 )
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
-from mlx_gateway.supervisor.pool.memory import measured_need
+from mlx_gateway.supervisor.pool.memory import Need, measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
 from mlx_gateway.supervisor.pool.room import Room
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand, describe_exit, worker_command
@@ -271,7 +271,7 @@ class WorkerHandle:
             "context_length": self.facts.context_length if self.facts else None,
             "memory": memory.rss if memory else None,
             "memory_detail": msgspec.structs.asdict(memory) if memory else None,
-            "memory_need": self.measured_bytes or None,
+            **self._need_status(),
             "load_progress": progress,
             "pinned": self.config.pinned,
             "draining": self.draining,
@@ -360,6 +360,19 @@ class WorkerHandle:
         if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
             await self.placement.make_room(self, deadline)
         await self.ensure_ready()
+
+    def _need_status(self) -> dict[str, Any]:
+        if self.placement is not None:
+            need = self.placement.need(self)
+        elif self.measured_bytes:
+            need = Need(self.measured_bytes, "measured")
+        else:
+            need = Need(0, "unknown")
+        return {
+            "memory_need": need.bytes or None,
+            "memory_need_source": need.source,
+            "memory_need_parts": need.parts or None,
+        }
 
     @property
     def reserved(self) -> bool:

@@ -18,12 +18,17 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.sizes import budget_bytes
 from mlx_gateway.supervisor.errors import ModelUnavailable
-from mlx_gateway.supervisor.pool.eviction import Decision, Newcomer, Resident, decide
+from mlx_gateway.supervisor.pool.eviction import (
+    Decision,
+    Newcomer,
+    Resident,
+    decide,
+    never_fits,
+)
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.memory import Need, estimate, format_size
 from mlx_gateway.supervisor.pool.needs import NeedBook, key_of
@@ -107,22 +112,16 @@ class Placement:
             self.need_of(h) for h in self.handles if h is not excluding and self.is_resident(h)
         )
 
-    def summary(self) -> dict[str, Any]:
-        """The budget as /health, /v1/models and /metrics show it."""
+    def summary(self) -> dict[str, int]:
+        """The budget as /health, /v1/models, /metrics and ``status`` show it:
+        ``reserved`` is the sum of the needs of the models resident (or about to
+        start), ``free`` what is left of the budget (negative when over it)."""
         reserved = self.used()
-        return {
-            "budget": self.budget,
-            "reserved": reserved,
-            "free": self.budget - reserved,
-            "models": {
-                h.name: {**self.need(h).public(), "resident": self.is_resident(h)}
-                for h in self.handles
-            },
-        }
+        return {"budget": self.budget, "reserved": reserved, "free": self.budget - reserved}
 
     def never_fits(self, handle: WorkerHandle) -> str | None:
         need = self.need_of(handle)
-        if need > self.budget:
+        if never_fits(Newcomer(handle.name, need), self.budget):
             return (
                 f"model '{handle.name}' needs about {format_size(need)}, more than the whole "
                 f"memory_budget of {format_size(self.budget)}; raise server.memory_budget or "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from mlx_gateway.supervisor.errors import ModelUnavailable
+from mlx_gateway.supervisor.pool.memory import Need
 
 
 class Room(Protocol):
@@ -36,3 +37,6 @@ class Room(Protocol):
     def measured(self, handle: Any, need: int) -> int:
         """``handle``'s worker reported ``need`` bytes; returns its measured need
         (the largest reported, remembered across restarts)."""
+
+    def need(self, handle: Any) -> Need:
+        """``handle``'s memory need and its source (measured, configured, estimated)."""

@@ -18,6 +18,7 @@ import psutil
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor.api.models.routes import memory_summary
 from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.metrics import CONTENT_TYPE, counter_of, gauge
 from mlx_gateway.supervisor.pool.state import WorkerState
@@ -68,6 +69,17 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         ),
     )
     yield from gauge(
+        "mlx_gateway_model_memory_need_bytes",
+        "The model's memory need as the budget counts it, by source: measured "
+        "(its worker reported it), configured (memory_estimate) or estimated.",
+        ("model", "source"),
+        (
+            ((h.name, status["memory_need_source"]), float(status["memory_need"]))
+            for h in handles
+            if (status := h.status()).get("memory_need")
+        ),
+    )
+    yield from gauge(
         "mlx_gateway_model_last_used_timestamp_seconds",
         "Unix time at which the model's last request finished.",
         ("model",),
@@ -85,6 +97,20 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         ("model",),
         each(lambda h: getattr(h, "evictions", 0)),
     )
+
+
+def budget_lines(summary: dict[str, int] | None) -> Iterator[str]:
+    """The memory budget: the whole, what resident models reserve, what is free."""
+    if summary is None:
+        return
+    for key, help_text in (
+        ("budget", "The memory budget all workers together may use (server.memory_budget)."),
+        ("reserved", "Memory needs of the models resident now or about to start."),
+        ("free", "Budget minus reserved (negative when over the budget)."),
+    ):
+        yield from gauge(
+            f"mlx_gateway_memory_{key}_bytes", help_text, (), [((), float(summary[key]))]
+        )
 
 
 def open_connections(port: int | None) -> int | None:
@@ -135,15 +161,26 @@ def gateway_lines(recorder: Recorder, port: int | None) -> Iterator[str]:
     )
 
 
-def render(recorder: Recorder, handles: Iterable[Any], port: int | None) -> str:
+def render(
+    recorder: Recorder,
+    handles: Iterable[Any],
+    port: int | None,
+    memory: dict[str, int] | None = None,
+) -> str:
     """The whole exposition."""
     request_lines = (line for family in recorder.families() for line in family.render())
-    lines = itertools.chain(model_lines(handles), request_lines, gateway_lines(recorder, port))
+    lines = itertools.chain(
+        model_lines(handles),
+        budget_lines(memory),
+        request_lines,
+        gateway_lines(recorder, port),
+    )
     return "\n".join(lines) + "\n"
 
 
 async def metrics(request: Request) -> Response:
     """Every metric in Prometheus text format (an admin endpoint)."""
     state = request.app.state
-    body = render(state.metrics, state.registry.handles, getattr(state, "http_port", None))
+    port = getattr(state, "http_port", None)
+    body = render(state.metrics, state.registry.handles, port, memory_summary(state.registry))
     return Response(body, media_type=CONTENT_TYPE)

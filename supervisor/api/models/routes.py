@@ -37,10 +37,20 @@ def model_object(handle: Any) -> dict[str, Any]:
     return entry
 
 
+def memory_summary(registry: Any) -> dict[str, int] | None:
+    """The memory budget, what the resident models reserve and what is free (bytes);
+    ``None`` for a registry without a placement."""
+    placement = getattr(registry, "placement", None)
+    return placement.summary() if placement is not None else None
+
+
 async def list_models(request: Request) -> Response:
-    """Every served model, in configuration order."""
-    handles = request.app.state.registry.handles
-    return JSONResponse({"object": "list", "data": [model_object(h) for h in handles]})
+    """Every served model, in configuration order, and the memory budget."""
+    registry = request.app.state.registry
+    body: dict[str, Any] = {"object": "list", "data": [model_object(h) for h in registry.handles]}
+    if (memory := memory_summary(registry)) is not None:
+        body["memory"] = memory
+    return JSONResponse(body)
 
 
 async def retrieve_model(request: Request) -> Response:
