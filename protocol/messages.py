@@ -53,6 +53,10 @@ class Memory(msgspec.Struct, omit_defaults=True):
     mlx_active: int = 0
     mlx_cache: int = 0
     mlx_peak: int = 0
+    kv_active: int = 0
+    """Bytes of KV cache held by the requests running now (language models)."""
+    kv_kept: int = 0
+    """Bytes of KV cache kept for later turns (the prompt cache)."""
 
 
 class ModelFacts(msgspec.Struct, omit_defaults=True):

@@ -172,6 +172,17 @@ class MLXThread(threading.Thread):
         backend = self.backend
         return backend.counts() if backend is not None else (0, 0)
 
+    def kv_bytes(self) -> tuple[int, int]:
+        """The backend's KV cache bytes (running, kept) where it tracks them."""
+        read = getattr(self.backend, "kv_bytes", None)
+        if read is None:
+            return 0, 0
+        try:
+            return read()  # type: ignore[no-any-return]
+        except Exception:  # a figure for a heartbeat must never break the worker
+            log.debug("reading the KV cache size failed", exc_info=True)
+            return 0, 0
+
     def emit(self, msg: Reply, payloads: Sequence[bytes | memoryview] = ()) -> None:
         """Send ``msg``, followed by binary ``payloads`` (e.g. an embedding matrix)."""
         assert self._push is not None

@@ -39,6 +39,7 @@ reused tokens. Options (``spec.options``): ``prompt_cache_bytes`` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ from mlx_gateway.workers.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.kv import KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
@@ -163,13 +165,21 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             trust_remote_code=spec.trust_remote_code,
         )
         self.model, self.tokenizer = model, tokenizer
+        self.kv = KvSettings.from_spec(spec)
+        self.kv.check_model(config)
         self.context_length = spec.context_length or _context_length(config, tokenizer)
         # Made here, on the MLX thread: a stream belongs to the thread that made it
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
         self.grammars = Grammars(tokenizer)
-        self.solo_enabled = supports_solo(model)
+        self.solo_enabled = supports_solo(model) and self.kv.max_size is None
+        if self.kv.bits is not None and not self.solo_enabled:
+            raise LoadError(
+                "kv_bits needs a model whose KV cache is a plain cache in every layer "
+                "(llama, qwen, mistral…) and no max_kv_size: mlx-lm quantizes only such "
+                "caches; remove kv_bits (or max_kv_size) from this model's entry"
+            )
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
         self.prompt_cache = PromptCache(
             _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
@@ -196,6 +206,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             prefill_batch_size=max(min(spec.prefill_batch_size, concurrency), 1),
             prefill_step_size=spec.prefill_step_size,
             stream=self._stream,
+            max_kv_size=self.kv.max_size,
         )
 
     # ------------------------------------------------------------ requests
@@ -300,6 +311,23 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
 
     def counts(self) -> tuple[int, int]:
         return len(self._by_uid) + (self._solo is not None), len(self._queue)
+
+    def kv_bytes(self) -> tuple[int, int]:
+        """Bytes of KV cache held by the running requests, and by the prompt cache.
+
+        Read from the worker's main thread for heartbeats: array sizes only (no
+        evaluation); a figure read while a step replaces a cache may be a step old."""
+        active = 0
+        solo = self._solo
+        if solo is not None and solo.solo is not None:
+            active += cache_bytes(solo.solo.cache)
+        generator = self._generator
+        for part in ("_generation_batch", "_prompt_batch"):  # mlx-lm's own batches
+            batch = getattr(generator, part, None)
+            with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
+                active += cache_bytes(getattr(batch, "prompt_cache", None))
+        kept = self.prompt_cache.nbytes if self.prompt_cache is not None else 0
+        return active, kept
 
     # ------------------------------------------------------------ generation
 
@@ -409,6 +437,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             sampler=active.sampler,
             processors=active.processors,
             prefill_step_size=self._spec.prefill_step_size,
+            quantize=self.kv.quantize if self.kv.bits is not None else None,
         )
         self._solo = active
 
