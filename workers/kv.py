@@ -52,7 +52,10 @@ class KvSettings:
         """Refuse a group size that does not divide the model's head size."""
         if self.bits is None:
             return
-        meta = {**config, **(config.get("text_config") or {})}
+        text = config.get("text_config") or {}
+        if not isinstance(text, dict):  # mlx-vlm keeps it as a dataclass
+            text = dict(vars(text))
+        meta = {**config, **text}
         heads = meta.get("num_attention_heads") or 0
         head_dim = meta.get("head_dim") or (meta.get("hidden_size", 0) // heads if heads else 0)
         if head_dim and head_dim % self.group_size:

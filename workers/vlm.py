@@ -64,6 +64,7 @@ from mlx_gateway.workers.batch_requests import (
 )
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.kv import KvSettings
 from mlx_gateway.workers.row_sampler import argmax_sampler, row_processors
 from mlx_gateway.workers.vlm_images import DETAILS, ImageLimits, decode_image
 
@@ -144,6 +145,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         if spec.chat_template_file:
             _set_chat_template(self.processor, spec.chat_template_file)
         config = _config_dict(self.model.config)
+        KvSettings.from_spec(spec).check_model(config)  # kv_bits: mlx-vlm applies it
         self.context_length = spec.context_length or _context_length(config)
         # A stream belongs to the thread that made it: this one, the MLX thread.
         self._stream = mx.new_stream(mx.default_device())
@@ -173,6 +175,10 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             compute_logprobs=False,
             stream=self._stream,
             apc_manager=self._prefix_cache,
+            # KV cache quantization (kv_bits), mlx-vlm's own batch-quantized cache.
+            kv_bits=spec.options.get("kv_bits"),
+            kv_group_size=int(spec.options.get("kv_group_size", 64)),
+            quantized_kv_start=int(spec.options.get("quantized_kv_start", 0)),
         )
 
     # ------------------------------------------------------------ requests

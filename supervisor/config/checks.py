@@ -70,6 +70,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         _check_kind(ctx, here, model)
         _check_paths(ctx, here, model)
         _check_image(ctx, here, model)
+        _check_kv(ctx, here, model)
         _check_parsers(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
             if not name.strip() or any(c.isspace() for c in name):
@@ -200,6 +201,30 @@ def _check_parsers(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
             ", ".join(choices),
         )
         setattr(model, key, "auto")
+
+
+def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """KV cache settings only where a backend applies them."""
+    kind = model.worker_kind
+    for key in ("kv_bits", "max_kv_size"):
+        if getattr(model, key) is not None and kind not in ("lm", "vlm"):
+            raise ctx.error(
+                (*here, key),
+                f"{key} applies to language and vision models, not to model_type "
+                f"{model.model_type!r}; remove it",
+            )
+    if model.max_kv_size is not None and kind == "vlm":
+        raise ctx.error(
+            (*here, "max_kv_size"),
+            "mlx-vlm's batch generator has no bounded KV cache; remove max_kv_size "
+            "(kv_bits shrinks a vision model's cache instead)",
+        )
+    if model.max_kv_size is not None and model.kv_bits is not None:
+        raise ctx.error(
+            (*here, "kv_bits"),
+            "kv_bits and max_kv_size together: mlx-lm quantizes only unbounded caches; "
+            "keep one of them",
+        )
 
 
 def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:

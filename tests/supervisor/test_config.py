@@ -675,6 +675,7 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     assert (qwen.top_k, qwen.min_p, qwen.repetition_penalty) == (20, 0.0, 1.05)
     assert qwen.max_concurrency == 16  # batch_completion_size
     assert (qwen.prefill_batch_size, qwen.prefill_step_size) == (4, 1024)
+    assert (qwen.kv_bits, qwen.kv_group_size, qwen.quantized_kv_start) == (8, 64, 1024)
     assert llama.served_model_name == "llama-1b"  # model_id
     assert llama.max_concurrency == 1  # disable_batching: true
     assert tiny.model_path == str(DATA / "models" / "tiny-lm")
@@ -684,6 +685,24 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     assert "max_loaded_models (line 11)" in text
     assert "enable_auto_tool_choice (line 24)" in text
     assert "draft_model_path (line 55)" in text
+    assert "kv_bits" not in text  # used now: KV cache quantization
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "words"),
+    [
+        ("model_type: whisper\n    kv_bits: 8", "kv_bits", "applies to language and vision"),
+        ("model_type: vlm\n    max_kv_size: 4096", "max_kv_size", "no bounded KV cache"),
+        ("kv_bits: 8\n    max_kv_size: 4096", "kv_bits", "keep one of them"),
+        ("kv_bits: 6", "kv_bits", ""),
+    ],
+)
+def test_kv_cache_settings_only_where_a_backend_applies_them(
+    tmp_path: Path, entry: str, key: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"models:\n  - model_path: org/m\n    {entry}\n")
+    assert key in str(info.value) and words in str(info.value)
 
 
 def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) -> None:

@@ -24,6 +24,7 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError
+from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.vlm import VlmBackend
 from tests.fixtures.tiny_vlm import PATCH
 
@@ -324,3 +325,11 @@ def test_unsupported_options_are_refused(run: Run) -> None:
     assert run.error("constrained").param == "response_format"
     assert run.error("logprobs").param == "logprobs"
     assert run.backend.counts() == (0, 0)
+
+
+def test_kv_bits_reach_mlx_vlm_and_a_group_that_does_not_fit_is_refused(
+    tiny_vlm_path: Path,
+) -> None:
+    # The tiny model's heads are 16 wide: no kv_group_size (32, 64, 128) divides them.
+    with pytest.raises(LoadError, match="kv_group_size 32 does not divide"):
+        Run(tiny_vlm_path, options={"kv_bits": 8, "kv_group_size": 32})
