@@ -24,6 +24,7 @@ from mlx_lm.generate import maybe_quantize_kv_cache
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.prompt_cache import LayerCaches
 
@@ -52,10 +53,7 @@ class KvSettings:
         """Refuse a group size that does not divide the model's head size."""
         if self.bits is None:
             return
-        text = config.get("text_config") or {}
-        if not isinstance(text, dict):  # mlx-vlm keeps it as a dataclass
-            text = dict(vars(text))
-        meta = {**config, **text}
+        meta = {**config, **_text_config(config)}  # mlx-vlm keeps it as a dataclass
         heads = meta.get("num_attention_heads") or 0
         head_dim = meta.get("head_dim") or (meta.get("hidden_size", 0) // heads if heads else 0)
         if head_dim and head_dim % self.group_size:
@@ -101,3 +99,110 @@ def cache_bytes(cache: LayerCaches | None) -> int:
     if not cache:
         return 0
     return sum(int(getattr(layer, "nbytes", 0)) for layer in cache)
+
+
+@dataclass(frozen=True)
+class KvAdmission:
+    """Per-request admission by KV cache bytes.
+
+    ``budget`` is what the gateway's memory budget can ever give this model's
+    requests (the budget minus the model's weights, runtime and activations;
+    spec option ``kv_budget_bytes``; ``None``: no limit known). A request whose
+    prompt plus ``max_tokens`` needs more is refused (400 ``memory_admission``);
+    one that fits waits in the worker's queue while the running requests'
+    reservations leave too little; without ``max_tokens``, the completion is
+    capped at what fits (finish ``length``)."""
+
+    full_per_token: int = 0
+    """fp16 KV bytes of one token in the layers that attend to everything."""
+    sliding_per_token: int = 0
+    """…in the layers with a sliding window (they hold at most ``window``)."""
+    window: int = 0
+    max_size: int | None = None
+    budget: int | None = None
+
+    @classmethod
+    def for_model(cls, config: dict[str, Any], spec: WorkerSpec) -> KvAdmission:
+        meta = {**config, **_text_config(config)}
+        layers = _int(meta.get("num_hidden_layers"))
+        heads = _int(meta.get("num_attention_heads"))
+        kv_heads = _int(meta.get("num_key_value_heads")) or heads
+        head_dim = _int(meta.get("head_dim")) or (
+            _int(meta.get("hidden_size")) // heads if heads else 0
+        )
+        window = _int(meta.get("sliding_window"))
+        pattern = _int(meta.get("sliding_window_pattern"))
+        kinds = meta.get("layer_types")
+        if isinstance(kinds, list):
+            sliding = sum(1 for kind in kinds if kind == "sliding_attention")
+        elif window and pattern > 1:
+            sliding = layers - layers // pattern
+        else:
+            sliding = 0
+        per_layer = 2 * kv_heads * head_dim * 2  # keys and values, fp16
+        budget = spec.options.get("kv_budget_bytes")
+        return cls(
+            full_per_token=per_layer * (layers - sliding),
+            sliding_per_token=per_layer * sliding,
+            window=window if sliding else 0,
+            max_size=spec.options.get("max_kv_size"),
+            budget=budget if isinstance(budget, int) and budget > 0 else None,
+        )
+
+    def bytes_for(self, tokens: int) -> int:
+        """KV bytes of one sequence of ``tokens`` tokens."""
+        held = min(tokens, self.max_size) if self.max_size else tokens
+        windowed = min(held, self.window) if self.window else held
+        return self.full_per_token * held + self.sliding_per_token * windowed
+
+    def admit(self, prompt_tokens: int, max_tokens: int, explicit: bool) -> int:
+        """The completion budget this request may use; raises the 400 when even the
+        whole budget could not hold it."""
+        if self.budget is None or not self.full_per_token + self.sliding_per_token:
+            return max_tokens
+        need = self.bytes_for(prompt_tokens + max_tokens)
+        if need <= self.budget:
+            return max_tokens
+        if not explicit and self.bytes_for(prompt_tokens + 1) <= self.budget:
+            fitting = prompt_tokens + 1
+            while self.bytes_for(fitting * 2) <= self.budget:
+                fitting *= 2
+            step = fitting // 2 or 1
+            while step:  # the longest sequence that fits
+                if self.bytes_for(fitting + step) <= self.budget:
+                    fitting += step
+                step //= 2
+            return max(1, min(max_tokens, fitting - prompt_tokens))
+        what = f"{prompt_tokens} prompt tokens" + (
+            f" + {max_tokens} max_tokens" if explicit else " and at least one more"
+        )
+        need = self.bytes_for(prompt_tokens + (max_tokens if explicit else 1))
+        raise RequestError(
+            f"this request needs about {_size(need)} of KV cache ({what}, "
+            f"{_size(self.full_per_token + self.sliding_per_token)} per token), more than "
+            f"the {_size(self.budget)} the memory budget can ever give this model beside "
+            "its weights; shorten the prompt, lower max_tokens, or raise "
+            "server.memory_budget",
+            param="max_tokens" if explicit else "messages",
+            code="memory_admission",
+        )
+
+    def fits_beside(self, reserved: int, request: int) -> bool:
+        """Whether ``request`` bytes of KV fit beside ``reserved`` bytes of others."""
+        return self.budget is None or reserved + request <= self.budget
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    text = config.get("text_config") or {}
+    return text if isinstance(text, dict) else dict(vars(text))
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"

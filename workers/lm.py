@@ -77,7 +77,7 @@ from mlx_gateway.workers.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
-from mlx_gateway.workers.kv import KvSettings, cache_bytes
+from mlx_gateway.workers.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
@@ -118,6 +118,8 @@ class _Active(Active):
     """Set when the request asked for the tokenizer's own tool-call parsing."""
     solo: SoloDecode | None = None
     """Set while the request decodes alone, outside the batch."""
+    kv_reserved: int = 0
+    """KV cache bytes its prompt and completion budget may take (admission)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -167,6 +169,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self.model, self.tokenizer = model, tokenizer
         self.kv = KvSettings.from_spec(spec)
         self.kv.check_model(config)
+        self.kv_admission = KvAdmission.for_model(config, spec)
         self.context_length = spec.context_length or _context_length(config, tokenizer)
         # Made here, on the MLX thread: a stream belongs to the thread that made it
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
@@ -224,6 +227,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         check_sampling(params)
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where)
+        max_tokens = self.kv_admission.admit(len(prompt), max_tokens, params.max_tokens is not None)
         assert self.tokenizer is not None
         processors = make_request_processors(params, len(prompt))
         if request.constraint is not None:
@@ -237,6 +241,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             processors=processors,
             stops=[s for s in params.stop if s],
             detokenizer=self.tokenizer.detokenizer,
+            kv_reserved=self.kv_admission.bytes_for(len(prompt) + max_tokens),
         )
         if request.logprobs is not None:
             active.logprobs = LogprobTrack(self.tokenizer, request.logprobs)
@@ -395,6 +400,11 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             self._start_solo(self._queue.popleft())
             return True
         while self._queue and len(self._by_uid) < max(self._spec.max_concurrency, 1):
+            reserved = sum(a.kv_reserved for a in self._by_uid.values())
+            if self._by_uid and not self.kv_admission.fits_beside(
+                reserved, self._queue[0].kv_reserved
+            ):
+                break  # it waits until running requests free their KV cache
             active = self._queue.popleft()
             hit = self.prompt_cache.fetch(active.prompt) if self.prompt_cache.enabled else None
             if hit is None:

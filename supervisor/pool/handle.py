@@ -614,6 +614,11 @@ class WorkerHandle:
         worker_id = f"{self.name[:180]}#{generation}-{uuid.uuid4().hex[:6]}"
         beat = min(2.0, self._server.hang_timeout / 4)
         spec = spec_for(self.config, worker_id, heartbeat_interval=beat)
+        kv_budget = None
+        if self.placement is not None and self.config.worker_kind == LM_KIND:
+            kv_budget = self.placement.kv_budget(self)
+        if kv_budget is not None:
+            spec.options["kv_budget_bytes"] = kv_budget  # per-request admission
         argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
         if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:

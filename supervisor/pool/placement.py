@@ -96,10 +96,21 @@ class Placement:
             return Need(handle.measured_bytes, "measured")
         if remembered := self.needs.remembered(handle.config):
             return Need(remembered, "measured")
+        return self._estimate(handle)
+
+    def _estimate(self, handle: WorkerHandle) -> Need:
         key = f"{handle.name}|{key_of(handle.config)}|{handle.config.memory_estimate}"
         if key not in self._estimates or self._estimates[key].source == "unknown":
             self._estimates[key] = estimate(handle.config)
         return self._estimates[key]
+
+    def kv_budget(self, handle: WorkerHandle) -> int | None:
+        estimated = self._estimate(handle)
+        if estimated.source == "estimated":
+            return max(0, self.budget - (estimated.bytes - estimated.parts.get("kv", 0)))
+        if estimated.source == "configured":
+            return max(0, self.budget - estimated.bytes)
+        return None
 
     def need_of(self, handle: WorkerHandle) -> int:
         return self.need(handle).bytes

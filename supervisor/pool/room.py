@@ -40,3 +40,7 @@ class Room(Protocol):
 
     def need(self, handle: Any) -> Need:
         """``handle``'s memory need and its source (measured, configured, estimated)."""
+
+    def kv_budget(self, handle: Any) -> int | None:
+        """Bytes of KV cache the budget can ever give ``handle``'s requests: the
+        budget minus the model's weights, runtime and activations (``None``: unknown)."""

@@ -1,0 +1,60 @@
+"""The real ``mlx-gateway`` command, a real lm worker and the OpenAI SDK: a request
+whose prompt + max_tokens KV cache could never fit in the memory budget gets a 400
+``memory_admission`` that names the numbers; smaller ones are answered."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from .gateway import Gateway
+
+pytestmark = pytest.mark.slow
+
+PER_TOKEN = 256  # the tiny llama's fp16 KV bytes a token
+NEED = 400_000_000  # memory_estimate: the model's need beside per-request KV
+
+
+@pytest.fixture(scope="module")
+def gateway(tiny_lm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gw = Gateway(
+        tmp_path_factory.mktemp("gw-admission"),
+        [
+            {
+                "served_model_name": "tiny",
+                "model_path": str(tiny_lm_path),
+                "memory_estimate": NEED,
+                "prompt_cache_bytes": 0,
+            }
+        ],
+        # KV for 300 tokens beside the model's need.
+        memory_budget=NEED + 300 * PER_TOKEN,
+    )
+    yield gw
+    gw.stop()
+
+
+def test_memory_admission_400_with_the_openai_sdk(gateway: Gateway) -> None:
+    client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="unused", max_retries=0)
+    hello = [{"role": "user", "content": "hello world"}]
+    fits = client.chat.completions.create(model="tiny", messages=hello, max_tokens=20)  # type: ignore[arg-type]
+    assert fits.usage is not None and fits.usage.completion_tokens == 20
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="tiny", messages=hello, max_tokens=1000)  # type: ignore[arg-type]
+    error = info.value.body
+    assert isinstance(error, dict)
+    assert (error["code"], error["param"], error["type"]) == (
+        "memory_admission",
+        "max_tokens",
+        "invalid_request_error",
+    )
+    assert "+ 1000 max_tokens" in error["message"]
+    assert "76.8 kB the memory budget can ever give this model" in error["message"]
+    # Without max_tokens the answer is capped at what fits, not refused.
+    capped = client.chat.completions.create(model="tiny", messages=hello)  # type: ignore[arg-type]
+    assert capped.usage is not None
+    assert capped.usage.prompt_tokens + capped.usage.completion_tokens <= 300
+    assert gateway.model("tiny")["state"] == "ready"  # the worker lived through it
