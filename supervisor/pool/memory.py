@@ -12,7 +12,8 @@ Before a model ever ran its need is *estimated* as the sum of
   size (``kv_bits`` quantizes it); and the activations of one prefill chunk.
 
 The worst case (every slot holding a full context) is not reserved: a request's own
-KV cache is admitted at run time against what is free (:mod:`.admission`). Once a
+KV cache is admitted by its worker against what the budget can give the model
+(``kv_budget_bytes``, see ``workers/kv.py``). Once a
 worker reported its memory, the largest figure it reported replaces the estimate
 (:func:`measured_need`), and it is remembered across restarts (:mod:`.needs`).
 See docs/design.md ("The memory need") for the arithmetic on real models.
@@ -229,12 +230,6 @@ def estimate(config: ModelConfig) -> Need:
         parts["kv"] = kv_working_set(meta, config)
         parts["activations"] += prefill_activations(meta, config)
     return Need(sum(parts.values()), "estimated", parts)
-
-
-def estimate_need(config: ModelConfig) -> int | None:
-    """:func:`estimate` in bytes, ``None`` when unknown."""
-    need = estimate(config)
-    return None if need.source == "unknown" else need.bytes
 
 
 def measured_need(memory: Memory) -> int:
