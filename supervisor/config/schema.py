@@ -81,9 +81,10 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds a worker may take to send ``Ready`` (first downloads can be long)."""
     shutdown_grace: _Seconds = 5.0
     """Seconds in-flight work may take to finish when stopping, before signals."""
-    memory_budget: str | float = 0.75
-    """Memory all workers together may use: a fraction of RAM (``0.75``) or a size
-    (``48GB``, ``512MiB``). Starting a model that does not fit evicts idle ones."""
+    memory_budget: str | float = "auto"
+    """Memory all workers together may use: ``auto`` (on Apple silicon MLX's
+    recommended working set, else 0.75 of RAM), a fraction of RAM (``0.75``) or a
+    size (``48GB``, ``512MiB``). Starting a model that does not fit evicts idle ones."""
     queue_timeout: _PositiveSeconds = 300.0
     """Seconds a request may wait for its model to load or for a free slot → 503."""
     hang_timeout: _PositiveSeconds = 120.0

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
-from mlx_gateway.supervisor.config.sizes import budget_bytes
 from mlx_gateway.supervisor.errors import ModelUnavailable
+from mlx_gateway.supervisor.pool.budget import resolve_budget
 from mlx_gateway.supervisor.pool.eviction import (
     Decision,
     Newcomer,
@@ -60,7 +60,7 @@ class Placement:
     ) -> None:
         self.handles = handles
         self.server = server
-        self.budget = budget_bytes(server.memory_budget)
+        self.budget = resolve_budget(server)
         self.needs = needs if needs is not None else NeedBook()
         self._reserved: set[WorkerHandle] = set()
         self._draining: set[WorkerHandle] = set()
@@ -251,7 +251,7 @@ class Placement:
 def refusals(config: GatewayConfig, needs: NeedBook | None = None) -> list[str]:
     """The models that can never start under ``config``'s budget (their need, measured
     in an earlier run or estimated, exceeds the whole budget), one message each."""
-    budget = budget_bytes(config.server.memory_budget)
+    budget = resolve_budget(config.server)
     book = needs if needs is not None else NeedBook()
     out = []
     for i, model in enumerate(config.models):
