@@ -1,16 +1,18 @@
 """The real ``mlx-gateway`` command, a real lm worker and the OpenAI SDK: a request
 whose prompt + max_tokens KV cache could never fit in the memory budget gets a 400
-``memory_admission`` that names the numbers; smaller ones are answered."""
+``memory_admission`` that names the numbers; smaller ones are answered. The KV
+cache the worker keeps shows in its heartbeats (/v1/models, /metrics)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
-from .gateway import Gateway
+from .gateway import Gateway, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +29,6 @@ def gateway(tiny_lm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 "served_model_name": "tiny",
                 "model_path": str(tiny_lm_path),
                 "memory_estimate": NEED,
-                "prompt_cache_bytes": 0,
             }
         ],
         # KV for 300 tokens beside the model's need.
@@ -58,3 +59,18 @@ def test_memory_admission_400_with_the_openai_sdk(gateway: Gateway) -> None:
     assert capped.usage is not None
     assert capped.usage.prompt_tokens + capped.usage.completion_tokens <= 300
     assert gateway.model("tiny")["state"] == "ready"  # the worker lived through it
+
+
+def test_the_kept_kv_cache_is_reported(gateway: Gateway) -> None:
+    client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="unused", max_retries=0)
+    hello = [{"role": "user", "content": "hello world, once more"}]
+    client.chat.completions.create(model="tiny", messages=hello, max_tokens=10)  # type: ignore[arg-type]
+
+    def kept() -> int:
+        detail = gateway.model("tiny")["memory_detail"] or {}
+        return int(detail.get("kv_kept", 0))
+
+    # The prompt cache holds at least this conversation: its tokens x 256 bytes.
+    assert wait_until(lambda: kept() >= 20 * PER_TOKEN, timeout=10), kept()
+    metrics = httpx.get(f"{gateway.base_url}/metrics", timeout=5).text
+    assert 'mlx_gateway_model_memory_bytes{model="tiny",kind="kv_kept"}' in metrics

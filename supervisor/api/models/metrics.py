@@ -59,13 +59,15 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
     )
     yield from gauge(
         "mlx_gateway_model_memory_bytes",
-        "Memory the model's worker last reported: rss, MLX active and MLX cache.",
+        "Memory the model's worker last reported: rss, MLX active and MLX cache, and "
+        "the KV cache of its running requests (kv_active) and of its prompt cache "
+        "(kv_kept).",
         ("model", "kind"),
         (
             ((h.name, kind), float(getattr(h.memory, kind)))
             for h in handles
             if h.memory is not None
-            for kind in ("rss", "mlx_active", "mlx_cache")
+            for kind in ("rss", "mlx_active", "mlx_cache", "kv_active", "kv_kept")
         ),
     )
     yield from gauge(
