@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
+from mlx_gateway.supervisor.config.parser_names import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
 from mlx_gateway.supervisor.config.schema import (
     IMAGE_SIZE_MULTIPLE,
     MODEL_TYPES,
@@ -18,8 +19,6 @@ from mlx_gateway.supervisor.config.schema import (
     ModelConfig,
 )
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
-from mlx_gateway.supervisor.engine.parsers.formats import TOOL_PARSER_CHOICES
-from mlx_gateway.supervisor.engine.parsers.reasoning import REASONING_CHOICES
 
 log = logging.getLogger("mlx_gateway.supervisor.config")
 
@@ -182,8 +181,8 @@ def _check_parsers(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
     """An output parser this gateway does not know falls back to ``auto`` with a
     warning (mlx-openai-server configs name parsers of families not covered here)."""
     for key, choices in (
-        ("tool_call_parser", TOOL_PARSER_CHOICES),
-        ("reasoning_parser", REASONING_CHOICES),
+        ("tool_call_parser", TOOL_PARSER_NAMES),
+        ("reasoning_parser", REASONING_PARSER_NAMES),
     ):
         value = getattr(model, key)
         if value in choices:

@@ -14,13 +14,26 @@ from typing import Any
 
 from starlette.requests import Request
 
-from mlx_gateway.supervisor.config.vision import VISION_KIND, image_policy
-from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, read_image_url
+from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config.vision import VISION_KIND
+from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
 from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 
 IMAGE_PART = "image_url"
+
+
+def image_policy(model: ModelConfig, server: ServerConfig) -> ImagePolicy:
+    """How the gateway reads ``model``'s image URLs."""
+    allow_private = model.allow_private_image_urls
+    if allow_private is None:
+        allow_private = server.allow_private_image_urls
+    return ImagePolicy(
+        max_bytes=int(model.max_image_mb * MIB),
+        timeout=model.image_fetch_timeout,
+        allow_private=allow_private,
+    )
 
 
 @dataclass

@@ -170,3 +170,17 @@ def test_stop_scanner_and_markers() -> None:
     assert (out, scanner.matched) == ("one #two EN three ", "END")
     scanner = StopScanner(["END"])
     assert scanner.feed("tail E") + scanner.finish() == "tail E"
+
+
+def test_config_knows_exactly_the_engines_parser_names() -> None:
+    """The config validates parser names from its own list (it must not import the
+    engine); the list must name exactly the parsers the engine has."""
+    from mlx_gateway.supervisor.config.parser_names import (
+        REASONING_PARSER_NAMES,
+        TOOL_PARSER_NAMES,
+    )
+    from mlx_gateway.supervisor.engine.parsers.formats import TOOL_PARSER_CHOICES
+    from mlx_gateway.supervisor.engine.parsers.reasoning import REASONING_CHOICES
+
+    assert sorted(TOOL_PARSER_NAMES) == sorted(TOOL_PARSER_CHOICES)
+    assert sorted(REASONING_PARSER_NAMES) == sorted(REASONING_CHOICES)
