@@ -43,7 +43,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm import load as load_model_and_tokenizer
@@ -156,11 +156,14 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if spec.chat_template_file:
             tokenizer_config["chat_template"] = _read_template(spec.chat_template_file)
         emit(Progress(stage="load", detail=str(path)))
-        model, tokenizer, config = load_model_and_tokenizer(
-            str(path),
-            tokenizer_config=tokenizer_config,
-            return_config=True,
-            trust_remote_code=spec.trust_remote_code,
+        model, tokenizer, config = cast(
+            tuple[Any, Any, dict[str, Any]],
+            load_model_and_tokenizer(
+                str(path),
+                tokenizer_config=tokenizer_config,
+                return_config=True,
+                trust_remote_code=spec.trust_remote_code,
+            ),
         )
         self.model, self.tokenizer = model, tokenizer
         self.context_length = spec.context_length or _context_length(config, tokenizer)
@@ -455,7 +458,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         logprobs_out = []
         if active.logprobs is not None:
             logprobs_out = active.logprobs.release(len(text), final=finish is not None)
-        calls = []
+        calls: list[tuple[str, str]] = []
         if active.tools is not None:
             text, calls = active.tools.feed(text, final=finish is not None)
         if not text and not logprobs_out and not calls:

@@ -80,7 +80,10 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
                 written, pos = ctx.locate(other)
                 at = f" at {ctx.file}:{pos.value_line}" if ctx.file and pos else ""
                 j = ctx.model_index(other)
-                owner = "this same entry" if j == i else f"models[{j}] ({ctx.labels.get(j, '?')!r})"
+                if j == i or j is None:
+                    owner = "this same entry"
+                else:
+                    owner = f"models[{j}] ({ctx.labels.get(j, '?')!r})"
                 raise ctx.error(
                     path,
                     f"the name {name!r} is already used by {owner} as its "
@@ -224,13 +227,13 @@ def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
         raise ctx.error(
             (*here, "size"), f"expected 'WIDTHxHEIGHT' such as '1024x1024', got {_show(model.size)}"
         )
-    width, height = int(width), int(height)
-    if width % IMAGE_SIZE_MULTIPLE or height % IMAGE_SIZE_MULTIPLE:
+    w, h = int(width), int(height)
+    if w % IMAGE_SIZE_MULTIPLE or h % IMAGE_SIZE_MULTIPLE:
         raise ctx.error(
             (*here, "size"),
             f"{model.size!r}: width and height must be multiples of {IMAGE_SIZE_MULTIPLE}",
         )
-    if width * height > model.max_output_pixels:
+    if w * h > model.max_output_pixels:
         raise ctx.error(
             (*here, "size"),
             f"{model.size!r} is more than max_output_pixels ({model.max_output_pixels})",

@@ -394,7 +394,7 @@ class _ChoiceParser:
         taken, self.logprobs = self.logprobs, []
         return taken
 
-    def _route(self, pieces: list[tuple[str, str]]) -> list[TurnEvent]:
+    def _route(self, pieces: Sequence[tuple[str, str]]) -> list[TurnEvent]:
         out: list[TurnEvent] = []
         for kind, text in pieces:
             if not text:
