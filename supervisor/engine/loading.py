@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
@@ -22,6 +21,7 @@ from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.replies import SSE_HEADERS, EventStream, error_event
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 KEEPALIVE_SECONDS = 1.0
 GRACE_SECONDS = 2.0
@@ -30,7 +30,7 @@ a quick rejection (context too long, a load that fails fast) is still a plain HT
 error."""
 
 
-def loading_comment(handle: Any) -> bytes:
+def loading_comment(handle: ModelHandle) -> bytes:
     status = handle.status()
     progress = status.get("load_progress") or {}
     fraction = progress.get("fraction")
@@ -41,7 +41,7 @@ def loading_comment(handle: Any) -> bytes:
 
 
 async def _events(
-    handle: Any,
+    handle: ModelHandle,
     start: Awaitable[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
 ) -> AsyncIterator[bytes]:
@@ -75,7 +75,7 @@ async def _events(
 
 
 async def start_stream(
-    handle: Any,
+    handle: ModelHandle,
     start: Awaitable[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
 ) -> StreamingResponse:

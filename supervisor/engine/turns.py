@@ -37,6 +37,7 @@ from mlx_gateway.supervisor.engine.parsers.reasoning import ReasoningSplitter, r
 from mlx_gateway.supervisor.engine.parsers.tool_calls import ToolCallStream, ToolFormat
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CONSTRAINED_KINDS = ("lm",)
 """Worker kinds that do log-probabilities and constrained decoding."""
@@ -138,7 +139,7 @@ def template_kwargs(
     return kwargs
 
 
-def check_turn(handle: Any, turn: TurnRequest, logprobs_param: str = "logprobs") -> None:
+def check_turn(handle: ModelHandle, turn: TurnRequest, logprobs_param: str = "logprobs") -> None:
     """Refuse what the model's kind cannot do, before any worker starts."""
     kind = kind_of(handle)
     if kind in CONSTRAINED_KINDS:
@@ -157,23 +158,17 @@ def check_turn(handle: Any, turn: TurnRequest, logprobs_param: str = "logprobs")
         )
 
 
-def _config(handle: Any, key: str) -> str | None:
-    value = getattr(handle.config, key, None)
-    return value if isinstance(value, str) else None
+def _extra(handle: ModelHandle) -> dict[str, str]:
+    """What the worker reported of its model (chat template markers…), once ready."""
+    return handle.facts.extra if handle.facts is not None else {}
 
 
-def _extra(handle: Any) -> dict[str, str]:
-    facts = getattr(handle, "facts", None)
-    extra = getattr(facts, "extra", None)
-    return extra if isinstance(extra, dict) else {}
-
-
-def tool_format(handle: Any) -> ToolFormat | None:
+def tool_format(handle: ModelHandle) -> ToolFormat | None:
     """The model's tool-call format (its config, else what its worker reported)."""
-    return resolve_tool_format(_config(handle, "tool_call_parser"), _extra(handle))
+    return resolve_tool_format(handle.config.tool_call_parser, _extra(handle))
 
 
-def constraint_for(handle: Any, turn: TurnRequest) -> Constraint | None:
+def constraint_for(handle: ModelHandle, turn: TurnRequest) -> Constraint | None:
     """The grammar a turn's output must follow, if any: a forced tool call in the
     model's own format, else the ``response_format``'s JSON."""
     if kind_of(handle) not in CONSTRAINED_KINDS:
@@ -196,14 +191,16 @@ def constraint_for(handle: Any, turn: TurnRequest) -> Constraint | None:
 class Turn:
     """The running choices of one turn. Always :meth:`aclose` it."""
 
-    def __init__(self, handle: Any, turn: TurnRequest, generations: list[Generation]) -> None:
+    def __init__(
+        self, handle: ModelHandle, turn: TurnRequest, generations: list[Generation]
+    ) -> None:
         self.handle = handle
         self.request = turn
         self.generations = generations
         self._tasks: list[asyncio.Task[Any]] = []
 
     @classmethod
-    async def start(cls, handle: Any, turn: TurnRequest, request_id: str) -> Turn:
+    async def start(cls, handle: ModelHandle, turn: TurnRequest, request_id: str) -> Turn:
         """Send the turn's ``n`` requests and wait until each was accepted; the first
         rejection is raised (after the others were cancelled)."""
 
@@ -328,7 +325,7 @@ class _ChoiceParser:
         self.generation = turn.generations[index]
         request = turn.request
         started = self.generation.started
-        markers = resolve_reasoning(_config(turn.handle, "reasoning_parser"), _extra(turn.handle))
+        markers = resolve_reasoning(turn.handle.config.reasoning_parser, _extra(turn.handle))
         self.splitter = (
             ReasoningSplitter(markers, inside=bool(started and started.reasoning))
             if markers

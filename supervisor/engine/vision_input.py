@@ -20,6 +20,7 @@ from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_ima
 from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 IMAGE_PART = "image_url"
 
@@ -61,7 +62,7 @@ def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
     return found
 
 
-def check_images_allowed(handle: Any, messages: list[dict[str, Any]]) -> None:
+def check_images_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> None:
     """A 400 naming the first image part when ``handle``'s model takes no images,
     or when there are more than its ``max_images``."""
     parts = image_parts(messages)
@@ -85,7 +86,7 @@ def check_images_allowed(handle: Any, messages: list[dict[str, Any]]) -> None:
 
 
 async def prepare_images(
-    request: Request, handle: Any, messages: list[dict[str, Any]]
+    request: Request, handle: ModelHandle, messages: list[dict[str, Any]]
 ) -> ImageInputs:
     """Check ``messages``' image parts against ``handle``'s model and read them
     (unless the client leaves first). Without image parts: ``messages`` as they are."""
