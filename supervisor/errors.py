@@ -47,6 +47,25 @@ class BadRequest(GatewayError):
     type = "invalid_request_error"
 
 
+class ContextLengthExceeded(BadRequest):
+    """The worker's ``context_length_exceeded``, with its numbers (each API words them
+    its own way: the message is OpenAI's)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        limit: int,
+    ) -> None:
+        super().__init__(message, param=param, code="context_length_exceeded")
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.limit = limit
+
+
 class ModelNotFound(GatewayError):
     status = 404
     type = "invalid_request_error"

@@ -63,6 +63,7 @@ from mlx_gateway.protocol.messages import (
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers import system_turns
 from mlx_gateway.workers.base import Emit, RequestError
 from mlx_gateway.workers.batch_requests import (
     Active,
@@ -560,6 +561,15 @@ def _chat_tokens(
         )
     flat = [_flatten_content(m) for m in messages]
     extra = {k: v for k, v in kwargs.items() if k not in _TEMPLATE_RESERVED}
+
+    def render(conversation: list[dict[str, Any]]) -> str:
+        return str(
+            tokenizer.apply_chat_template(
+                conversation, add_generation_prompt=True, tokenize=False, **extra
+            )
+        )
+
+    flat = system_turns.for_template(flat, render)
     try:
         tokens = tokenizer.apply_chat_template(flat, add_generation_prompt=True, **extra)
     except Exception as exc:

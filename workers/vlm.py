@@ -55,6 +55,7 @@ from mlx_gateway.protocol.messages import (
     Started,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers import system_turns
 from mlx_gateway.workers.base import Emit, RequestError
 from mlx_gateway.workers.batch_requests import (
     Active,
@@ -280,6 +281,14 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         self, messages: list[dict[str, Any]], images: int, kwargs: dict[str, Any]
     ) -> str:
         extra = {k: v for k, v in kwargs.items() if k not in _RESERVED_TEMPLATE_KWARGS}
+
+        def render(conversation: list[dict[str, Any]]) -> str:
+            text = apply_chat_template(
+                self.processor, self.model.config, conversation, num_images=images, **extra
+            )
+            return text if isinstance(text, str) else ""
+
+        messages = system_turns.for_template(messages, render)
         try:
             text = apply_chat_template(
                 self.processor, self.model.config, messages, num_images=images, **extra
