@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlx_gateway.protocol.messages import Error
+
 
 class GatewayError(Exception):
     """An error a client sees: ``{"error": {"message", "type", "param", "code"}}``."""
@@ -105,3 +107,18 @@ class TooManyRequests(GatewayError):
             code="model_at_capacity",
             headers={"Retry-After": str(retry_after)},
         )
+
+
+def from_reply(reply: Error) -> GatewayError:
+    """The exception of a worker's ``Error`` reply."""
+    if reply.overflow is not None:
+        return ContextLengthExceeded(
+            reply.message,
+            param=reply.param,
+            prompt_tokens=reply.overflow.prompt_tokens,
+            max_tokens=reply.overflow.max_tokens,
+            limit=reply.overflow.limit,
+        )
+    return GatewayError(
+        reply.message, status=reply.status, type=reply.type, param=reply.param, code=reply.code
+    )

@@ -15,23 +15,13 @@ from typing import Any
 import anyio
 
 from mlx_gateway.protocol.messages import Chunk, Done, Error, Generate, Started
-from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError, ModelUnavailable
+from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable, from_reply
 from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 
 def _raise_error(reply: Error) -> None:
-    if reply.overflow is not None:
-        raise ContextLengthExceeded(
-            reply.message,
-            param=reply.param,
-            prompt_tokens=reply.overflow.prompt_tokens,
-            max_tokens=reply.overflow.max_tokens,
-            limit=reply.overflow.limit,
-        )
-    raise GatewayError(
-        reply.message, status=reply.status, type=reply.type, param=reply.param, code=reply.code
-    )
+    raise from_reply(reply)
 
 
 class Generation:
