@@ -324,3 +324,26 @@ def test_unsupported_options_are_refused(run: Run) -> None:
     assert run.error("constrained").param == "response_format"
     assert run.error("logprobs").param == "logprobs"
     assert run.backend.counts() == (0, 0)
+
+
+def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+        {"role": "system", "content": "Be brief."},
+    ]
+    # The tiny Qwen2-VL template renders any role: the system turn stays in place.
+    assert run.backend._apply_template(messages, 0, {}) == (
+        "<|im_start|>user\nhello<|im_end|>\n<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    # A template that refuses it (as Gemma's and Mistral's do): it leads instead.
+    run.backend.processor.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
+        "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+        "<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+        "{% else %}{% for c in m['content'] %}{{ c['text'] }}{% endfor %}{% endif %}"
+        "<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
+    )
+    assert run.backend._apply_template(messages, 0, {}).startswith(
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
+    )
