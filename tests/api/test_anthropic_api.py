@@ -325,6 +325,48 @@ async def test_what_claude_code_sends(sdk: anthropic.AsyncAnthropic) -> None:
     assert message.content[0].text == "system user system "  # type: ignore[union-attr]
     assert message.stop_reason == "end_turn"
 
+    # Its next turn (recorded after an answer with thinking and three parallel calls):
+    # the system message stays where it was, results come back in any order, one as
+    # an error and one with cache_control.
+    def result(call_id: str, text: str, **extra: Any) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": call_id, "content": text, **extra}
+
+    def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+    reply = await sdk.messages.create(
+        model=OK,
+        max_tokens=100,
+        system="You are a Claude agent.",
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "Look at hello.txt"}]},
+            {"role": "system", "content": "Available agent types: …"},  # type: ignore[typeddict-item]
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Let me look.", "signature": "sig"},
+                    call("toolu_1", "Read", {"file_path": "hello.txt"}),
+                    call("toolu_2", "Bash", {"command": "echo hi"}),
+                    call("toolu_3", "Glob", {"pattern": "*.txt"}),
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    result(
+                        "toolu_3", "<tool_use_error>No such tool</tool_use_error>", is_error=True
+                    ),
+                    result("toolu_1", "1\thello"),
+                    result("toolu_2", "roles", is_error=False, cache_control=cached),
+                ],
+            },
+        ],  # type: ignore[list-item]
+        tools=[TOOL],
+        extra_headers=BETAS,
+    )
+    text = reply.content[0].text  # type: ignore[union-attr]
+    assert text == "system user system assistant tool tool tool "
+
 
 CLAUDE_CODE_RETRY = re.compile(
     r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)"
