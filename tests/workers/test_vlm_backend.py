@@ -336,7 +336,7 @@ def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> N
         "<|im_start|>user\nhello<|im_end|>\n<|im_start|>system\nBe brief.<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
-    # A template that refuses it (as Gemma's and Mistral's do): it leads instead.
+    # A template that refuses it with raise_exception: it leads instead.
     run.backend.processor.chat_template = (
         "{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
         "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
