@@ -43,9 +43,12 @@ def _npm(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     npm = shutil.which("npm")
     if npm is None:
         pytest.skip("npm is not installed: Claude Code comes from the npm registry")
-    return subprocess.run(
-        [npm, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+    try:
+        return subprocess.run(
+            [npm, *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:  # e.g. a registry that never answers
+        return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout} s")
 
 
 @pytest.fixture(scope="session")
