@@ -460,7 +460,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             logprobs_out = active.logprobs.release(len(text), final=finish is not None)
         calls: list[tuple[str, str]] = []
         if active.tools is not None:
-            text, calls = active.tools.feed(text, final=finish is not None)
+            final = finish is not None
+            text, calls = active.tools.feed(text, final=final, cut=finish == "length")
         if not text and not logprobs_out and not calls:
             return None
         chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)

@@ -114,3 +114,28 @@ def test_calls_parsed_by_the_tokenizer(hermes: Any) -> None:
     assert isinstance(done, Done) and done.finish_reason == "stop"
     started = next(r for r in replies if isinstance(r, Started))
     assert started.reasoning is False
+
+
+def test_a_call_cut_by_max_tokens_is_dropped_by_the_tokenizer_parser(hermes: Any) -> None:
+    backend, replies, _ = hermes
+    call = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+    # The call takes about 60 tokens here (the constrained random model writes it
+    # nearly a character a token): cut inside its start marker, its JSON, its end marker.
+    for max_tokens in (8, 30, 60):
+        request = Generate(
+            request_id=f"cut{max_tokens}",
+            messages=[{"role": "user", "content": "go"}],
+            sampling=SamplingParams(max_tokens=max_tokens),
+            chat_template_kwargs={"tools": TOOLS},
+            constraint=Constraint('start: "Sure. " ' + json.dumps(call)),
+            parse_tools=True,
+        )
+        replies.clear()
+        backend.submit(request, [])
+        run(backend)
+        chunks = [c for r in replies if isinstance(r, Batch) for c in r.chunks]
+        assert "".join(c.text for c in chunks) == "Sure. "
+        assert not [tc for c in chunks for tc in c.tool_calls]
+        done = replies[-1]
+        assert isinstance(done, Done) and done.finish_reason == "length"
+        assert done.usage.completion_tokens == max_tokens
