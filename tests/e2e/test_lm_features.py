@@ -194,6 +194,24 @@ async def test_forced_tool_call_on_a_random_model(sdk: openai.AsyncOpenAI) -> No
         assert arguments["unit"] in ("C", "F")
 
 
+async def test_tools_reach_a_template_that_ignores_them(
+    sdk: openai.AsyncOpenAI, http: httpx.AsyncClient
+) -> None:
+    # The tiny llama's template renders no tools: its worker writes them into the
+    # system prompt (the forced calls above were parsed as tool_calls through it).
+    bare = await sdk.chat.completions.create(model=TINY, messages=ask("weather?"), max_tokens=1)
+    tooled = await sdk.chat.completions.create(
+        model=TINY,
+        messages=ask("weather?"),
+        tools=[WEATHER],  # type: ignore[list-item]
+        max_tokens=1,
+    )
+    assert bare.usage is not None and tooled.usage is not None
+    assert tooled.usage.prompt_tokens > bare.usage.prompt_tokens + 100
+    entry = (await http.get(f"/v1/models/{TINY}")).json()
+    assert entry["tool_prompt"] == "fallback"
+
+
 CUT = 40
 """Too few tokens for a whole forced call (about 90 here): the limit cuts its JSON."""
 

@@ -155,6 +155,15 @@ def test_parser_choice() -> None:
     assert resolve_tool_format("auto", {}) is TOOL_FORMATS["hermes"]
     assert resolve_tool_format("llama3", {}) is TOOL_FORMATS["llama3_json"]
     assert resolve_tool_format("none", {"tool_parser": "json_tools"}) is None
+    # A worker that writes the fallback tool prompt asked for Hermes calls.
+    fallback = {"tool_prompt": "fallback"}
+    assert resolve_tool_format("qwen3_coder", fallback) is TOOL_FORMATS["hermes"]
+    assert (
+        resolve_tool_format("auto", {**fallback, "tool_parser": "kimi_k2"})
+        is TOOL_FORMATS["hermes"]
+    )
+    assert resolve_tool_format("none", fallback) is None
+    assert resolve_tool_format("auto", {"tool_prompt": "template"}) is TOOL_FORMATS["hermes"]
     think = {"think_start": "<think>", "think_end": "</think>"}
     assert resolve_reasoning(None, think) == REASONING_PARSERS["think"]
     assert resolve_reasoning("auto", {}) is None
