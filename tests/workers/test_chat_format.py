@@ -236,3 +236,10 @@ def test_a_template_without_system_role_gets_the_tools_in_the_first_user_turn(
     text = rendered(backend, HISTORY, [WEATHER])
     assert text.startswith(f"<|im_start|>user\n{section}\n\nweather in Paris?<|im_end|>\n")
     assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>" in text
+
+
+def test_the_fallback_section_is_documented_verbatim() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    block = docs.split("  ```text\n", 1)[1].split("\n  ```", 1)[0]
+    unindented = "\n".join(line.removeprefix("  ") for line in block.split("\n"))
+    assert unindented == TOOL_SECTION.format(tools="{tools}")
