@@ -573,7 +573,8 @@ def _chat_tokens(
     flat = [_flatten_content(m) for m in messages]
     extra = {k: v for k, v in kwargs.items() if k not in _TEMPLATE_RESERVED}
     if tool_prompt.fallback and extra.get("tools"):
-        flat = tool_prompt.messages(flat, extra.pop("tools"))
+        tools = extra.pop("tools")
+        flat = tool_prompt.messages(flat, tools if isinstance(tools, list) else [tools])
     try:
         tokens = tokenizer.apply_chat_template(flat, add_generation_prompt=True, **extra)
     except Exception as exc:

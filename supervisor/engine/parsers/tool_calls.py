@@ -163,7 +163,7 @@ class ToolCallStream:
             self._drop(rest)
         elif rest:
             self._text(out, rest)
-        if self._space and not self.calls:
+        if self._space and not self.calls and not self.cut_call:
             out.append(self._space)
         self._space = ""
         return out
