@@ -234,7 +234,7 @@ def test_text_cut_by_the_token_limit_keeps_all_but_a_marker_start() -> None:
     assert run_cut("hermes", "Hello <tool_ca", 3) == ("Hello ", [], True)
     assert run_cut("hermes", "Hello <b>", 3) == ("Hello <b>", [], False)
     assert run_cut("hermes", "Hello <", 3) == ("Hello ", [], True)
-    assert run_cut("hermes", 'Sure.\n\n<tool_call>\n{"na', 3) == ("Sure.", [], True)
+    assert run_cut("hermes", 'Sure.\n\n<tool_call>\n{"na', 1) == ("Sure.", [], True)
     assert run_cut("llama3_json", "Plain answer {not", 3) == ("Plain answer {not", [], False)
     # Without the limit a broken or unfinished section is still the model's text.
     assert run_tools("hermes", "Hello <tool_ca", 3) == ("Hello <tool_ca", [])
