@@ -176,7 +176,16 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
         self.grammars = Grammars(tokenizer)
-        self.tool_prompt = probe_tool_prompt(tokenizer, spec.served_model_name)
+        if tokenizer.has_chat_template:
+
+            def render(messages: list[dict[str, Any]], **kwargs: Any) -> str:
+                return str(
+                    tokenizer.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=True, **kwargs
+                    )
+                )
+
+            self.tool_prompt = probe_tool_prompt(render, spec.served_model_name)
         self.solo_enabled = supports_solo(model)
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
         self.prompt_cache = PromptCache(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,26 +106,30 @@ class ToolPrompt:
         return out
 
 
-def probe_tool_prompt(tokenizer: Any, name: str) -> ToolPrompt:
+Render = Callable[..., str]
+"""The chat template applied to ``messages`` (with the generation prompt), extra
+template variables as keywords."""
+
+
+def probe_tool_prompt(render: Render, name: str) -> ToolPrompt:
     """Find out once, at load, whether the chat template renders tools; logs the
     path the model takes."""
-    if not getattr(tokenizer, "has_chat_template", False):
-        return ToolPrompt()
     try:
-        plain = _render(tokenizer, [_PROBE_USER])
+        plain = render([_PROBE_USER])
     except Exception as exc:  # templates raise anything; then leave them alone
         log.info("%s: the chat template failed on a probe conversation (%s)", name, exc)
         return ToolPrompt()
     try:
-        ignores = _render(tokenizer, [_PROBE_USER], tools=[_PROBE_TOOL]) == plain
+        ignores = render([_PROBE_USER], tools=[_PROBE_TOOL]) == plain
     except Exception:
         ignores = True  # it fails when given tools: it cannot take them
     if not ignores:
         log.info("%s: its chat template renders the tools", name)
         return ToolPrompt()
     try:
-        system = [{"role": "system", "content": _PROBE_SYSTEM}, _PROBE_USER]
-        system_role = _PROBE_SYSTEM in _render(tokenizer, system)
+        system_role = _PROBE_SYSTEM in render(
+            [{"role": "system", "content": _PROBE_SYSTEM}, _PROBE_USER]
+        )
     except Exception:
         system_role = False
     log.info(
@@ -136,17 +141,16 @@ def probe_tool_prompt(tokenizer: Any, name: str) -> ToolPrompt:
     return ToolPrompt(fallback=True, system_role=system_role)
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], **kwargs: Any) -> str:
-    return str(
-        tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **kwargs
-        )
-    )
-
-
-def _joined(first: Any, second: Any) -> str:
-    parts = [str(p) for p in (first, second) if p]
-    return "\n\n".join(parts)
+def _joined(first: Any, second: Any) -> Any:
+    """Two contents one after the other, a blank line between; a list of content
+    parts (vision models) stays a list, the text joining it as a part of its own."""
+    if not isinstance(first, list) and not isinstance(second, list):
+        return "\n\n".join(str(c) for c in (first, second) if c)
+    if isinstance(first, list) and isinstance(second, list):
+        return [*first, *second]
+    if isinstance(first, list):
+        return [*first, {"type": "text", "text": f"\n\n{second}"}] if second else first
+    return [{"type": "text", "text": f"{first}\n\n"}, *second] if first else second
 
 
 def _call_text(call: Any) -> str:
