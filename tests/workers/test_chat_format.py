@@ -21,7 +21,7 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.lm import LmBackend
-from mlx_gateway.workers.tool_prompt import TOOL_SECTION
+from mlx_gateway.workers.tool_prompt import TOOL_SECTION, ToolPrompt
 from tests.fixtures.tiny_models import build_tiny_lm
 
 pytestmark = pytest.mark.slow
@@ -243,3 +243,15 @@ def test_the_fallback_section_is_documented_verbatim() -> None:
     block = docs.split("  ```text\n", 1)[1].split("\n  ```", 1)[0]
     unindented = "\n".join(line.removeprefix("  ") for line in block.split("\n"))
     assert unindented == TOOL_SECTION.format(tools="{tools}")
+
+
+def test_the_section_joins_content_part_lists_as_a_part() -> None:
+    parts = [{"type": "image"}, {"type": "text", "text": "what is this?"}]
+    section = TOOL_SECTION.format(tools=json.dumps(WEATHER))
+    no_system = ToolPrompt(fallback=True, system_role=False)
+    (user,) = no_system.messages([{"role": "user", "content": parts}], [WEATHER])
+    assert user["content"] == [{"type": "text", "text": f"{section}\n\n"}, *parts]
+    system = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]}]
+    (first,) = ToolPrompt(fallback=True).messages(system, [WEATHER])
+    assert first["content"][-1] == {"type": "text", "text": f"\n\n{section}"}
+    assert ToolPrompt().messages(system, [WEATHER]) is system  # the template renders tools
