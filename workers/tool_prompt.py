@@ -83,9 +83,8 @@ class ToolPrompt:
     def messages(
         self, messages: list[dict[str, Any]], tools: list[Any] | None
     ) -> list[dict[str, Any]]:
-        """``messages`` (string contents) with the tools, earlier calls and their
-        results written out; unchanged when the template renders tools itself or
-        there are none."""
+        """``messages`` with the tools, earlier calls and their results written
+        out; unchanged when the template renders tools itself or there are none."""
         if not self.fallback or not tools:
             return messages
         out = _history(messages)
@@ -163,6 +162,12 @@ def _call_text(call: Any) -> str:
     return f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>"
 
 
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):  # content parts: their text
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
 def _history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Earlier calls into the assistant's text; runs of tool results into one user turn."""
     out: list[dict[str, Any]] = []
@@ -176,7 +181,8 @@ def _history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for message in messages:
         role = message.get("role")
         if role == "tool":
-            results.append(f"<tool_response>\n{message.get('content') or ''}\n</tool_response>")
+            result = _text_of(message.get("content"))
+            results.append(f"<tool_response>\n{result}\n</tool_response>")
             continue
         flush()
         calls = message.get("tool_calls")
