@@ -158,7 +158,10 @@ def _call_text(call: Any) -> str:
     if isinstance(arguments, str):
         with contextlib.suppress(ValueError):
             arguments = json.loads(arguments)
-    body = {"name": function.get("name"), "arguments": {} if arguments is None else arguments}
+    body: dict[str, Any] = {
+        "name": function.get("name"),
+        "arguments": {} if arguments is None else arguments,
+    }
     return f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>"
 
 

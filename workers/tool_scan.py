@@ -59,17 +59,17 @@ class ToolScan:
         calls: list[ToolCallPair] = []
         while self._buffer:
             if self._inside:
-                cut = self._buffer.find(self._end) if self._end else -1
-                if cut < 0:
+                at = self._buffer.find(self._end) if self._end else -1
+                if at < 0:
                     break
-                body, self._buffer = self._buffer[:cut], self._buffer[cut + len(self._end) :]
+                body, self._buffer = self._buffer[:at], self._buffer[at + len(self._end) :]
                 self._inside = False
                 self._call(body, out, calls)
                 continue
-            cut = self._buffer.find(self._start)
-            if cut >= 0:
-                out.append(self._buffer[:cut])
-                self._buffer = self._buffer[cut + len(self._start) :]
+            at = self._buffer.find(self._start)
+            if at >= 0:
+                out.append(self._buffer[:at])
+                self._buffer = self._buffer[at + len(self._start) :]
                 self._inside = True
                 continue
             keep = _held(self._buffer, self._start)
