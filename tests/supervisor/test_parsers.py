@@ -236,6 +236,13 @@ def test_text_cut_by_the_token_limit_keeps_all_but_a_marker_start() -> None:
     assert run_cut("hermes", "Hello <", 3) == ("Hello ", [], True)
     assert run_cut("hermes", 'Sure.\n\n<tool_call>\n{"na', 1) == ("Sure.", [], True)
     assert run_cut("llama3_json", "Plain answer {not", 3) == ("Plain answer {not", [], False)
+    # A Llama 3 answer that is JSON but no call stays text when cut.
+    assert run_cut("llama3_json", '{"answer": 42, "why": "bec', 3) == (
+        '{"answer": 42, "why": "bec',
+        [],
+        False,
+    )
+    assert run_cut("llama3_json", ' { "name": "get_wea', 3) == ("", [], True)
     # Without the limit a broken or unfinished section is still the model's text.
     assert run_tools("hermes", "Hello <tool_ca", 3) == ("Hello <tool_ca", [])
     assert run_tools("hermes", '<tool_call>\n{"na', 3) == ('<tool_call>\n{"na', [])

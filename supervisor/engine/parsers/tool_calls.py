@@ -79,6 +79,17 @@ class ToolFormat(Protocol):
         ...
 
 
+_CALL_HEAD = '{"name"'
+
+
+def _call_like(text: str) -> bool:
+    """Whether an unmarked section (a Llama 3 answer starting with ``{``) reads as a
+    call so far: ``{"name"`` or the start of it, white space aside. A cut JSON
+    answer of any other shape stays the model's text."""
+    head = "".join(text[: len(_CALL_HEAD) * 4].split())[: len(_CALL_HEAD)]
+    return head.startswith(_CALL_HEAD) or _CALL_HEAD.startswith(head)
+
+
 Event = str | ParsedCall
 """What the stream yields: answer text, or a parsed call."""
 
@@ -141,7 +152,8 @@ class ToolCallStream:
         midway. It is dropped, not sent as text (a client would feed the half
         call back to the model as its words), and :attr:`cut_call` is set. So is
         a held-back start of a marker. A section that needs no end marker still
-        counts when it parses (its call was complete when the limit came)."""
+        counts when it parses (its call was complete when the limit came), and an
+        unmarked one (Llama 3) is dropped only if it began as a call (``{"name"``)."""
         out: list[Event] = []
         rest, self._buffer = self._buffer, ""
         if self._in_call:
@@ -154,7 +166,7 @@ class ToolCallStream:
         elif rest and not self._spoke and self._fmt.leading:
             stripped = rest.lstrip()
             if any(stripped.startswith(p) for p in self._fmt.leading):
-                self._section(out, stripped, None if cut else rest)
+                self._section(out, stripped, None if cut and _call_like(stripped) else rest)
             elif cut and any(p.startswith(stripped) for p in self._fmt.leading):
                 self._drop(rest)
             else:
