@@ -86,6 +86,7 @@ from mlx_gateway.workers.sampling import (
     make_request_sampler,
 )
 from mlx_gateway.workers.solo import SoloDecode, private_copy, supports_solo
+from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.tool_scan import ToolScan, make_tool_scan
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self.solo_enabled = False
         """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
         self._solo: _Active | None = None
+        self.tool_prompt = ToolPrompt()
+        """Whether the chat template renders tools (else the worker does; see
+        :mod:`.tool_prompt`), found once at load."""
 
     # ------------------------------------------------------------ loading
 
@@ -173,6 +177,16 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
         self.grammars = Grammars(tokenizer)
+        if tokenizer.has_chat_template:
+
+            def render(messages: list[dict[str, Any]], **kwargs: Any) -> str:
+                return str(
+                    tokenizer.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=True, **kwargs
+                    )
+                )
+
+            self.tool_prompt = probe_tool_prompt(render, spec.served_model_name)
         self.solo_enabled = supports_solo(model)
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
         self.prompt_cache = PromptCache(
@@ -186,6 +200,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "vocab_size": str(config.get("vocab_size", "")),
                 "blas": blas_in_use(),
                 **template_facts(tokenizer),
+                "tool_prompt": self.tool_prompt.fact,
             },
         )
 
@@ -262,7 +277,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         tokenizer = self.tokenizer
         assert tokenizer is not None
         if request.messages is not None:
-            tokens = _chat_tokens(tokenizer, request.messages, request.chat_template_kwargs)
+            tokens = _chat_tokens(
+                tokenizer, request.messages, request.chat_template_kwargs, self.tool_prompt
+            )
             where = "messages"
         elif isinstance(request.prompt, str):
             bos = tokenizer.bos_token
@@ -461,7 +478,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             logprobs_out = active.logprobs.release(len(text), final=finish is not None)
         calls: list[tuple[str, str]] = []
         if active.tools is not None:
-            text, calls = active.tools.feed(text, final=finish is not None)
+            final = finish is not None
+            text, calls = active.tools.feed(text, final=final, cut=finish == "length")
         if not text and not logprobs_out and not calls:
             return None
         chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)
@@ -551,7 +569,10 @@ def _flatten_content(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chat_tokens(
-    tokenizer: TokenizerWrapper, messages: list[dict[str, Any]], kwargs: dict[str, Any]
+    tokenizer: TokenizerWrapper,
+    messages: list[dict[str, Any]],
+    kwargs: dict[str, Any],
+    tool_prompt: ToolPrompt,
 ) -> list[int]:
     if not tokenizer.has_chat_template:
         raise RequestError(
@@ -561,6 +582,9 @@ def _chat_tokens(
         )
     flat = [_flatten_content(m) for m in messages]
     extra = {k: v for k, v in kwargs.items() if k not in _TEMPLATE_RESERVED}
+    if tool_prompt.fallback and extra.get("tools"):
+        tools = extra.pop("tools")
+        flat = tool_prompt.messages(flat, tools if isinstance(tools, list) else [tools])
 
     def render(conversation: list[dict[str, Any]]) -> str:
         return str(

@@ -5,10 +5,12 @@ cache and the request checks."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from PIL import Image
 
@@ -24,6 +26,7 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError
+from mlx_gateway.workers.tool_prompt import TOOL_SECTION
 from mlx_gateway.workers.vlm import VlmBackend
 from tests.fixtures.tiny_vlm import PATCH
 
@@ -347,3 +350,23 @@ def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> N
     assert run.backend._apply_template(messages, 0, {}).startswith(
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
     )
+
+
+def test_tools_reach_a_template_that_ignores_them(run: Run) -> None:
+    # The tiny model's template renders role and content only: the worker writes
+    # the tools into a system message itself (see workers/tool_prompt.py).
+    assert run.backend.tool_prompt.fallback
+    tool = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object"}},
+    }
+    plain = ask("plain", images=0, text="weather?")
+    run.submit(plain)
+    run.submit(
+        msgspec.structs.replace(plain, request_id="tools", chat_template_kwargs={"tools": [tool]})
+    )
+    run.drain()
+    assert run.started("tools").prompt_tokens > run.started("plain").prompt_tokens + 50
+    text = run.backend._apply_template(plain.messages or [], 0, {"tools": [tool]})
+    section = TOOL_SECTION.format(tools=json.dumps(tool))
+    assert text.startswith(f"<|im_start|>system\n{section}<|im_end|>\n<|im_start|>user\nweather?")
