@@ -308,12 +308,23 @@ class Done(Message, tag="done"):
     usage: Usage = msgspec.field(default_factory=Usage)
 
 
+class ContextOverflow(msgspec.Struct):
+    """The numbers behind a ``context_length_exceeded`` error, so that each API can
+    word it its own way: the prompt's tokens, the completion tokens asked for
+    (``None``: none were), and the model's context length."""
+
+    prompt_tokens: int
+    max_tokens: int | None
+    limit: int
+
+
 class Error(Message, tag="error"):
     """A request failed (``request_id`` set) or the worker cannot serve at all
     (``request_id`` empty, e.g. the model failed to load).
 
     ``status`` is the HTTP status the gateway should answer with; ``type``,
-    ``param`` and ``code`` follow the OpenAI error object."""
+    ``param`` and ``code`` follow the OpenAI error object; ``overflow`` comes with
+    ``code`` ``context_length_exceeded``."""
 
     message: str
     request_id: str = ""
@@ -321,6 +332,7 @@ class Error(Message, tag="error"):
     type: str = "server_error"
     param: str | None = None
     code: str | None = None
+    overflow: ContextOverflow | None = None
 
 
 Request = Generate | Embed | Transcribe | GenerateImage | CountTokens | Cancel | Shutdown | Ping

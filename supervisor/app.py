@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.config import GatewayConfig
+from mlx_gateway.supervisor.http.log_hub import LogHub
 from mlx_gateway.supervisor.http.middleware import middleware_for
 from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.pool.registry import Registry
@@ -26,13 +28,20 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        hub = LogHub()
+        root = logging.getLogger()
+        root.addHandler(hub)
+        app.state.log_hub = hub
         registry = Registry(config, command=command, worker_env=worker_env)
-        await registry.start()
-        app.state.registry = registry
         try:
-            yield
+            await registry.start()
+            app.state.registry = registry
+            try:
+                yield
+            finally:
+                await registry.close()
         finally:
-            await registry.close()
+            root.removeHandler(hub)
 
     recorder = Recorder()
     app = Starlette(

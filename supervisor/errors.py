@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlx_gateway.protocol.messages import Error
+
 
 class GatewayError(Exception):
     """An error a client sees: ``{"error": {"message", "type", "param", "code"}}``."""
@@ -47,6 +49,25 @@ class BadRequest(GatewayError):
     type = "invalid_request_error"
 
 
+class ContextLengthExceeded(BadRequest):
+    """The worker's ``context_length_exceeded``, with its numbers (each API words them
+    its own way: the message is OpenAI's)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        limit: int,
+    ) -> None:
+        super().__init__(message, param=param, code="context_length_exceeded")
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.limit = limit
+
+
 class ModelNotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
@@ -86,3 +107,18 @@ class TooManyRequests(GatewayError):
             code="model_at_capacity",
             headers={"Retry-After": str(retry_after)},
         )
+
+
+def from_reply(reply: Error) -> GatewayError:
+    """The exception of a worker's ``Error`` reply."""
+    if reply.overflow is not None:
+        return ContextLengthExceeded(
+            reply.message,
+            param=reply.param,
+            prompt_tokens=reply.overflow.prompt_tokens,
+            max_tokens=reply.overflow.max_tokens,
+            limit=reply.overflow.limit,
+        )
+    return GatewayError(
+        reply.message, status=reply.status, type=reply.type, param=reply.param, code=reply.code
+    )

@@ -33,7 +33,7 @@ async def reload_from(path: str, app: Any) -> dict[str, list[str]] | None:
         return None
     if new.server != registry.config.server:
         log.warning("config reload: the server section changed; restart the gateway to apply it")
-    return await registry.reload(new)  # type: ignore[no-any-return]
+    return await registry.reload(new)
 
 
 def _mtime(path: str) -> float | None:

@@ -152,7 +152,7 @@ def _cell(value: Any) -> str:
 
 
 def rows(models: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
-    out = []
+    out: list[tuple[str, ...]] = []
     for entry in models:
         error = entry.get("error")
         error_line = str(error).strip().splitlines()[0] if error else ""

@@ -26,6 +26,7 @@ import zmq
 from mlx_gateway.protocol.frames import pack
 from mlx_gateway.protocol.messages import (
     Cancel,
+    ContextOverflow,
     Error,
     ModelFacts,
     Progress,
@@ -72,6 +73,7 @@ class RequestError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        overflow: ContextOverflow | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -79,6 +81,7 @@ class RequestError(Exception):
         self.type = type
         self.param = param
         self.code = code
+        self.overflow = overflow
 
     def to_error(self, request_id: str) -> Error:
         return Error(
@@ -88,6 +91,7 @@ class RequestError(Exception):
             type=self.type,
             param=self.param,
             code=self.code,
+            overflow=self.overflow,
         )
 
 
@@ -178,7 +182,8 @@ class MLXThread(threading.Thread):
         if read is None:
             return 0, 0
         try:
-            return read()  # type: ignore[no-any-return]
+            active, kept = read()
+            return int(active), int(kept)
         except Exception:  # a figure for a heartbeat must never break the worker
             log.debug("reading the KV cache size failed", exc_info=True)
             return 0, 0

@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from mlx_gateway.protocol.messages import Batch, Done, Error, SamplingParams, Usage
+from mlx_gateway.protocol.messages import (
+    Batch,
+    ContextOverflow,
+    Done,
+    Error,
+    SamplingParams,
+    Usage,
+)
 from mlx_gateway.workers.base import Emit, RequestError
 from mlx_gateway.workers.coalesce import Coalescer
 from mlx_gateway.workers.stops import scan_stops
@@ -219,8 +226,11 @@ def completion_budget(
         raise RequestError("max_tokens must be at least 1", param="max_tokens")
     if limit is None:
         return max_tokens or FALLBACK_CONTEXT_LENGTH
+    overflow = ContextOverflow(prompt_tokens, max_tokens, limit)
     if prompt_tokens >= limit:
-        raise RequestError(too_long(limit), param=where, code="context_length_exceeded")
+        raise RequestError(
+            too_long(limit), param=where, code="context_length_exceeded", overflow=overflow
+        )
     if max_tokens is None:
         return limit - prompt_tokens
     if prompt_tokens + max_tokens > limit:
@@ -228,6 +238,7 @@ def completion_budget(
             overflow_message(limit, prompt_tokens, max_tokens, where),
             param="max_tokens",
             code="context_length_exceeded",
+            overflow=overflow,
         )
     return max_tokens
 

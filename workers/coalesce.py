@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from mlx_gateway.protocol.messages import Batch, Chunk, Reply
+from mlx_gateway.protocol.messages import Batch, Chunk
 from mlx_gateway.workers.hub import LoadError
 
 DEFAULT_INTERVAL = 0.02
@@ -45,7 +45,7 @@ class Coalescer:
 
     def __init__(
         self,
-        emit: Callable[[Reply], None],
+        emit: Callable[[Batch], None],
         interval: float = DEFAULT_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

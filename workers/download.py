@@ -52,7 +52,7 @@ def progress_tqdm_class() -> type[Any]:
     """A huggingface_hub ``tqdm`` that records the snapshot's byte progress."""
     from huggingface_hub.utils import tqdm as hf_tqdm
 
-    class ProgressTqdm(hf_tqdm):  # type: ignore[misc, valid-type]
+    class ProgressTqdm(hf_tqdm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self._records = kwargs.get("name") == BYTES_BAR
             kwargs["disable"] = True
@@ -63,6 +63,6 @@ def progress_tqdm_class() -> type[Any]:
                 # A disabled bar does not count; keep our own tally.
                 self._done = getattr(self, "_done", 0) + int(n or 0)
                 DOWNLOAD.record(self._done, int(self.total or 0))
-            return super().update(n)  # type: ignore[no-any-return]
+            return super().update(n)
 
     return ProgressTqdm

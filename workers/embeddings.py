@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -354,7 +354,7 @@ class EmbeddingsBackend:
             Embeddings(
                 request_id=job.request_id, rows=rows, dims=dims, prompt_tokens=job.prompt_tokens
             ),
-            [memoryview(matrix).cast("B")],
+            [memoryview(cast(Any, matrix)).cast("B")],
         )
         self._emit(Done(request_id=job.request_id, finish_reason="stop", usage=_usage(job)))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
@@ -145,7 +145,7 @@ class GrammarProcessor:
             self._seen = tokens.shape[-1]
             self._think_end = None
         if tokens.shape[-1] > self._seen:
-            new = tokens[self._seen :].tolist()
+            new = cast(list[int], tokens[self._seen :].tolist())
             self._seen += len(new)
             if any(t in self._eos for t in new):
                 # The request ends at that token; mlx-lm computes one more step ahead

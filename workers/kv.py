@@ -85,10 +85,14 @@ def dequantized(cache: LayerCaches) -> LayerCaches:
             continue
         plain = KVCache()
         tokens = layer.offset
-        plain.keys, plain.values = (
-            mx.dequantize(*part, group_size=layer.group_size, bits=layer.bits)[..., :tokens, :]
-            for part in (layer.keys, layer.values)
-        )
+        if layer.keys is not None and layer.values is not None:
+            parts: list[mx.array] = []
+            for packed, scales, biases in (layer.keys, layer.values):
+                full = mx.dequantize(
+                    packed, scales, biases, group_size=layer.group_size, bits=layer.bits
+                )
+                parts.append(full[..., :tokens, :])
+            plain.keys, plain.values = parts
         plain.offset = tokens
         out.append(plain)
     return out

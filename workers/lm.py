@@ -44,7 +44,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm import load as load_model_and_tokenizer
@@ -64,6 +64,7 @@ from mlx_gateway.protocol.messages import (
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers import system_turns
 from mlx_gateway.workers.base import Emit, RequestError
 from mlx_gateway.workers.batch_requests import (
     Active,
@@ -87,6 +88,7 @@ from mlx_gateway.workers.sampling import (
     make_request_sampler,
 )
 from mlx_gateway.workers.solo import SoloDecode, private_copy, supports_solo
+from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.tool_scan import ToolScan, make_tool_scan
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self.solo_enabled = False
         """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
         self._solo: _Active | None = None
+        self.tool_prompt = ToolPrompt()
+        """Whether the chat template renders tools (else the worker does; see
+        :mod:`.tool_prompt`), found once at load."""
 
     # ------------------------------------------------------------ loading
 
@@ -160,11 +165,14 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if spec.chat_template_file:
             tokenizer_config["chat_template"] = _read_template(spec.chat_template_file)
         emit(Progress(stage="load", detail=str(path)))
-        model, tokenizer, config = load_model_and_tokenizer(
-            str(path),
-            tokenizer_config=tokenizer_config,
-            return_config=True,
-            trust_remote_code=spec.trust_remote_code,
+        model, tokenizer, config = cast(
+            tuple[Any, Any, dict[str, Any]],
+            load_model_and_tokenizer(
+                str(path),
+                tokenizer_config=tokenizer_config,
+                return_config=True,
+                trust_remote_code=spec.trust_remote_code,
+            ),
         )
         self.model, self.tokenizer = model, tokenizer
         self.kv = KvSettings.from_spec(spec)
@@ -176,6 +184,16 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
         self.grammars = Grammars(tokenizer)
+        if tokenizer.has_chat_template:
+
+            def render(messages: list[dict[str, Any]], **kwargs: Any) -> str:
+                return str(
+                    tokenizer.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=True, **kwargs
+                    )
+                )
+
+            self.tool_prompt = probe_tool_prompt(render, spec.served_model_name)
         self.solo_enabled = supports_solo(model) and self.kv.max_size is None
         if self.kv.bits is not None and not self.solo_enabled:
             raise LoadError(
@@ -195,6 +213,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "vocab_size": str(config.get("vocab_size", "")),
                 "blas": blas_in_use(),
                 **template_facts(tokenizer),
+                "tool_prompt": self.tool_prompt.fact,
             },
         )
 
@@ -274,7 +293,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         tokenizer = self.tokenizer
         assert tokenizer is not None
         if request.messages is not None:
-            tokens = _chat_tokens(tokenizer, request.messages, request.chat_template_kwargs)
+            tokens = _chat_tokens(
+                tokenizer, request.messages, request.chat_template_kwargs, self.tool_prompt
+            )
             where = "messages"
         elif isinstance(request.prompt, str):
             bos = tokenizer.bos_token
@@ -494,9 +515,10 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         logprobs_out = []
         if active.logprobs is not None:
             logprobs_out = active.logprobs.release(len(text), final=finish is not None)
-        calls = []
+        calls: list[tuple[str, str]] = []
         if active.tools is not None:
-            text, calls = active.tools.feed(text, final=finish is not None)
+            final = finish is not None
+            text, calls = active.tools.feed(text, final=final, cut=finish == "length")
         if not text and not logprobs_out and not calls:
             return None
         chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)
@@ -586,7 +608,10 @@ def _flatten_content(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chat_tokens(
-    tokenizer: TokenizerWrapper, messages: list[dict[str, Any]], kwargs: dict[str, Any]
+    tokenizer: TokenizerWrapper,
+    messages: list[dict[str, Any]],
+    kwargs: dict[str, Any],
+    tool_prompt: ToolPrompt,
 ) -> list[int]:
     if not tokenizer.has_chat_template:
         raise RequestError(
@@ -596,6 +621,18 @@ def _chat_tokens(
         )
     flat = [_flatten_content(m) for m in messages]
     extra = {k: v for k, v in kwargs.items() if k not in _TEMPLATE_RESERVED}
+    if tool_prompt.fallback and extra.get("tools"):
+        tools = extra.pop("tools")
+        flat = tool_prompt.messages(flat, tools if isinstance(tools, list) else [tools])
+
+    def render(conversation: list[dict[str, Any]]) -> str:
+        return str(
+            tokenizer.apply_chat_template(
+                conversation, add_generation_prompt=True, tokenize=False, **extra
+            )
+        )
+
+    flat = system_turns.for_template(flat, render)
     try:
         tokens = tokenizer.apply_chat_template(flat, add_generation_prompt=True, **extra)
     except Exception as exc:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 
@@ -60,7 +60,7 @@ class LogprobTrack:
             if self._pending and text:
                 self._pending[-1].text += text
             return
-        entry = _Token(text, _finite(logprobs[token].item()))
+        entry = _Token(text, _finite(cast(float, logprobs[token].item())))
         if self._top:
             entry.top = self._alternatives(logprobs)
         self._pending.append(entry)
@@ -70,8 +70,9 @@ class LogprobTrack:
         ids = mx.argpartition(-logprobs, kth=k - 1)[:k]
         values = logprobs[ids]
         order = mx.argsort(-values)
-        ids, values = ids[order].tolist(), values[order].tolist()
-        return [(self._piece(i), _finite(v)) for i, v in zip(ids, values, strict=True)]
+        id_list = cast(list[int], ids[order].tolist())
+        value_list = cast(list[float], values[order].tolist())
+        return [(self._piece(i), _finite(v)) for i, v in zip(id_list, value_list, strict=True)]
 
     def _piece(self, token: int) -> str:
         return str(self._tokenizer.decode([token]))

@@ -122,7 +122,7 @@ def run(endpoint: str, spec: WorkerSpec, parent_pid: int | None) -> int:
         while True:
             now = time.monotonic()
             wait = TICK if interval <= 0 else min(TICK, max(next_heartbeat - now, 0.0))
-            events = dict(poller.poll(wait * 1000))
+            events = dict(poller.poll(int(wait * 1000)))
             if replies in events and _forward(replies, dealer):
                 mlx.join()
                 log.info("exiting with code %d", mlx.exit_code)

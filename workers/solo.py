@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, TokenBuffer, make_prompt_cache
@@ -131,7 +131,7 @@ class SoloDecode:
             # Queue the following step before reading this token, as generate_step does.
             self._next = self._forward(token)
             mx.async_eval(*self._next)
-            value = int(token.item())
+            value = int(cast(int, token.item()))
             self.fed.append(value)
         self._returned += 1
         if self._returned % CLEAR_EVERY == 0:
@@ -146,7 +146,7 @@ class SoloDecode:
             return Handover(self._rest, dequantized(self.cache), list(self.fed)), None
         token, logprobs = self._next
         self._next = None
-        value = int(token.item())
+        value = int(cast(int, token.item()))
         return Handover([value], dequantized(self.cache), list(self.fed)), (value, logprobs)
 
     def finished_cache(self) -> tuple[list[int], LayerCaches]:

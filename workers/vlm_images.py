@@ -57,7 +57,7 @@ def decode_image(
     if not data:
         raise RequestError(f"The image in {where} is empty.", param=where, code="invalid_image")
     try:
-        image = Image.open(io.BytesIO(data), formats=FORMATS)
+        image: Image.Image = Image.open(io.BytesIO(data), formats=FORMATS)
     except UnidentifiedImageError:
         raise RequestError(
             f"The image in {where} cannot be decoded: it is not a PNG, JPEG, WebP, GIF, "

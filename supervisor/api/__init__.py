@@ -25,6 +25,10 @@ from mlx_gateway.supervisor.api.responses.routes import (
     list_input_items,
     retrieve_response,
 )
+from mlx_gateway.supervisor.api.ui.routes import logs as ui_logs
+from mlx_gateway.supervisor.api.ui.routes import page as ui_page
+from mlx_gateway.supervisor.api.ui.routes import static_file as ui_static
+from mlx_gateway.supervisor.api.ui.routes import stats as ui_stats
 from mlx_gateway.supervisor.http.exceptions import exception_handlers
 
 routes: list[Route] = [
@@ -49,6 +53,10 @@ routes: list[Route] = [
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
+    Route("/ui", ui_page, methods=["GET"]),
+    Route("/ui/static/{name}", ui_static, methods=["GET"]),
+    Route("/ui/stats", ui_stats, methods=["GET"]),
+    Route("/ui/logs", ui_logs, methods=["GET"]),
 ]
 
 __all__ = ["exception_handlers", "routes"]

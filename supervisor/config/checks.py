@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
+from mlx_gateway.supervisor.config.parser_names import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
 from mlx_gateway.supervisor.config.schema import (
     IMAGE_SIZE_MULTIPLE,
     MODEL_TYPES,
@@ -18,8 +19,6 @@ from mlx_gateway.supervisor.config.schema import (
     ModelConfig,
 )
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
-from mlx_gateway.supervisor.engine.parsers.formats import TOOL_PARSER_CHOICES
-from mlx_gateway.supervisor.engine.parsers.reasoning import REASONING_CHOICES
 
 log = logging.getLogger("mlx_gateway.supervisor.config")
 
@@ -82,7 +81,10 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
                 written, pos = ctx.locate(other)
                 at = f" at {ctx.file}:{pos.value_line}" if ctx.file and pos else ""
                 j = ctx.model_index(other)
-                owner = "this same entry" if j == i else f"models[{j}] ({ctx.labels.get(j, '?')!r})"
+                if j == i or j is None:
+                    owner = "this same entry"
+                else:
+                    owner = f"models[{j}] ({ctx.labels.get(j, '?')!r})"
                 raise ctx.error(
                     path,
                     f"the name {name!r} is already used by {owner} as its "
@@ -183,8 +185,8 @@ def _check_parsers(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
     """An output parser this gateway does not know falls back to ``auto`` with a
     warning (mlx-openai-server configs name parsers of families not covered here)."""
     for key, choices in (
-        ("tool_call_parser", TOOL_PARSER_CHOICES),
-        ("reasoning_parser", REASONING_CHOICES),
+        ("tool_call_parser", TOOL_PARSER_NAMES),
+        ("reasoning_parser", REASONING_PARSER_NAMES),
     ):
         value = getattr(model, key)
         if value in choices:
@@ -250,13 +252,13 @@ def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
         raise ctx.error(
             (*here, "size"), f"expected 'WIDTHxHEIGHT' such as '1024x1024', got {_show(model.size)}"
         )
-    width, height = int(width), int(height)
-    if width % IMAGE_SIZE_MULTIPLE or height % IMAGE_SIZE_MULTIPLE:
+    w, h = int(width), int(height)
+    if w % IMAGE_SIZE_MULTIPLE or h % IMAGE_SIZE_MULTIPLE:
         raise ctx.error(
             (*here, "size"),
             f"{model.size!r}: width and height must be multiples of {IMAGE_SIZE_MULTIPLE}",
         )
-    if width * height > model.max_output_pixels:
+    if w * h > model.max_output_pixels:
         raise ctx.error(
             (*here, "size"),
             f"{model.size!r} is more than max_output_pixels ({model.max_output_pixels})",

@@ -1,26 +1,14 @@
-"""A vision model's settings, split between the gateway (how image URLs are read)
-and its worker (how images are sized, whether prompts are cached)."""
+"""A vision model's worker settings (how images are sized, whether prompts are cached).
+
+How the gateway reads image URLs is :func:`..engine.vision_input.image_policy`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy
+from mlx_gateway.supervisor.config import ModelConfig
 
 VISION_KIND = "vlm"
-
-
-def image_policy(model: ModelConfig, server: ServerConfig) -> ImagePolicy:
-    """How the gateway reads ``model``'s image URLs."""
-    allow_private = model.allow_private_image_urls
-    if allow_private is None:
-        allow_private = server.allow_private_image_urls
-    return ImagePolicy(
-        max_bytes=int(model.max_image_mb * MIB),
-        timeout=model.image_fetch_timeout,
-        allow_private=allow_private,
-    )
 
 
 def worker_options(model: ModelConfig) -> dict[str, Any]:

@@ -10,25 +10,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
 from mlx_gateway.protocol.messages import Chunk, Done, Error, Generate, Started
-from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
+from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable, from_reply
 from mlx_gateway.supervisor.http import recorder
-
-
-class Handle(Protocol):
-    """What a generation needs of a ``WorkerHandle``."""
-
-    def session(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 
 def _raise_error(reply: Error) -> None:
-    raise GatewayError(
-        reply.message, status=reply.status, type=reply.type, param=reply.param, code=reply.code
-    )
+    raise from_reply(reply)
 
 
 class Generation:
@@ -55,7 +48,7 @@ class Generation:
     @classmethod
     async def start(
         cls,
-        handle: Handle,
+        handle: ModelHandle,
         msg: Generate,
         payloads: Sequence[bytes] = (),
         prepare: Callable[[Generate], Generate] | None = None,
@@ -67,9 +60,7 @@ class Generation:
 
         Raises the request's :class:`GatewayError` (e.g. 400 context too long, 503
         model failed to load) with nothing left open."""
-        name = getattr(handle, "name", None)
-        if isinstance(name, str):
-            recorder.note_model(name)
+        recorder.note_model(handle.name)
         stack = contextlib.AsyncExitStack()
         try:
             session = await stack.enter_async_context(handle.session())
@@ -90,8 +81,7 @@ class Generation:
                 await stack.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         generation = cls(stack, stream, first)
-        interval = getattr(getattr(handle, "config", None), "stream_interval", 0.0)
-        generation.stream_interval = interval if isinstance(interval, int | float) else 0.0
+        generation.stream_interval = handle.config.stream_interval
         return generation
 
     def __aiter__(self) -> Generation:

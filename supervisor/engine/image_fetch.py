@@ -165,7 +165,7 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         allowed = [a for a in addresses if self._allow_private or is_public(a)]
         if not allowed:
             raise AddressRefused(host, addresses[0] if addresses else "nothing")

@@ -3,10 +3,9 @@ kind is a 400 that says where that model is served, before any worker starts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlx_gateway.supervisor.config import MODEL_TYPES
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CHAT_KINDS = ("lm", "vlm")
 COMPLETION_KINDS = ("lm", "vlm")
@@ -21,13 +20,13 @@ _ENDPOINTS = {
 }
 
 
-def kind_of(handle: Any) -> str:
+def kind_of(handle: ModelHandle) -> str:
     """The worker kind serving ``handle``'s model (``multimodal`` → ``vlm``)."""
     model_type = handle.config.model_type
     return MODEL_TYPES.get(model_type, model_type)
 
 
-def require_kind(handle: Any, kinds: tuple[str, ...], endpoint: str) -> None:
+def require_kind(handle: ModelHandle, kinds: tuple[str, ...], endpoint: str) -> None:
     """Raise a 400 (param ``model``) unless ``handle``'s model is one of ``kinds``."""
     kind = kind_of(handle)
     if kind in kinds:

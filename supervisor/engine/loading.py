@@ -5,7 +5,8 @@ A streaming request whose generation has not started within
 SSE headers then, and a comment line every second while the model loads
 (``: loading qwen 42%``) — clients ignore comments, and proxies see a live
 connection — and then the normal events. A load that fails becomes an error event
-followed by ``data: [DONE]``, as for any error after a stream started.
+followed by ``data: [DONE]``, as for any error after a stream started (or the
+API's own error event: ``failed``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.replies import SSE_HEADERS, EventStream, error_event
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 KEEPALIVE_SECONDS = 1.0
 GRACE_SECONDS = 2.0
@@ -30,7 +31,7 @@ a quick rejection (context too long, a load that fails fast) is still a plain HT
 error."""
 
 
-def loading_comment(handle: Any) -> bytes:
+def loading_comment(handle: ModelHandle) -> bytes:
     status = handle.status()
     progress = status.get("load_progress") or {}
     fraction = progress.get("fraction")
@@ -40,10 +41,16 @@ def loading_comment(handle: Any) -> bytes:
     return sse.comment(f"{waiting} {handle.name}{done}".replace("load ", "loading ", 1))
 
 
+def openai_failure(exc: GatewayError) -> bytes:
+    """The end of an OpenAI stream that failed before its first event."""
+    return error_event(exc) + sse.DONE
+
+
 async def _events(
-    handle: Any,
+    handle: ModelHandle,
     start: Awaitable[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
+    failed: Callable[[GatewayError], bytes],
 ) -> AsyncIterator[bytes]:
     task: asyncio.Future[Generation] = asyncio.ensure_future(start)
     generation: Generation | None = None
@@ -56,8 +63,7 @@ async def _events(
         try:
             generation = task.result()
         except GatewayError as exc:
-            yield error_event(exc)
-            yield sse.DONE
+            yield failed(exc)
             return
         except ClientDisconnect:
             return
@@ -75,13 +81,15 @@ async def _events(
 
 
 async def start_stream(
-    handle: Any,
+    handle: ModelHandle,
     start: Awaitable[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
+    failed: Callable[[GatewayError], bytes] = openai_failure,
 ) -> StreamingResponse:
     """The SSE response of a streaming request: a plain stream once ``start`` (a
     :meth:`Generation.start`) succeeded within the grace period (its errors are
-    raised as HTTP errors), else a stream that shows the load's progress first."""
+    raised as HTTP errors), else a stream that shows the load's progress first
+    (and ends with ``failed(error)`` if ``start`` fails then)."""
     task: asyncio.Future[Generation] = asyncio.ensure_future(start)
     try:
         done, _ = await asyncio.wait({task}, timeout=GRACE_SECONDS)
@@ -92,5 +100,5 @@ async def start_stream(
         generation = task.result()
         return EventStream(relay(generation), generation)
     return StreamingResponse(
-        _events(handle, task, relay), media_type="text/event-stream", headers=SSE_HEADERS
+        _events(handle, task, relay, failed), media_type="text/event-stream", headers=SSE_HEADERS
     )

@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from mlx_gateway.protocol.messages import Done
+from mlx_gateway.protocol.messages import Chunk, Done
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.objects import Usage, usage_from
 from mlx_gateway.supervisor.errors import GatewayError
@@ -52,7 +52,7 @@ async def relay(generation: Generation, fmt: EventFormat) -> AsyncIterator[bytes
             yield opening
         async for reply in generation:
             done = reply if isinstance(reply, Done) else None
-            texts = [] if done is not None else [reply.text]
+            texts = [reply.text] if isinstance(reply, Chunk) else []
             if done is None:
                 wait = next_write - loop.time()
                 if wait > 0:

@@ -37,6 +37,7 @@ from mlx_gateway.supervisor.engine.parsers.reasoning import ReasoningSplitter, r
 from mlx_gateway.supervisor.engine.parsers.tool_calls import ToolCallStream, ToolFormat
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CONSTRAINED_KINDS = ("lm",)
 """Worker kinds that do log-probabilities and constrained decoding."""
@@ -138,7 +139,7 @@ def template_kwargs(
     return kwargs
 
 
-def check_turn(handle: Any, turn: TurnRequest, logprobs_param: str = "logprobs") -> None:
+def check_turn(handle: ModelHandle, turn: TurnRequest, logprobs_param: str = "logprobs") -> None:
     """Refuse what the model's kind cannot do, before any worker starts."""
     kind = kind_of(handle)
     if kind in CONSTRAINED_KINDS:
@@ -157,23 +158,17 @@ def check_turn(handle: Any, turn: TurnRequest, logprobs_param: str = "logprobs")
         )
 
 
-def _config(handle: Any, key: str) -> str | None:
-    value = getattr(handle.config, key, None)
-    return value if isinstance(value, str) else None
+def _extra(handle: ModelHandle) -> dict[str, str]:
+    """What the worker reported of its model (chat template markers…), once ready."""
+    return handle.facts.extra if handle.facts is not None else {}
 
 
-def _extra(handle: Any) -> dict[str, str]:
-    facts = getattr(handle, "facts", None)
-    extra = getattr(facts, "extra", None)
-    return extra if isinstance(extra, dict) else {}
-
-
-def tool_format(handle: Any) -> ToolFormat | None:
+def tool_format(handle: ModelHandle) -> ToolFormat | None:
     """The model's tool-call format (its config, else what its worker reported)."""
-    return resolve_tool_format(_config(handle, "tool_call_parser"), _extra(handle))
+    return resolve_tool_format(handle.config.tool_call_parser, _extra(handle))
 
 
-def constraint_for(handle: Any, turn: TurnRequest) -> Constraint | None:
+def constraint_for(handle: ModelHandle, turn: TurnRequest) -> Constraint | None:
     """The grammar a turn's output must follow, if any: a forced tool call in the
     model's own format, else the ``response_format``'s JSON."""
     if kind_of(handle) not in CONSTRAINED_KINDS:
@@ -196,14 +191,16 @@ def constraint_for(handle: Any, turn: TurnRequest) -> Constraint | None:
 class Turn:
     """The running choices of one turn. Always :meth:`aclose` it."""
 
-    def __init__(self, handle: Any, turn: TurnRequest, generations: list[Generation]) -> None:
+    def __init__(
+        self, handle: ModelHandle, turn: TurnRequest, generations: list[Generation]
+    ) -> None:
         self.handle = handle
         self.request = turn
         self.generations = generations
         self._tasks: list[asyncio.Task[Any]] = []
 
     @classmethod
-    async def start(cls, handle: Any, turn: TurnRequest, request_id: str) -> Turn:
+    async def start(cls, handle: ModelHandle, turn: TurnRequest, request_id: str) -> Turn:
         """Send the turn's ``n`` requests and wait until each was accepted; the first
         rejection is raised (after the others were cancelled)."""
 
@@ -321,6 +318,19 @@ class Turn:
             await generation.aclose()
 
 
+def finish_reason(done: Done | None, matched: str | None, calls: int) -> str:
+    """A choice's finish: the token limit wins (``length``, also after complete
+    calls: a call it cut off was dropped), then ``tool_calls`` when it made any,
+    then ``stop`` for a stop sequence, else what the worker said."""
+    if matched is None and done is not None and done.finish_reason == "length":
+        return "length"
+    if calls:
+        return "tool_calls"
+    if matched is not None:
+        return "stop"
+    return done.finish_reason if done else "stop"
+
+
 class _ChoiceParser:
     """The parsers of one choice, from worker chunks to :data:`TurnEvent`\\ s."""
 
@@ -328,7 +338,7 @@ class _ChoiceParser:
         self.generation = turn.generations[index]
         request = turn.request
         started = self.generation.started
-        markers = resolve_reasoning(_config(turn.handle, "reasoning_parser"), _extra(turn.handle))
+        markers = resolve_reasoning(turn.handle.config.reasoning_parser, _extra(turn.handle))
         self.splitter = (
             ReasoningSplitter(markers, inside=bool(started and started.reasoning))
             if markers
@@ -375,26 +385,21 @@ class _ChoiceParser:
             pieces = self.splitter.feed(tail) + self.splitter.finish()
         for event in self._route(pieces):
             yield event
+        matched = self.stopper.matched if self.stopper else None
+        cut = matched is None and done is not None and done.finish_reason == "length"
         if self.calls:
-            for event in self._calls(self.calls.finish()):
+            for event in self._calls(self.calls.finish(cut=cut)):
                 yield event
         if self.logprobs:
             yield TextDelta("", self._take_logprobs())
-        matched = self.stopper.matched if self.stopper else None
         usage = done.usage if done else Usage(self.prompt_tokens, generated)
-        if self.made:
-            reason = "tool_calls"
-        elif matched is not None:
-            reason = "stop"
-        else:
-            reason = done.finish_reason if done else "stop"
-        yield Finished(reason, usage, matched, reasoning_tokens)
+        yield Finished(finish_reason(done, matched, self.made), usage, matched, reasoning_tokens)
 
     def _take_logprobs(self) -> list[TokenLogprob]:
         taken, self.logprobs = self.logprobs, []
         return taken
 
-    def _route(self, pieces: list[tuple[str, str]]) -> list[TurnEvent]:
+    def _route(self, pieces: Sequence[tuple[str, str]]) -> list[TurnEvent]:
         out: list[TurnEvent] = []
         for kind, text in pieces:
             if not text:

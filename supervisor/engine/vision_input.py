@@ -14,13 +14,27 @@ from typing import Any
 
 from starlette.requests import Request
 
-from mlx_gateway.supervisor.config.vision import VISION_KIND, image_policy
-from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, read_image_url
+from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config.vision import VISION_KIND
+from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
 from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 IMAGE_PART = "image_url"
+
+
+def image_policy(model: ModelConfig, server: ServerConfig) -> ImagePolicy:
+    """How the gateway reads ``model``'s image URLs."""
+    allow_private = model.allow_private_image_urls
+    if allow_private is None:
+        allow_private = server.allow_private_image_urls
+    return ImagePolicy(
+        max_bytes=int(model.max_image_mb * MIB),
+        timeout=model.image_fetch_timeout,
+        allow_private=allow_private,
+    )
 
 
 @dataclass
@@ -48,7 +62,7 @@ def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
     return found
 
 
-def check_images_allowed(handle: Any, messages: list[dict[str, Any]]) -> None:
+def check_images_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> None:
     """A 400 naming the first image part when ``handle``'s model takes no images,
     or when there are more than its ``max_images``."""
     parts = image_parts(messages)
@@ -72,7 +86,7 @@ def check_images_allowed(handle: Any, messages: list[dict[str, Any]]) -> None:
 
 
 async def prepare_images(
-    request: Request, handle: Any, messages: list[dict[str, Any]]
+    request: Request, handle: ModelHandle, messages: list[dict[str, Any]]
 ) -> ImageInputs:
     """Check ``messages``' image parts against ``handle``'s model and read them
     (unless the client leaves first). Without image parts: ``messages`` as they are."""

@@ -5,7 +5,8 @@ or as ``x-api-key: <key>`` (the Anthropic SDK's way). Rules:
 
 * no ``api_keys`` and no ``admin_keys``: everything is open;
 * ``/health`` is always open (load balancers and ``mlx-gateway status`` probe it);
-* admin endpoints (``/metrics``, ``POST /v1/models/{id}/load|unload``, ``/admin/…``)
+* the web UI's page and static files (``GET /ui``, ``/ui/static/…``) are open;
+* admin endpoints (``/metrics``, ``/ui/logs``, ``POST /v1/models/{id}/…``, ``/admin/…``)
   need one of ``admin_keys`` when that list is set, else one of ``api_keys``;
 * every other endpoint needs one of ``api_keys`` (or of ``admin_keys``) when
   ``api_keys`` is set, and is open otherwise.
@@ -30,6 +31,10 @@ OPEN_PATHS = frozenset({"/health"})
 OPEN_FILES = "/v1/images/files/"
 """Generated images served for ``response_format: url``: the unguessable, expiring
 id in the path is the credential (as OpenAI's signed URLs), so a page can load them."""
+UI_PAGE = "/ui"
+UI_FILES = "/ui/static/"
+"""The web UI's page and files hold no data (what it shows comes from API calls made
+with the key typed into it), so a browser can open them without a key."""
 
 
 class AuthenticationError(GatewayError):
@@ -48,7 +53,7 @@ def is_admin(method: str, path: str) -> bool:
     Every ``POST`` under ``/v1/models/`` is one (``load``, ``unload``): the model
     routes clients use there are ``GET`` only, so a model id that happens to end in
     ``/load`` cannot turn a client request into an admin one."""
-    if path == "/metrics" or path.startswith("/admin/"):
+    if path in ("/metrics", "/ui/logs") or path.startswith("/admin/"):
         return True
     return method == "POST" and path.startswith("/v1/models/")
 
@@ -137,7 +142,14 @@ class AuthMiddleware:
 
 def _open(scope: Scope) -> bool:
     path = scope["path"]
-    return path in OPEN_PATHS or (scope["method"] == "GET" and path.startswith(OPEN_FILES))
+    if scope["method"] != "GET":
+        return path in OPEN_PATHS
+    return (
+        path in OPEN_PATHS
+        or path == UI_PAGE
+        or path.startswith(OPEN_FILES)
+        or path.startswith(UI_FILES)
+    )
 
 
 def _unauthenticated(key: str | None) -> AuthenticationError:

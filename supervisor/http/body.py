@@ -31,7 +31,9 @@ def decode(data: bytes, type_: type[T]) -> T:
     Raises :class:`BadRequest` with ``param`` set to the offending field's path
     (``messages[0].role``) and a message naming it."""
     try:
-        return _decoder(type_).decode(data)
+        wanted: Any = type_  # a type is hashable; functools.cache's stub says otherwise
+        decoded: T = _decoder(wanted).decode(data)
+        return decoded
     except msgspec.ValidationError as exc:
         raise validation_error(str(exc)) from None
     except msgspec.DecodeError as exc:

@@ -9,7 +9,7 @@ file (memory up to 1 MiB, then disk) while the rest of the body arrives.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
 from starlette.datastructures import UploadFile
@@ -49,7 +49,7 @@ class Upload:
 
 async def _counted(
     stream: AsyncIterator[bytes], limit: int, limit_mb: float
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     received = 0
     async for chunk in stream:
         received += len(chunk)

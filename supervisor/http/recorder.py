@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlx_gateway.supervisor.metrics import Counter, Histogram
 
@@ -60,12 +61,13 @@ def note_model(name: str) -> None:
         record.model = name
 
 
-def note_handle(handle: object) -> None:
-    """The request is served by ``handle``'s model (a handle without a name, as
-    in some tests, notes nothing)."""
-    name = getattr(handle, "name", None)
-    if isinstance(name, str):
-        note_model(name)
+if TYPE_CHECKING:
+    from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+
+
+def note_handle(handle: ModelHandle) -> None:
+    """The request is served by ``handle``'s model."""
+    note_model(handle.name)
 
 
 def note_started(prompt_tokens: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from mlx_gateway.protocol.frames import Frame
 from mlx_gateway.protocol.messages import Cancel, Done, Error
-from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed
+from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed, from_reply
 from mlx_gateway.supervisor.pool.relay import Relay, RequestItem, WithPayloads, WorkerUnreachable
 
 UNREACHABLE_WAIT = 2.0
@@ -25,9 +25,7 @@ UNREACHABLE_WAIT = 2.0
 def as_error(item: RequestItem) -> BaseException:
     """The exception a request raises for the worker's ``Error`` or its death."""
     if isinstance(item, Error):
-        return GatewayError(
-            item.message, status=item.status, type=item.type, param=item.param, code=item.code
-        )
+        return from_reply(item)
     if isinstance(item, BaseException):
         return item
     return GatewayError(f"unexpected reply {type(item).__name__}")

@@ -278,6 +278,7 @@ class WorkerHandle:
             "crashes": self.crashes,
             "evictions": self.evictions,
             "blas": self.facts.extra.get("blas") if self.facts else None,
+            "tool_prompt": self.facts.extra.get("tool_prompt") if self.facts else None,
         }
 
     @contextlib.asynccontextmanager

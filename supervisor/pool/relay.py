@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import msgspec
 import zmq
@@ -128,7 +128,10 @@ class Relay:
         """Send without waiting (safe in ``finally`` blocks of cancelled tasks);
         failures are logged, not raised."""
         try:
-            future = self._sock.send_multipart(pack_to(worker_id.encode(), msg))
+            future = cast(
+                "asyncio.Future[object]",
+                self._sock.send_multipart(pack_to(worker_id.encode(), msg)),
+            )
         except zmq.ZMQError as exc:
             log.debug("could not post %s to %s: %s", type(msg).__name__, worker_id, exc)
             return

@@ -7,22 +7,19 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from starlette.applications import Starlette
 
-from mlx_gateway.protocol.messages import Chunk, Done, Generate, Started, Usage
+from mlx_gateway.protocol.messages import Chunk, Done, Generate, ModelFacts, Started, Usage
 from mlx_gateway.supervisor.api import exception_handlers, routes
+from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
 
 
-def defaults(**values: Any) -> SimpleNamespace:
-    fields: dict[str, Any] = dict.fromkeys(
-        ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-    )
-    fields.update(aliases=[], model_type="lm", model_path="fake")
-    return SimpleNamespace(**{**fields, **values})
+def defaults(**values: Any) -> ModelConfig:
+    """A real model entry (no sampling defaults of its own unless given)."""
+    return ModelConfig(model_path="fake", model_type="lm", **values)
 
 
 def text_of(msg: Generate) -> str:
@@ -41,13 +38,17 @@ class FakeHandle:
     ``boom`` (an unexpected exception mid-stream); else echoes the words."""
 
     name: str
-    config: SimpleNamespace = field(default_factory=defaults)
+    config: ModelConfig = field(default_factory=defaults)
+    facts: ModelFacts | None = None
     load_error: GatewayError | None = None
     sent: list[Generate] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     inflight: int = 0
     started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.config.served_model_name = self.name
 
     def status(self) -> dict[str, Any]:
         return {
@@ -68,6 +69,11 @@ class FakeHandle:
             yield self
         finally:
             self.inflight -= 1
+
+    def call(self, msg: Any, request_id: str, payloads: Any = ()) -> AsyncIterator[Any]:
+        """Requests with binary payloads are answered like text ones (the payloads are
+        not looked at)."""
+        return self.generate(msg)
 
     async def generate(self, msg: Generate) -> AsyncIterator[Any]:
         self.sent.append(msg)

@@ -5,6 +5,7 @@ event order, count_tokens, Anthropic-shaped errors and ``x-api-key``."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -238,3 +239,168 @@ async def test_image_blocks_reach_a_vision_model(sdk: anthropic.AsyncAnthropic) 
         messages=[{"role": "user", "content": [image, {"type": "text", "text": "say a pixel"}]}],
     )
     assert message.content[0].text == "a pixel"  # type: ignore[union-attr]
+
+
+MID_SYSTEM_BETA = "mid-conversation-system-2026-04-07"
+BETAS = {"anthropic-beta": f"claude-code-20250219,{MID_SYSTEM_BETA},effort-2025-11-24"}
+
+
+def with_system_message(last: str) -> list[Any]:
+    return [
+        {"role": "user", "content": "hi there"},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": last},
+    ]
+
+
+async def test_system_messages_need_their_beta(http: httpx.AsyncClient) -> None:
+    body = {"model": OK, "max_tokens": 20, "messages": with_system_message("roles")}
+    r = await http.post("/v1/messages", json=body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "Invalid enum value 'system'" in error["message"]
+    assert f"anthropic-beta: {MID_SYSTEM_BETA}" in error["message"]
+    assert "messages[1].role" in error["message"]
+    counted = await http.post("/v1/messages/count_tokens", json={**body, "max_tokens": None})
+    assert counted.status_code == 400 and MID_SYSTEM_BETA in counted.json()["error"]["message"]
+
+    # Declared (with other betas, as Claude Code does): the system turn stays in place.
+    r = await http.post("/v1/messages", json=body, headers=BETAS)
+    assert r.status_code == 200, r.text
+    assert r.json()["content"][0]["text"] == "user system user "
+    r = await http.post("/v1/messages", json={**body, "system": "Top."}, headers=BETAS)
+    assert r.json()["content"][0]["text"] == "system user system user "
+    # Any dated version of the beta, in a header of its own.
+    later = {"anthropic-beta": "mid-conversation-system-2027-01-01"}
+    r = await http.post("/v1/messages", json=body, headers=later)
+    assert r.status_code == 200
+    body.pop("max_tokens")
+    counted = await http.post("/v1/messages/count_tokens", json=body, headers=BETAS)
+    assert counted.status_code == 200 and counted.json() == {"input_tokens": 5}
+
+
+async def test_a_system_message_holds_only_text(http: httpx.AsyncClient) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "system", "content": [image]}]
+    body = {"model": OK, "max_tokens": 5, "messages": messages}
+    r = await http.post("/v1/messages", json=body, headers=BETAS)
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert "only text blocks, not 'image'" in message and "messages[1].content" in message
+
+
+async def test_what_claude_code_sends(sdk: anthropic.AsyncAnthropic) -> None:
+    """The fields and blocks Claude Code 2.1 sends (recorded from the real client):
+    cache_control on blocks, adaptive thinking, context_management, output_config, a
+    JSON metadata user_id, and a system message last in ``messages``."""
+    cached = {"type": "ephemeral"}
+    async with sdk.messages.stream(
+        model=OK,
+        max_tokens=32000,
+        system=[
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.197;"},
+            {"type": "text", "text": "You are a Claude agent.", "cache_control": cached},
+        ],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>today</system-reminder>"},
+                    {"type": "text", "text": "hello", "cache_control": cached},
+                ],
+            },
+            {"role": "system", "content": "roles"},  # type: ignore[typeddict-item]
+        ],
+        tools=[{**TOOL, "cache_control": cached}],  # type: ignore[list-item]
+        thinking={"type": "adaptive"},  # type: ignore[typeddict-item]
+        metadata={"user_id": json.dumps({"device_id": "d", "session_id": "s"})},
+        extra_headers=BETAS,
+        extra_body={
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            "output_config": {"effort": "high"},
+        },
+    ) as stream:
+        message = await stream.get_final_message()
+    assert message.content[0].text == "system user system "  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+
+    # Its next turn (recorded after an answer with thinking and three parallel calls):
+    # the system message stays where it was, results come back in any order, one as
+    # an error and one with cache_control.
+    def result(call_id: str, text: str, **extra: Any) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": call_id, "content": text, **extra}
+
+    def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+
+    reply = await sdk.messages.create(
+        model=OK,
+        max_tokens=100,
+        system="You are a Claude agent.",
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "Look at hello.txt"}]},
+            {"role": "system", "content": "Available agent types: …"},  # type: ignore[typeddict-item]
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Let me look.", "signature": "sig"},
+                    call("toolu_1", "Read", {"file_path": "hello.txt"}),
+                    call("toolu_2", "Bash", {"command": "echo hi"}),
+                    call("toolu_3", "Glob", {"pattern": "*.txt"}),
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    result(
+                        "toolu_3", "<tool_use_error>No such tool</tool_use_error>", is_error=True
+                    ),
+                    result("toolu_1", "1\thello"),
+                    result("toolu_2", "roles", is_error=False, cache_control=cached),
+                ],
+            },
+        ],  # type: ignore[list-item]
+        tools=[TOOL],
+        extra_headers=BETAS,
+    )
+    text = reply.content[0].text  # type: ignore[union-attr]
+    assert text == "system user system assistant tool tool tool "
+
+
+CLAUDE_CODE_RETRY = re.compile(
+    r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)"
+)
+"""What Claude Code matches to retry with a ``max_tokens`` that fits (2.1.197)."""
+
+
+async def test_context_overflow_in_anthropic_words(
+    sdk: anthropic.AsyncAnthropic, http: httpx.AsyncClient
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await sdk.messages.create(model=OK, max_tokens=200, messages=user("overflow 100 a b"))
+    error = err.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"] == (
+        "input length and `max_tokens` exceed context limit: 4 + 200 > 100, "
+        "decrease input length or `max_tokens` and try again"
+    )
+    match = CLAUDE_CODE_RETRY.search(error["message"])
+    assert match is not None and match.groups() == ("4", "200", "100")
+
+    with pytest.raises(anthropic.BadRequestError) as err:
+        await sdk.messages.create(model=OK, max_tokens=5, messages=user("overflow 3 a b c"))
+    assert err.value.body["error"]["message"] == "prompt is too long: 5 tokens > 3 maximum"  # type: ignore[index]
+
+    # A stream that fails before it starts is a plain 400 too.
+    body = {"model": OK, "max_tokens": 200, "messages": user("overflow 100 a b"), "stream": True}
+    r = await http.post("/v1/messages", json=body)
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("input length and `max_tokens` exceed")
+
+    # The OpenAI API keeps its own words and code.
+    chat = {"model": OK, "max_tokens": 200, "messages": user("overflow 100 a b")}
+    r = await http.post("/v1/chat/completions", json=chat)
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+    assert r.json()["error"]["message"].startswith("This model's maximum context length")

@@ -3,6 +3,7 @@ an error event when the load fails)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -57,3 +58,28 @@ async def test_a_load_failing_after_the_stream_started(http: httpx.AsyncClient) 
     got = await lines(http, body)
     assert got[-1] == "data: [DONE]"
     assert '"error"' in got[-2] and "download failed: offline" in got[-2]
+
+
+async def test_an_anthropic_stream_fails_the_anthropic_way(http: httpx.AsyncClient) -> None:
+    """A context overflow once the model loaded, after the stream's 200: Anthropic's
+    ``error`` event, in Anthropic's words (no OpenAI ``[DONE]``)."""
+    body = {
+        "model": SLOW,
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "overflow 10 a b"}],
+        "stream": True,
+    }
+    async with http.stream("POST", "/v1/messages", json=body) as r:
+        assert r.status_code == 200
+        got = [line async for line in r.aiter_lines() if line]
+    events = [line for line in got if not line.startswith(":")]
+    assert events[0] == "event: error"
+    assert json.loads(events[1].removeprefix("data: ")) == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "input length and `max_tokens` exceed context limit: 4 + 50 > 10, "
+            "decrease input length or `max_tokens` and try again",
+        },
+    }
+    assert len(events) == 2

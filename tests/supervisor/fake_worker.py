@@ -24,6 +24,9 @@ Per request, the last message's text (or the prompt) decides:
 * ``crash``: emits a few chunks, then the process kills itself with SIGKILL.
 * ``hang``: never answers (a cancel still ends it).
 * ``reject``: an Error 400 before Started (like a context overflow).
+* ``overflow <limit> …``: a context overflow in a context of ``<limit>`` tokens, as
+  the real worker reports it (with ``Error.overflow``: the message's words as the
+  prompt's tokens, ``max_tokens``, the limit).
 * ``say <text>``: sends ``<text>`` exactly, four characters per step (canned tool
   calls and thinking blocks); with ``chat_template_kwargs.enable_thinking`` its
   Started says the prompt opened a thinking block.
@@ -52,6 +55,7 @@ from mlx_gateway.protocol.messages import (
     Batch,
     Cancel,
     Chunk,
+    ContextOverflow,
     CountTokens,
     Done,
     Error,
@@ -92,6 +96,21 @@ def text_of(msg: Generate) -> str:
     if isinstance(msg.prompt, list):
         return " ".join(str(t) for t in msg.prompt)
     return msg.prompt or ""
+
+
+def overflow_error(request: Generate, text: str) -> Error:
+    words = text.split()
+    limit = int(words[1])
+    max_tokens = request.sampling.max_tokens
+    return Error(
+        request_id=request.request_id,
+        status=400,
+        type="invalid_request_error",
+        param="messages" if len(words) >= limit else "max_tokens",
+        code="context_length_exceeded",
+        message=f"This model's maximum context length is {limit} tokens.",
+        overflow=ContextOverflow(len(words), max_tokens, limit),
+    )
 
 
 def main() -> None:
@@ -172,6 +191,9 @@ def main() -> None:
                                 message="too long",
                             )
                         )
+                        continue
+                    if behaviour == "overflow":
+                        send(overflow_error(request, text))
                         continue
                     words = text.split()
                     thinking = bool(request.chat_template_kwargs.get("enable_thinking"))

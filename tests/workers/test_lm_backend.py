@@ -87,6 +87,9 @@ def test_long_messages_overflow_the_context(lm) -> None:
         "messages",
     )
     assert "maximum context length is 2048 tokens" in err.value.message
+    overflow = err.value.overflow
+    assert overflow is not None and overflow.prompt_tokens > 2048
+    assert (overflow.max_tokens, overflow.limit) == (None, 2048)
 
 
 def test_max_tokens_beyond_the_context(lm) -> None:
@@ -96,6 +99,12 @@ def test_max_tokens_beyond_the_context(lm) -> None:
     assert err.value.param == "max_tokens"
     assert err.value.code == "context_length_exceeded"
     assert "in the messages, 2040 in the completion" in err.value.message
+    overflow = err.value.overflow
+    assert overflow is not None and 8 < overflow.prompt_tokens < 2048
+    assert (overflow.max_tokens, overflow.limit) == (2040, 2048)
+    assert f"({overflow.prompt_tokens} in the messages" in err.value.message
+    # The numbers cross the wire with the error.
+    assert err.value.to_error("big").overflow == overflow
 
 
 def test_raw_prompt_overflow_names_the_prompt(lm) -> None:

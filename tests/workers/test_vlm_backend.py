@@ -5,10 +5,12 @@ cache and the request checks."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from PIL import Image
 
@@ -25,6 +27,7 @@ from mlx_gateway.protocol.messages import (
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.workers.tool_prompt import TOOL_SECTION
 from mlx_gateway.workers.vlm import VlmBackend
 from tests.fixtures.tiny_vlm import PATCH
 
@@ -333,3 +336,46 @@ def test_kv_bits_reach_mlx_vlm_and_a_group_that_does_not_fit_is_refused(
     # The tiny model's heads are 16 wide: no kv_group_size (32, 64, 128) divides them.
     with pytest.raises(LoadError, match="kv_group_size 32 does not divide"):
         Run(tiny_vlm_path, options={"kv_bits": 8, "kv_group_size": 32})
+
+
+def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+        {"role": "system", "content": "Be brief."},
+    ]
+    # The tiny Qwen2-VL template renders any role: the system turn stays in place.
+    assert run.backend._apply_template(messages, 0, {}) == (
+        "<|im_start|>user\nhello<|im_end|>\n<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    # A template that refuses it with raise_exception: it leads instead.
+    run.backend.processor.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
+        "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+        "<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+        "{% else %}{% for c in m['content'] %}{{ c['text'] }}{% endfor %}{% endif %}"
+        "<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
+    )
+    assert run.backend._apply_template(messages, 0, {}).startswith(
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
+    )
+
+
+def test_tools_reach_a_template_that_ignores_them(run: Run) -> None:
+    # The tiny model's template renders role and content only: the worker writes
+    # the tools into a system message itself (see workers/tool_prompt.py).
+    assert run.backend.tool_prompt.fallback
+    tool = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object"}},
+    }
+    plain = ask("plain", images=0, text="weather?")
+    run.submit(plain)
+    run.submit(
+        msgspec.structs.replace(plain, request_id="tools", chat_template_kwargs={"tools": [tool]})
+    )
+    run.drain()
+    assert run.started("tools").prompt_tokens > run.started("plain").prompt_tokens + 50
+    text = run.backend._apply_template(plain.messages or [], 0, {"tools": [tool]})
+    section = TOOL_SECTION.format(tools=json.dumps(tool))
+    assert text.startswith(f"<|im_start|>system\n{section}<|im_end|>\n<|im_start|>user\nweather?")

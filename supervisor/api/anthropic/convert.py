@@ -1,6 +1,9 @@
 """From an Anthropic Messages request to the chat-completions vocabulary of a turn.
 
-* ``system`` becomes the first, ``system`` message;
+* ``system`` becomes the first, ``system`` message; a ``system`` message inside
+  ``messages`` (allowed by a beta, see :mod:`.betas`) stays a ``system`` message in
+  its place: the worker renders it as a system turn where the chat template does,
+  else adds its text to the first system message;
 * a user message's ``tool_result`` blocks become ``tool`` messages (before the rest
   of that message, as Anthropic requires results to come first); its text and
   images become a user message (images as ``image_url`` parts with a ``data:`` or
@@ -30,6 +33,7 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
 )
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.tools import ToolSpec, checked_spec
+from mlx_gateway.supervisor.errors import BadRequest
 
 
 def system_text(system: str | list[TextBlock] | None) -> str | None:
@@ -62,12 +66,15 @@ def to_chat(
     text = system_text(system)
     if text:
         out.append({"role": "system", "content": text})
-    for message in messages:
+    for i, message in enumerate(messages):
         blocks = (
             [TextBlock(message.content)] if isinstance(message.content, str) else message.content
         )
         if message.role == "assistant":
             out.append(_assistant(blocks))
+            continue
+        if message.role == "system":
+            out.append({"role": "system", "content": _system_message_text(blocks, i)})
             continue
         parts: list[dict[str, Any]] = []
         for block in blocks:
@@ -89,6 +96,20 @@ def to_chat(
             else:
                 out.append({"role": "user", "content": parts})
     return out
+
+
+def _system_message_text(blocks: list[Any], index: int) -> str:
+    for block in blocks:
+        if not isinstance(block, TextBlock):
+            raise BadRequest(
+                f"A system message holds only text blocks, not '{_block_type(block)}'.",
+                param=f"messages[{index}].content",
+            )
+    return "".join(block.text for block in blocks)
+
+
+def _block_type(block: Any) -> str:
+    return str(type(block).__struct_config__.tag)
 
 
 def _assistant(blocks: list[Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import CountTokens, Done
+from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import thinking_switch, to_chat, tool_spec
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
@@ -27,7 +28,7 @@ from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
 from mlx_gateway.supervisor.engine.vision_input import prepare_images
-from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
@@ -49,11 +50,30 @@ def error_type(status: int) -> str:
     return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
 
 
+def overflow_message(exc: ContextLengthExceeded) -> str:
+    """A context overflow in the Anthropic API's own words, which clients parse:
+    Claude Code retries with the ``max_tokens`` that fits when it reads the first."""
+    if exc.max_tokens is not None and exc.prompt_tokens <= exc.limit:
+        return (
+            f"input length and `max_tokens` exceed context limit: {exc.prompt_tokens} + "
+            f"{exc.max_tokens} > {exc.limit}, decrease input length or `max_tokens` and "
+            "try again"
+        )
+    return f"prompt is too long: {exc.prompt_tokens} tokens > {exc.limit} maximum"
+
+
+def error_message(exc: GatewayError) -> str:
+    """The message of ``exc`` for an Anthropic client (the OpenAI ``param`` goes into it)."""
+    if isinstance(exc, ContextLengthExceeded):
+        return overflow_message(exc)
+    if exc.param and exc.param not in exc.message:
+        return f"{exc.message} (param: {exc.param})"
+    return exc.message
+
+
 def anthropic_error(exc: GatewayError) -> JSONResponse:
-    """``exc`` in Anthropic's error shape (the OpenAI ``param`` goes into the message)."""
-    message = exc.message
-    if exc.param and exc.param not in message:
-        message += f" (param: {exc.param})"
+    """``exc`` in Anthropic's error shape."""
+    message = error_message(exc)
     body = {"type": "error", "error": {"type": error_type(exc.status), "message": message}}
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
@@ -74,10 +94,30 @@ def anthropic_errors(
     return wrapped
 
 
+def check_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> None:
+    """Refuse what the declared betas do not allow; log what is accepted but ignored."""
+    declared = betas.declared(request.headers)
+    betas.check_roles(req.messages, declared)
+    if logger.isEnabledFor(logging.DEBUG):
+        ignored = [
+            name
+            for name in ("context_management", "output_config")
+            if getattr(req, name) is not None
+        ]
+        if ignored or declared:
+            logger.debug(
+                "%s: ignored fields %s; betas %s",
+                request.url.path,
+                ", ".join(ignored) or "none",
+                ", ".join(sorted(declared)) or "none",
+            )
+
+
 @anthropic_errors
 async def create_message(request: Request) -> Response:
     """``POST /v1/messages``: JSON or, with ``stream``, Anthropic's event stream."""
     req = await read_json(request, MessagesRequest)
+    check_betas(request, req)
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/messages")
     tools = tool_spec(req.tools, req.tool_choice)
@@ -115,11 +155,14 @@ async def create_message(request: Request) -> Response:
                         yield chunk
             except GatewayError as exc:
                 logger.warning("message stream failed after it started: %s", exc.message)
-                yield builder.error(error_type(exc.status), exc.message)
+                yield builder.error(error_type(exc.status), error_message(exc))
             finally:
                 await running.aclose()
 
-        return await start_stream(handle, start, events)  # type: ignore[arg-type]
+        def failed(exc: GatewayError) -> bytes:
+            return builder.error(error_type(exc.status), error_message(exc))
+
+        return await start_stream(handle, start, events, failed)  # type: ignore[arg-type]
     running = await start
     try:
 
@@ -138,6 +181,7 @@ async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the prompt's tokens, counted by the model's
     own tokenizer and chat template (the worker renders it as for a real turn)."""
     req = await read_json(request, CountTokensRequest)
+    check_betas(request, req)
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/messages/count_tokens")
     tools = tool_spec(req.tools, req.tool_choice)

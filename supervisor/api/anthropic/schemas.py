@@ -3,7 +3,10 @@
 Decoding is the whole of type validation, as for the OpenAI endpoints: a wrong
 shape is a 400 naming the field (rendered in Anthropic's error shape by the
 handler). Unknown fields (``cache_control``, ``container``, ``mcp_servers``,
-``service_tier``, beta fields) are accepted and ignored.
+``service_tier``, beta fields) are accepted and ignored; ``context_management`` and
+``output_config``, which Claude Code sends, are read only to be logged (at debug) as
+ignored. A ``system`` message in ``messages`` decodes here and is allowed or refused
+by the request's betas (:mod:`.betas`).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ Block = (
 
 
 class AnthropicMessage(Struct):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
 
@@ -100,6 +103,8 @@ class MessagesRequest(Struct, kw_only=True):
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
     metadata: dict[str, Any] | None = None
+    context_management: Any = None
+    output_config: Any = None
 
 
 class CountTokensRequest(Struct, kw_only=True):
@@ -111,3 +116,5 @@ class CountTokensRequest(Struct, kw_only=True):
     tools: list[AnthropicTool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    context_management: Any = None
+    output_config: Any = None

@@ -15,9 +15,9 @@ from typing import Any
 import anyio
 
 from mlx_gateway.protocol.messages import Chunk, Done, Started, Transcribe, Transcript
-from mlx_gateway.supervisor.engine.generation import Handle
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.http import recorder
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.relay import WithPayloads
 
 
@@ -35,7 +35,7 @@ class Transcription:
         self._closed = False
 
     @classmethod
-    async def start(cls, handle: Handle, msg: Transcribe, audio: bytes) -> Transcription:
+    async def start(cls, handle: ModelHandle, msg: Transcribe, audio: bytes) -> Transcription:
         """Enter ``handle``'s session (waiting for the model), send ``msg`` with the
         ``audio`` file as its payload and wait until the worker decoded it.
 

@@ -163,8 +163,8 @@ def plain(turn: Turn) -> bool:
         and not request.tools.active
         and request.logprobs is None
         and resolve_reasoning(
-            getattr(turn.handle.config, "reasoning_parser", None),
-            getattr(getattr(turn.handle, "facts", None), "extra", None),
+            turn.handle.config.reasoning_parser,
+            turn.handle.facts.extra if turn.handle.facts is not None else None,
         )
         is None
     )

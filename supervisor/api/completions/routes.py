@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 from uuid import uuid4
 
 from msgspec import UNSET
@@ -29,12 +30,14 @@ def single_prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:
     wrapped in a one-element list. Batches (several prompts) are a 400."""
     if isinstance(prompt, str):
         return prompt
+    one: str | list[Any] = prompt
     if len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
-        if isinstance(prompt, str):
-            return prompt
-    if prompt and all(isinstance(token, int) for token in prompt):
-        return prompt  # type: ignore[return-value]
+        one = prompt[0]
+        if isinstance(one, str):
+            return one
+    tokens = [token for token in one if isinstance(token, int)]
+    if tokens and len(tokens) == len(one):
+        return tokens
     raise BadRequest(
         "'prompt' must be a string or a list of token ids; "
         "several prompts in one request are not supported.",

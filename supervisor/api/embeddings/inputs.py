@@ -52,7 +52,7 @@ _SHAPES = (
 )
 
 
-_NAMES = {str: "string", list: "list of token ids"}
+_NAMES: dict[type, str] = {str: "string", list: "list of token ids"}
 
 
 def split_input(value: Input) -> tuple[list[str], list[list[int]]]:

@@ -33,6 +33,7 @@ from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
 from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.relay import WithPayloads
 
 ENDPOINT = "/v1/embeddings"
@@ -51,7 +52,7 @@ async def create_embeddings(request: Request) -> Response:
         texts=texts,
         token_ids=token_ids,
         dimensions=req.dimensions,
-        truncate=bool(getattr(handle.config, "truncate", False)),
+        truncate=handle.config.truncate,
     )
     header, matrix, prompt_tokens = await unless_disconnected(request, embed(handle, msg))
     usage = EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
@@ -77,7 +78,7 @@ def render(
     return msgspec.json.encode(EmbeddingList(data=data, model=model, usage=usage))
 
 
-async def embed(handle: Any, msg: Embed) -> tuple[Embeddings, bytes, int]:
+async def embed(handle: ModelHandle, msg: Embed) -> tuple[Embeddings, bytes, int]:
     """Run ``msg`` on ``handle``'s worker: the header, the matrix bytes and the
     prompt tokens. Raises the worker's error as a :class:`GatewayError`; when
     cancelled (the client left) the worker is told to drop the request."""

@@ -21,9 +21,9 @@ from typing import Any
 import anyio
 
 from mlx_gateway.protocol.messages import Done, GenerateImage, Image, ImageStep, Started
-from mlx_gateway.supervisor.engine.generation import Handle
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.http import recorder
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.relay import WithPayloads
 
 
@@ -81,7 +81,7 @@ class ImageJob:
 
     @classmethod
     async def start(
-        cls, handle: Handle, model: str, msg: GenerateImage, files: list[bytes]
+        cls, handle: ModelHandle, model: str, msg: GenerateImage, files: list[bytes]
     ) -> ImageJob:
         """Enter ``handle``'s session (waiting for the model), send ``msg`` with its
         input ``files`` and wait until the worker accepted it.

@@ -19,7 +19,6 @@ import base64
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 from uuid import uuid4
 
 from starlette.requests import Request
@@ -50,6 +49,7 @@ from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import SSE_HEADERS, JSONResponse, error_event
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _upload_limit(request: Request) -> int:
     return int(max(limits, default=DEFAULT_IMAGE_MB) * MIB)
 
 
-def _message(req: ImageFields, handle: Any, *, images: int, mask: bool) -> GenerateImage:
+def _message(req: ImageFields, handle: ModelHandle, *, images: int, mask: bool) -> GenerateImage:
     size = check_fields(req, IMAGE_SIZE_MULTIPLE, handle.config.max_output_pixels)
     return GenerateImage(
         request_id=f"img-{uuid4().hex}",
@@ -175,7 +175,7 @@ def _message(req: ImageFields, handle: Any, *, images: int, mask: bool) -> Gener
 
 async def _serve(
     request: Request,
-    handle: Any,
+    handle: ModelHandle,
     req: ImageFields,
     msg: GenerateImage,
     files: list[bytes],

@@ -12,6 +12,7 @@ from mlx_gateway.supervisor.api.images.job import progress_of
 from mlx_gateway.supervisor.config.image import IMAGE_KIND
 from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CREATED = int(time.time())
 """The ``created`` of every model: when the gateway started."""
@@ -19,7 +20,7 @@ CREATED = int(time.time())
 OWNED_BY = "mlx-gateway"
 
 
-def model_object(handle: Any) -> dict[str, Any]:
+def model_object(handle: ModelHandle) -> dict[str, Any]:
     """The OpenAI model object of ``handle``, plus its live status (``state``,
     ``inflight``, ...) and configuration facts (``aliases``, ``model_type``)."""
     entry: dict[str, Any] = {

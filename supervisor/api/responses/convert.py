@@ -76,10 +76,11 @@ def to_chat(items: list[InputItem], where: str = "input") -> list[dict[str, Any]
                 else:
                     messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
             case FunctionCallOutputItem(call_id=call_id, output=output):
-                content = _parts(output, f"{where}[{i}].output")
-                if not isinstance(content, str):
-                    content = "".join(p.get("text", "") for p in content)
-                messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+                parts = _parts(output, f"{where}[{i}].output")
+                text = (
+                    parts if isinstance(parts, str) else "".join(p.get("text", "") for p in parts)
+                )
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
             case _:
                 pass  # reasoning
     return messages

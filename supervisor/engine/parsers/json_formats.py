@@ -15,7 +15,7 @@ _decoder = json.JSONDecoder()
 def json_objects(text: str) -> list[Any]:
     """Every JSON value in ``text``, one after the other, separated by white space,
     commas or semicolons (the separators models put between calls)."""
-    values = []
+    values: list[Any] = []
     pos, end = 0, len(text)
     while True:
         while pos < end and text[pos] in " \t\r\n,;":

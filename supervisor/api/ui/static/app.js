@@ -1,0 +1,421 @@
+// mlx-gateway web UI: plain JavaScript, no build step. Everything it shows comes
+// from the gateway's own API, called with the key typed into the page.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const state = { models: [], samples: [], logAbort: null, chatAbort: null, recorder: null, recorded: null };
+const HISTORY_SECONDS = 300;
+
+// ------------------------------------------------------------------ API access
+function key() { return localStorage.getItem("mlx-gateway-key") || ""; }
+function headers(extra = {}) {
+  const h = { ...extra };
+  if (key()) h["Authorization"] = "Bearer " + key();
+  return h;
+}
+// One notice line; each part of the page clears only the notice it set itself.
+function notice(text, source = "action") {
+  const el = $("#notice");
+  if (!text && el.dataset.source && el.dataset.source !== source) return;
+  el.textContent = text || "";
+  el.dataset.source = text ? source : "";
+  el.hidden = !text;
+}
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: headers(options.headers) });
+  if (!response.ok) {
+    let message = response.status + " " + response.statusText;
+    try { const body = await response.json(); message = body.error?.message || message; } catch (e) { /* not JSON */ }
+    const error = new Error(message);
+    error.status = response.status;
+    throw error;
+  }
+  return response;
+}
+// Reads an SSE body: onEvent(json or "[DONE]") for data lines, onComment(text) for ": …".
+async function readSSE(response, onEvent, onComment) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      for (const line of block.split("\n")) {
+        if (line.startsWith("data: ")) {
+          const data = line.slice(6);
+          onEvent(data === "[DONE]" ? data : JSON.parse(data));
+        } else if (line.startsWith(":") && onComment) {
+          onComment(line.slice(1).trim());
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ views
+function show(view) {
+  for (const tab of document.querySelectorAll("nav button")) {
+    tab.setAttribute("aria-selected", String(tab.dataset.view === view));
+  }
+  for (const section of document.querySelectorAll(".view")) {
+    section.hidden = section.id !== "view-" + view;
+  }
+  if (view === "logs") startLogs(); else stopLogs();
+  location.hash = view;
+}
+
+// ------------------------------------------------------------------ models
+function bytes(n) {
+  if (n == null) return "–";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
+  return n.toFixed(n < 10 && i ? 1 : 0) + " " + units[i];
+}
+function rate(model, field, seconds) {
+  const now = state.samples[state.samples.length - 1];
+  if (!now) return 0;
+  const then = state.samples.find((s) => now.time - s.time <= seconds) || now;
+  const dt = now.time - then.time;
+  if (dt <= 0) return 0;
+  return ((now.models[model]?.[field] || 0) - (then.models[model]?.[field] || 0)) / dt;
+}
+function sparkline(model) {
+  const points = [];
+  for (let i = 1; i < state.samples.length; i++) {
+    const a = state.samples[i - 1], b = state.samples[i];
+    const dt = b.time - a.time;
+    const tokens = (b.models[model]?.completion_tokens || 0) - (a.models[model]?.completion_tokens || 0);
+    points.push(dt > 0 ? tokens / dt : 0);
+  }
+  const max = Math.max(1, ...points);
+  const w = 90, h = 22;
+  const path = points.map((p, i) => `${(i / Math.max(1, points.length - 1)) * w},${h - (p / max) * h}`).join(" ");
+  return `<svg class="spark" width="${w}" height="${h}" aria-hidden="true"><polyline fill="none" stroke="currentColor" stroke-width="1.2" points="${path}"/></svg>`;
+}
+function escapeHtml(text) {
+  return String(text ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+function renderBudget(health) {
+  const memory = health.memory || health.budget;
+  const box = $("#budget");
+  if (!memory || memory.budget == null) { box.hidden = true; return; }
+  box.hidden = false;
+  const reserved = memory.reserved ?? 0;
+  box.querySelector(".budget-text").textContent =
+    `Memory budget ${bytes(memory.budget)} · reserved ${bytes(reserved)} · free ${bytes(memory.free ?? memory.budget - reserved)}`;
+  box.querySelector(".reserved").style.width = Math.min(100, (100 * reserved) / memory.budget) + "%";
+}
+function renderModels() {
+  const budget = state.budget || 0;
+  const rows = state.models.map((m) => {
+    const need = m.memory ?? m.memory_need;
+    const width = budget && need ? Math.min(100, (100 * need) / budget) : 0;
+    const progress = m.load_progress ? ` ${Math.round(100 * (m.load_progress.fraction || 0))}% ${escapeHtml(m.load_progress.stage)}` : "";
+    const perMinute = rate(m.id, "requests", 60) * 60;
+    const tokens = rate(m.id, "completion_tokens", 60);
+    return `<tr data-model="${escapeHtml(m.id)}">
+      <td data-label="Model"><strong>${escapeHtml(m.id)}</strong>${m.aliases?.length ? `<div class="muted">${escapeHtml(m.aliases.join(", "))}</div>` : ""}</td>
+      <td data-label="Type">${escapeHtml(m.model_type)}</td>
+      <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}</td>
+      <td data-label="Memory">${bytes(need)}${m.memory == null && need != null ? ' <span class="muted">(est.)</span>' : ""}<div class="bar"><span style="width:${width}%"></span></div></td>
+      <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div></td>
+      <td data-label="Activity">${sparkline(m.id)}</td>
+      <td data-label="Last error">${m.error ? escapeHtml(m.error) : '<span class="muted">–</span>'}${m.crashes ? `<div class="muted">${m.crashes} crash(es)</div>` : ""}</td>
+      <td class="actions">
+        <button data-action="load" ${m.state === "ready" || m.state === "loading" ? "disabled" : ""}>Load</button>
+        <button data-action="unload" ${m.state === "unloaded" ? "disabled" : ""}>Unload</button>
+        <button data-action="pin">${m.pinned ? "Unpin" : "Pin"}</button>
+      </td></tr>`;
+  });
+  $("#models tbody").innerHTML = rows.join("");
+}
+async function refresh() {
+  try {
+    const [models, stats, health] = await Promise.all([
+      api("/v1/models").then((r) => r.json()),
+      api("/ui/stats").then((r) => r.json()),
+      fetch("/health").then((r) => r.json()),
+    ]);
+    state.models = models.data;
+    state.samples.push(stats);
+    while (state.samples.length > 2 && stats.time - state.samples[0].time > HISTORY_SECONDS) state.samples.shift();
+    const memory = health.memory || health.budget;
+    state.budget = memory?.budget || 0;
+    renderBudget(health);
+    renderModels();
+    fillModelSelects();
+    notice("", "refresh");
+  } catch (error) {
+    notice(error.status === 401 ? "This gateway needs an API key: type it at the top right." : "Cannot reach the gateway: " + error.message, "refresh");
+  }
+}
+async function modelAction(name, action, pinned) {
+  const path = `/v1/models/${encodeURIComponent(name).replace(/%2F/g, "/")}/${action}`;
+  const body = action === "pin" ? JSON.stringify({ pinned: !pinned }) : undefined;
+  try {
+    await api(path, { method: "POST", body, headers: body ? { "Content-Type": "application/json" } : {} });
+    notice("");
+  } catch (error) {
+    notice(`${action} '${name}' refused: ${error.message}`);
+  }
+  refresh();
+}
+
+// ------------------------------------------------------------------ logs
+function fillModelSelects() {
+  const names = state.models.map((m) => m.id);
+  for (const [sel, withAll] of [["#log-model", true], ["#pg-model", false]]) {
+    const select = $(sel);
+    const current = [...select.options].map((o) => o.value).filter((v) => v);
+    if (current.join("\n") === names.join("\n")) continue;
+    const value = select.value;
+    select.innerHTML = (withAll ? '<option value="">all</option>' : "") +
+      names.map((n) => `<option value="${escapeHtml(n)}">${escapeHtml(n)}</option>`).join("");
+    if (names.includes(value)) select.value = value;
+    if (sel === "#pg-model") choosePlayground();
+  }
+}
+function stopLogs() {
+  if (state.logAbort) state.logAbort.abort();
+  state.logAbort = null;
+}
+async function startLogs() {
+  stopLogs();
+  const controller = new AbortController();
+  state.logAbort = controller;
+  const model = $("#log-model").value;
+  const out = $("#log-lines");
+  out.textContent = "";
+  $("#log-state").textContent = "connecting…";
+  try {
+    const response = await api("/ui/logs" + (model ? "?model=" + encodeURIComponent(model) : ""), { signal: controller.signal });
+    $("#log-state").textContent = "live";
+    notice("", "logs");
+    await readSSE(response, (entry) => {
+      const line = document.createElement("span");
+      line.className = "lvl-" + entry.level;
+      const time = new Date(entry.ts * 1000).toLocaleTimeString();
+      line.textContent = `${time} ${entry.level.padEnd(7)} ${entry.model ? "[" + entry.model + "] " : ""}${entry.message}\n`;
+      out.appendChild(line);
+      while (out.childNodes.length > 2000) out.removeChild(out.firstChild);
+      if ($("#log-follow").checked) out.scrollTop = out.scrollHeight;
+    });
+    $("#log-state").textContent = "ended";
+  } catch (error) {
+    if (error.name !== "AbortError") {
+      $("#log-state").textContent = "";
+      notice(error.status === 403 || error.status === 401 ? "Logs need the admin key: " + error.message : "Logs: " + error.message, "logs");
+    }
+  }
+}
+
+// ------------------------------------------------------------------ playground
+function kindOf(model) {
+  const type = model?.model_type || "";
+  if (type === "vlm" || type === "multimodal") return "vlm";
+  if (type === "embeddings") return "embeddings";
+  if (type === "whisper") return "audio";
+  if (type.startsWith("image")) return "image";
+  return "lm";
+}
+function choosePlayground() {
+  const model = state.models.find((m) => m.id === $("#pg-model").value);
+  const kind = kindOf(model);
+  $("#pg-kind").textContent = model ? model.model_type : "";
+  $("#pg-chat").hidden = !(kind === "lm" || kind === "vlm");
+  $("#chat-image-label").hidden = kind !== "vlm";
+  $("#pg-embeddings").hidden = kind !== "embeddings";
+  $("#pg-audio").hidden = kind !== "audio";
+  $("#pg-image").hidden = kind !== "image";
+}
+function bubble(role) {
+  const el = document.createElement("div");
+  el.className = "msg " + role;
+  $("#chat-log").appendChild(el);
+  return el;
+}
+const chatHistory = [];
+function fileAsDataURL(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+async function sendChat(event) {
+  event.preventDefault();
+  const text = $("#chat-input").value.trim();
+  if (!text) return;
+  const image = $("#chat-image").files[0];
+  let content = text;
+  if (image && !$("#chat-image-label").hidden) {
+    content = [{ type: "image_url", image_url: { url: await fileAsDataURL(image) } }, { type: "text", text }];
+  }
+  chatHistory.push({ role: "user", content });
+  bubble("user").textContent = text;
+  $("#chat-input").value = "";
+  const answer = bubble("assistant");
+  const reasoning = document.createElement("details");
+  reasoning.innerHTML = "<summary>Reasoning</summary><div></div>";
+  reasoning.hidden = true;
+  const body = document.createElement("div");
+  const tools = document.createElement("div");
+  tools.className = "tools";
+  answer.append(reasoning, body, tools);
+  const calls = [];
+  const controller = new AbortController();
+  state.chatAbort = controller;
+  $("#chat-stop").hidden = false;
+  $("#chat-send").disabled = true;
+  try {
+    const response = await api("/v1/chat/completions", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: $("#pg-model").value, messages: chatHistory, stream: true }),
+      signal: controller.signal,
+    });
+    await readSSE(response, (chunk) => {
+      if (chunk === "[DONE]") return;
+      if (chunk.error) throw new Error(chunk.error.message);
+      const delta = chunk.choices?.[0]?.delta || {};
+      if (delta.reasoning_content) {
+        reasoning.hidden = false;
+        reasoning.querySelector("div").textContent += delta.reasoning_content;
+      }
+      if (delta.content) body.textContent += delta.content;
+      for (const call of delta.tool_calls || []) {
+        const entry = (calls[call.index] ||= { name: "", arguments: "" });
+        entry.name += call.function?.name || "";
+        entry.arguments += call.function?.arguments || "";
+        tools.textContent = calls.map((c) => `tool call ${c.name}(${c.arguments})`).join("\n");
+      }
+    });
+    chatHistory.push({ role: "assistant", content: body.textContent });
+  } catch (error) {
+    if (error.name !== "AbortError") body.textContent += `\n[error: ${error.message}]`;
+  } finally {
+    $("#chat-stop").hidden = true;
+    $("#chat-send").disabled = false;
+    state.chatAbort = null;
+  }
+}
+async function compareEmbeddings() {
+  const texts = $("#emb-input").value.split("\n").map((t) => t.trim()).filter(Boolean);
+  const out = $("#emb-out");
+  try {
+    const reply = await (await api("/v1/embeddings", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: $("#pg-model").value, input: texts }),
+    })).json();
+    const vectors = reply.data.map((d) => d.embedding);
+    const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+    const cos = (a, b) => a.reduce((s, x, i) => s + x * b[i], 0) / (norm(a) * norm(b));
+    let html = '<table class="sim"><tr><th></th>' + texts.map((_, i) => `<th>${i + 1}</th>`).join("") + "</tr>";
+    texts.forEach((t, i) => {
+      html += `<tr><th title="${escapeHtml(t)}">${i + 1}. ${escapeHtml(t.slice(0, 40))}</th>` +
+        vectors.map((v) => `<td>${cos(vectors[i], v).toFixed(3)}</td>`).join("") + "</tr>";
+    });
+    out.innerHTML = html + "</table>";
+  } catch (error) {
+    out.textContent = "error: " + error.message;
+  }
+}
+async function toggleRecording() {
+  if (state.recorder) { state.recorder.stop(); return; }
+  try {
+    const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+    const recorder = new MediaRecorder(stream);
+    const parts = [];
+    recorder.ondataavailable = (e) => parts.push(e.data);
+    recorder.onstop = () => {
+      stream.getTracks().forEach((t) => t.stop());
+      state.recorded = new Blob(parts, { type: recorder.mimeType });
+      state.recorder = null;
+      $("#audio-record").textContent = "Record";
+      $("#audio-out").textContent = `recorded ${(state.recorded.size / 1024).toFixed(0)} KB: press Transcribe`;
+    };
+    recorder.start();
+    state.recorder = recorder;
+    $("#audio-record").textContent = "Stop recording";
+  } catch (error) {
+    $("#audio-out").textContent = "cannot record: " + error.message;
+  }
+}
+async function transcribe() {
+  const file = $("#audio-file").files[0] || state.recorded;
+  if (!file) { $("#audio-out").textContent = "choose or record a file first"; return; }
+  const form = new FormData();
+  form.append("file", file, file.name || "recording.webm");
+  form.append("model", $("#pg-model").value);
+  $("#audio-out").textContent = "";
+  try {
+    form.append("stream", "true");
+    const response = await api("/v1/audio/transcriptions", { method: "POST", body: form });
+    await readSSE(response, (event) => {
+      if (event === "[DONE]") return;
+      if (event.type === "transcript.text.delta") $("#audio-out").textContent += event.delta;
+      if (event.type === "transcript.text.done") $("#audio-out").textContent = event.text;
+    });
+  } catch (error) {
+    $("#audio-out").textContent = "error: " + error.message;
+  }
+}
+async function generateImage() {
+  const steps = Number($("#img-steps").value) || 4;
+  $("#img-progress").textContent = "waiting for the model…";
+  $("#img-bar").style.width = "0";
+  try {
+    const response = await api("/v1/images/generations", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: $("#pg-model").value, prompt: $("#img-prompt").value,
+                             size: $("#img-size").value, steps, stream: true, partial_images: 1 }),
+    });
+    await readSSE(response, (event) => {
+      if (event === "[DONE]" || !event.b64_json) return;
+      $("#img-out").src = "data:image/png;base64," + event.b64_json;
+      $("#img-out").hidden = false;
+      if (event.type.endsWith("completed")) { $("#img-progress").textContent = "done"; $("#img-bar").style.width = "100%"; }
+    }, (comment) => {
+      const m = comment.match(/step (\d+)\/(\d+)/);
+      if (m) {
+        $("#img-progress").textContent = comment;
+        $("#img-bar").style.width = (100 * Number(m[1])) / Number(m[2]) + "%";
+      }
+    });
+  } catch (error) {
+    $("#img-progress").textContent = "error: " + error.message;
+  }
+}
+
+// ------------------------------------------------------------------ wiring
+$("#key").value = key();
+$("#key").addEventListener("change", () => { localStorage.setItem("mlx-gateway-key", $("#key").value); notice("", $("#notice").dataset.source); refresh(); if (!$("#view-logs").hidden) startLogs(); });
+for (const tab of document.querySelectorAll("nav button")) tab.addEventListener("click", () => show(tab.dataset.view));
+$("#models tbody").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-action]");
+  if (!button) return;
+  const name = button.closest("tr").dataset.model;
+  const model = state.models.find((m) => m.id === name);
+  modelAction(name, button.dataset.action, model?.pinned);
+});
+$("#log-model").addEventListener("change", startLogs);
+$("#log-clear").addEventListener("click", () => { $("#log-lines").textContent = ""; });
+$("#pg-model").addEventListener("change", choosePlayground);
+$("#chat-form").addEventListener("submit", sendChat);
+$("#chat-stop").addEventListener("click", () => state.chatAbort?.abort());
+$("#emb-run").addEventListener("click", compareEmbeddings);
+$("#audio-record").addEventListener("click", toggleRecording);
+$("#audio-run").addEventListener("click", transcribe);
+$("#img-run").addEventListener("click", generateImage);
+refresh();
+setInterval(refresh, 2000);
+const VIEWS = ["models", "logs", "playground"];
+const wanted = (location.hash || "").slice(1);
+show(VIEWS.includes(wanted) ? wanted : "models");

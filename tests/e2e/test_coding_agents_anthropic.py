@@ -1,0 +1,203 @@
+"""Coding agents on the Anthropic Messages API, against a whole gateway process
+serving a tiny random llama with 32768 positions (and an end-of-sequence token it
+reaches after a few tokens, so answers end by themselves):
+
+* Claude Code itself (npm ``@anthropic-ai/claude-code``, installed by the test
+  setup), ``claude -p`` with its default tools: its ``mid-conversation-system``
+  beta and system messages, and its retry with a smaller ``max_tokens`` when the
+  gateway words a context overflow the way Anthropic does;
+* the ``anthropic`` SDK: a forced tool call streamed, its result sent back, and the
+  final answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from .gateway import Gateway
+
+pytestmark = pytest.mark.slow
+
+MODEL = "tiny-coder"
+CLAUDE_CODE_DIR = Path.home() / ".cache" / "mlx-gateway-tests" / "claude-code"
+CLAUDE_CODE_ENV = {
+    # No internet: no telemetry, error reports, update checks or other side traffic.
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
+
+
+def _npm(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: Claude Code comes from the npm registry")
+    try:
+        return subprocess.run(
+            [npm, *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:  # e.g. a registry that never answers
+        return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def claude_code() -> Path:
+    """The ``claude`` command, installed (or brought up to date) from the npm registry
+    into a cache folder of the tests."""
+    CLAUDE_CODE_DIR.mkdir(parents=True, exist_ok=True)
+    install = _npm(
+        "install",
+        "--prefix",
+        str(CLAUDE_CODE_DIR),
+        "--no-audit",
+        "--no-fund",
+        "@anthropic-ai/claude-code",
+        timeout=600,
+    )
+    if install.returncode != 0:
+        if _npm("ping", timeout=60).returncode != 0:
+            pytest.skip(f"the npm registry is unreachable:\n{install.stderr[-2000:]}")
+        raise AssertionError(f"npm install @anthropic-ai/claude-code failed:\n{install.stderr}")
+    claude = CLAUDE_CODE_DIR / "node_modules" / ".bin" / "claude"
+    assert claude.exists(), f"npm installed no {claude}"
+    return claude
+
+
+@pytest.fixture(scope="module")
+def gateway(tiny_lm_32k_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    tmp = tmp_path_factory.mktemp("coding-agents")
+    model = {
+        "model_path": str(tiny_lm_32k_path),
+        "served_model_name": MODEL,
+        "idle_timeout": 0,
+        "on_demand": False,
+    }
+    # debug: the log shows the betas and ignored fields of each Messages request.
+    gw = Gateway(tmp, [model], log_level="debug")
+    try:
+        deadline = time.monotonic() + 60
+        while gw.model(MODEL)["state"] != "ready":
+            assert time.monotonic() < deadline, gw.log()
+            time.sleep(0.2)
+        yield gw
+    finally:
+        gw.stop()
+
+
+def test_claude_code_runs_a_prompt(claude_code: Path, gateway: Gateway, tmp_path: Path) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gateway.base_url,
+        "ANTHROPIC_API_KEY": "sk-local",
+        **CLAUDE_CODE_ENV,
+    }
+    started = time.monotonic()
+    run = subprocess.run(
+        [str(claude_code), "-p", "Say hello.", "--model", MODEL],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    took = time.monotonic() - started
+    version = subprocess.run(
+        [str(claude_code), "--version"], env=env, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    print(f"{version}: claude -p took {took:.1f} s")
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, f"{output}\n--- gateway log ---\n{gateway.log()[-5000:]}"
+    assert "API Error" not in output
+    log = gateway.log()
+    assert "mid-conversation-system-" in log  # the beta it declared reached the gateway
+    # Claude Code asks for max_tokens 32000, which does not fit next to its prompt in
+    # 32768 positions: it read the overflow error and asked again with less.
+    assert "32000 in the completion" in log, log[-5000:]
+
+
+TOOL: Any = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    },
+}
+
+
+async def test_a_streamed_tool_use_round_trip(gateway: Gateway) -> None:
+    client = anthropic.AsyncAnthropic(
+        base_url=gateway.base_url, api_key="unused", max_retries=0, timeout=60
+    )
+    messages: list[Any] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    stream = await client.messages.create(
+        model=MODEL,
+        max_tokens=200,
+        messages=messages,
+        tools=[TOOL],
+        tool_choice={"type": "tool", "name": "get_weather"},
+        stream=True,
+    )
+    events = [event async for event in stream]
+    names = [e.type for e in events if e.type != "content_block_delta"]
+    assert names == [
+        "message_start",
+        "content_block_start",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    start = next(e for e in events if e.type == "content_block_start")
+    block = start.content_block
+    assert block.type == "tool_use" and block.name == "get_weather"
+    assert block.id.startswith("toolu_")
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    assert deltas and all(d.type == "input_json_delta" for d in deltas)
+    arguments = json.loads("".join(d.partial_json for d in deltas))  # type: ignore[union-attr]
+    assert set(arguments) == {"city", "days"}
+    assert isinstance(arguments["city"], str) and isinstance(arguments["days"], int)
+    ending = next(e for e in events if e.type == "message_delta")
+    assert ending.delta.stop_reason == "tool_use"
+
+    messages += [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": block.id, "name": block.name, "input": arguments}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": block.id, "content": "Sunny, 21 C."}
+            ],
+        },
+    ]
+    async with client.messages.stream(
+        model=MODEL, max_tokens=100, messages=messages, tools=[TOOL]
+    ) as final_stream:
+        final = await final_stream.get_final_message()
+    assert final.stop_reason in ("end_turn", "max_tokens")
+    assert all(b.type == "text" for b in final.content)  # the answer, no new call
+    first_prompt = next(e for e in events if e.type == "message_start").message.usage
+    assert final.usage.input_tokens > first_prompt.input_tokens  # the result was read
+    await client.close()
