@@ -29,7 +29,7 @@ from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.tool_prompt import TOOL_SECTION
 from mlx_gateway.workers.vlm import VlmBackend
-from tests.fixtures.tiny_vlm import PATCH
+from tests.fixtures.tiny_vlm import PATCH, build_tiny_qwen2_vl
 
 pytestmark = pytest.mark.slow
 
@@ -379,3 +379,26 @@ def test_tools_reach_a_template_that_ignores_them(run: Run) -> None:
     text = run.backend._apply_template(plain.messages or [], 0, {"tools": [tool]})
     section = TOOL_SECTION.format(tools=json.dumps(tool))
     assert text.startswith(f"<|im_start|>system\n{section}<|im_end|>\n<|im_start|>user\nweather?")
+
+
+@pytest.fixture(scope="module")
+def wide_head_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen2-VL with 2 heads of 32: a KV group of 32 fits its heads."""
+    return build_tiny_qwen2_vl(tmp_path_factory.mktemp("vl32") / "vl", heads=2)
+
+
+def test_kv_bits_quantize_mlx_vlm_batch_cache(wide_head_vlm: Path) -> None:
+    image = encode(Image.new("RGB", (56, 56), (200, 30, 30)))
+    texts, caches = [], []
+    for options in ({}, {"kv_bits": 8, "kv_group_size": 32}):
+        run = Run(wide_head_vlm, options=options)
+        run.submit(ask("a", text="describe this image " * 20, max_tokens=16), [image])
+        for _ in range(4):
+            run.backend.step()
+        batch = run.backend._generator._generation_batch  # mlx-vlm's running batch
+        caches.append(type(batch.prompt_cache[0]).__name__)
+        run.drain()
+        texts.append(run.text("a"))
+        assert run.done("a").usage.completion_tokens == 16
+    assert caches == ["BatchKVCache", "BatchQuantizedKVCache"]
+    assert texts[1] == texts[0]  # seen equal; 8-bit keys and values barely move greedy
