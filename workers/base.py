@@ -28,6 +28,7 @@ from mlx_gateway.protocol.messages import (
     Cancel,
     ContextOverflow,
     Error,
+    Limits,
     ModelFacts,
     Progress,
     Ready,
@@ -176,17 +177,18 @@ class MLXThread(threading.Thread):
         backend = self.backend
         return backend.counts() if backend is not None else (0, 0)
 
-    def kv_bytes(self) -> tuple[int, int]:
-        """The backend's KV cache bytes (running, kept) where it tracks them."""
+    def kv_bytes(self) -> tuple[int, int, int]:
+        """The backend's KV cache bytes (running, kept, admission limit) where it
+        tracks them."""
         read = getattr(self.backend, "kv_bytes", None)
         if read is None:
-            return 0, 0
+            return 0, 0, 0
         try:
-            active, kept = read()
-            return int(active), int(kept)
+            active, kept, limit = read()
+            return int(active), int(kept), int(limit)
         except Exception:  # a figure for a heartbeat must never break the worker
             log.debug("reading the KV cache size failed", exc_info=True)
-            return 0, 0
+            return 0, 0, 0
 
     def emit(self, msg: Reply, payloads: Sequence[bytes | memoryview] = ()) -> None:
         """Send ``msg``, followed by binary ``payloads`` (e.g. an embedding matrix)."""
@@ -264,6 +266,10 @@ def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
                 drain_until = until if drain_until is None else min(drain_until, until)
             elif isinstance(request, Cancel):
                 backend.cancel(request.request_id)
+            elif isinstance(request, Limits):
+                apply_limits = getattr(backend, "set_limits", None)
+                if apply_limits is not None:
+                    apply_limits(request)
             elif drain_until is not None:
                 request_id = getattr(request, "request_id", "")
                 emit(

@@ -124,6 +124,8 @@ class KvAdmission:
     window: int = 0
     max_size: int | None = None
     budget: int | None = None
+    free: int | None = None
+    """What the budget leaves this model's requests now (``Limits``), when told."""
 
     @classmethod
     def for_model(cls, config: dict[str, Any], spec: WorkerSpec) -> KvAdmission:
@@ -192,8 +194,10 @@ class KvAdmission:
         )
 
     def fits_beside(self, reserved: int, request: int) -> bool:
-        """Whether ``request`` bytes of KV fit beside ``reserved`` bytes of others."""
-        return self.budget is None or reserved + request <= self.budget
+        """Whether ``request`` bytes of KV fit beside ``reserved`` bytes of others,
+        within the budget and what it leaves now."""
+        limits = [x for x in (self.budget, self.free) if x is not None]
+        return not limits or reserved + request <= min(limits)
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:

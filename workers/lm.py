@@ -40,6 +40,7 @@ reused tokens. Options (``spec.options``): ``prompt_cache_bytes`` and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ from mlx_gateway.protocol.messages import (
     CountTokens,
     Done,
     Generate,
+    Limits,
     ModelFacts,
     Progress,
     Request,
@@ -338,8 +340,13 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
     def counts(self) -> tuple[int, int]:
         return len(self._by_uid) + (self._solo is not None), len(self._queue)
 
-    def kv_bytes(self) -> tuple[int, int]:
-        """Bytes of KV cache held by the running requests, and by the prompt cache.
+    def set_limits(self, limits: Limits) -> None:
+        """The gateway says how much KV cache the budget leaves this model now."""
+        self.kv_admission = dataclasses.replace(self.kv_admission, free=max(limits.kv_free, 0))
+
+    def kv_bytes(self) -> tuple[int, int, int]:
+        """Bytes of KV cache held by the running requests and by the prompt cache,
+        and the limit requests are admitted against (0: none).
 
         Read from the worker's main thread for heartbeats: array sizes only (no
         evaluation); a figure read while a step replaces a cache may be a step old."""
@@ -353,7 +360,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
                 active += cache_bytes(getattr(batch, "prompt_cache", None))
         kept = self.prompt_cache.nbytes if self.prompt_cache is not None else 0
-        return active, kept
+        admission = self.kv_admission
+        limits = [x for x in (admission.budget, admission.free) if x is not None]
+        return active, kept, min(limits) if limits else 0
 
     # ------------------------------------------------------------ generation
 

@@ -34,6 +34,7 @@ from mlx_gateway.protocol.messages import (
     Progress,
     Ready,
     Reply,
+    Request,
     Shutdown,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
@@ -374,6 +375,12 @@ class WorkerHandle:
             "memory_need_source": need.source,
             "memory_need_parts": need.parts or None,
         }
+
+    def post(self, msg: Request) -> None:
+        """Send a control message to the running worker, without waiting (dropped
+        when none runs)."""
+        if self._proc is not None and self.state is WorkerState.READY:
+            self._relay.post(self._proc.worker_id, msg)
 
     @property
     def reserved(self) -> bool:

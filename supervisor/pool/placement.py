@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mlx_gateway.protocol.messages import Limits
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.budget import resolve_budget
@@ -65,15 +66,18 @@ class Placement:
         self._reserved: set[WorkerHandle] = set()
         self._draining: set[WorkerHandle] = set()
         self._estimates: dict[str, Need] = {}
+        self._limits_sent: dict[WorkerHandle, int] = {}
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
 
     # ------------------------------------------------------------ Room
 
     def notify(self) -> None:
-        """Something changed (a state, a request ended): waiters re-plan."""
+        """Something changed (a state, a request ended): waiters re-plan, and the
+        running language models hear what the budget leaves them now."""
         self._changed.set()
         self._changed = asyncio.Event()
+        self._send_limits()
 
     def is_reserved(self, handle: WorkerHandle) -> bool:
         return handle in self._reserved
@@ -84,6 +88,7 @@ class Placement:
     def released(self, handle: WorkerHandle) -> None:
         self._reserved.discard(handle)
         self._draining.discard(handle)
+        self._limits_sent.pop(handle, None)
 
     def measured(self, handle: WorkerHandle, need: int) -> int:
         return self.needs.record(handle.config, need)
@@ -104,13 +109,35 @@ class Placement:
             self._estimates[key] = estimate(handle.config)
         return self._estimates[key]
 
-    def kv_budget(self, handle: WorkerHandle) -> int | None:
+    def _own_without_kv(self, handle: WorkerHandle) -> int | None:
+        """The model's need beside its requests' KV cache (``None``: unknown)."""
         estimated = self._estimate(handle)
         if estimated.source == "estimated":
-            return max(0, self.budget - (estimated.bytes - estimated.parts.get("kv", 0)))
+            return estimated.bytes - estimated.parts.get("kv", 0)
         if estimated.source == "configured":
-            return max(0, self.budget - estimated.bytes)
+            return estimated.bytes
         return None
+
+    def kv_budget(self, handle: WorkerHandle) -> int | None:
+        own = self._own_without_kv(handle)
+        return None if own is None else max(0, self.budget - own)
+
+    def kv_free(self, handle: WorkerHandle) -> int | None:
+        """What the budget leaves ``handle``'s requests now: the budget minus the
+        other resident models' needs and its own weights and runtime."""
+        own = self._own_without_kv(handle)
+        if own is None:
+            return None
+        return max(0, self.budget - self.used(excluding=handle) - own)
+
+    def _send_limits(self) -> None:
+        for handle in self.handles:
+            if handle.state is not WorkerState.READY or handle.config.worker_kind != "lm":
+                continue
+            free = self.kv_free(handle)
+            if free is not None and self._limits_sent.get(handle) != free:
+                self._limits_sent[handle] = free
+                handle.post(Limits(kv_free=free))
 
     def need_of(self, handle: WorkerHandle) -> int:
         return self.need(handle).bytes

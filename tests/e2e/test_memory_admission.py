@@ -74,3 +74,34 @@ def test_the_kept_kv_cache_is_reported(gateway: Gateway) -> None:
     assert wait_until(lambda: kept() >= 20 * PER_TOKEN, timeout=10), kept()
     metrics = httpx.get(f"{gateway.base_url}/metrics", timeout=5).text
     assert 'mlx_gateway_model_memory_bytes{model="tiny",kind="kv_kept"}' in metrics
+
+
+@pytest.fixture(scope="module")
+def two_models(tiny_lm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    entry = {"model_path": str(tiny_lm_path), "memory_estimate": NEED}
+    gw = Gateway(
+        tmp_path_factory.mktemp("gw-limits"),
+        [{"served_model_name": "a", **entry}, {"served_model_name": "b", **entry}],
+        memory_budget=3 * NEED,
+    )
+    yield gw
+    gw.stop()
+
+
+def test_a_model_hears_what_the_budget_leaves_it(two_models: Gateway) -> None:
+    client = openai.OpenAI(base_url=f"{two_models.base_url}/v1", api_key="unused", max_retries=0)
+    hello = [{"role": "user", "content": "hello"}]
+
+    def limit_of(name: str) -> int:
+        detail = two_models.model(name)["memory_detail"] or {}
+        return int(detail.get("kv_limit", 0))
+
+    client.chat.completions.create(model="a", messages=hello, max_tokens=2)  # type: ignore[arg-type]
+    alone = 3 * NEED - NEED  # nothing else resident: all but a's own need
+    assert wait_until(lambda: limit_of("a") == alone, timeout=10), limit_of("a")
+    client.chat.completions.create(model="b", messages=hello, max_tokens=2)  # type: ignore[arg-type]
+    # b is resident now: a's requests get what b's need leaves (b's need is what
+    # its worker measured once it reported, so it is read back rather than assumed).
+    assert wait_until(lambda: limit_of("a") < alone, timeout=10), limit_of("a")
+    b_need = two_models.model("b")["memory_need"]
+    assert abs(limit_of("a") - (alone - b_need)) < 0.2 * b_need

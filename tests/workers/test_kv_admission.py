@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_gateway.protocol.messages import Error, Generate, SamplingParams, Started
+from mlx_gateway.protocol.messages import Error, Generate, Limits, SamplingParams, Started
 from mlx_gateway.workers.base import RequestError
 
 from .lm_recorder import Recorder
@@ -77,4 +77,24 @@ def test_a_request_waits_until_running_ones_free_their_kv(tiny_lm_path: Path) ->
     rec.run()
     assert not errors(rec)
     assert all(rec.done(n).usage.completion_tokens == 50 for n in ("one", "two", "three"))
+    rec.close()
+
+
+def test_what_the_budget_leaves_now_holds_requests_back(tiny_lm_path: Path) -> None:
+    each = prompt_tokens(tiny_lm_path, "hello world") + 50
+    rec = Recorder(
+        tiny_lm_path, solo=False, kv_budget_bytes=PER_TOKEN * 10_000, prompt_cache_bytes=0
+    )
+    # Another model took most of the budget: room for one request's KV, not two.
+    rec.backend.set_limits(Limits(kv_free=PER_TOKEN * each * 3 // 2))
+    assert rec.backend.kv_bytes()[2] == PER_TOKEN * each * 3 // 2
+    for name in ("one", "two"):
+        rec.submit(name, "hello world", max_tokens=50)
+    rec.step()
+    assert rec.backend.counts() == (1, 1)
+    rec.backend.set_limits(Limits(kv_free=PER_TOKEN * 10_000))  # the other model left
+    rec.step()
+    assert rec.backend.counts() == (2, 0)
+    rec.run()
+    assert not errors(rec)
     rec.close()

@@ -44,7 +44,7 @@ def prefill_and_measure(model: Path, **options: object) -> tuple[int, list[int]]
     while rec.backend._solo is None or rec.backend._solo.solo.prefilling:
         rec.step()
     rec.step()  # the first token: the whole prompt is in the cache
-    active, kept = rec.backend.kv_bytes()
+    active, kept, _ = rec.backend.kv_bytes()
     rec.run()
     assert kept == 0
     tokens = rec.tokens["long"]

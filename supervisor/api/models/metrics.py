@@ -61,13 +61,13 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         "mlx_gateway_model_memory_bytes",
         "Memory the model's worker last reported: rss, MLX active and MLX cache, and "
         "the KV cache of its running requests (kv_active) and of its prompt cache "
-        "(kv_kept).",
+        "(kv_kept), and the KV bytes it admits requests against (kv_limit).",
         ("model", "kind"),
         (
             ((h.name, kind), float(getattr(h.memory, kind)))
             for h in handles
             if h.memory is not None
-            for kind in ("rss", "mlx_active", "mlx_cache", "kv_active", "kv_kept")
+            for kind in ("rss", "mlx_active", "mlx_cache", "kv_active", "kv_kept", "kv_limit")
         ),
     )
     yield from gauge(
