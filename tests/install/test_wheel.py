@@ -8,6 +8,8 @@ whole module takes seconds once the cache holds the locked packages.
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 import shutil
 import signal
@@ -16,14 +18,21 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 import yaml
 
+from mlx_gateway.workers.extras import EXTRAS
 from tests.e2e.gateway import free_port
+from tests.fixtures.tiny_flux2 import CONFIG_NAME as FLUX_CONFIG_NAME
+from tests.fixtures.tiny_flux2 import MODEL_CONFIG as FLUX_MODEL_CONFIG
+
+FOX_MP3 = Path(__file__).resolve().parents[1] / "data" / "fox.mp3"
 
 pytestmark = pytest.mark.slow
 
@@ -139,13 +148,15 @@ def test_the_bare_install_runs_the_cli_without_mlx(gateway_venv: Path, tmp_path:
 
 
 class Launched:
-    """``mlx-gateway launch`` of a venv, on a free port, serving one lm model."""
+    """``mlx-gateway launch`` of a venv, on a free port, serving an lm model (and more)."""
 
-    def __init__(self, venv: Path, tmp: Path, model_path: Path) -> None:
+    def __init__(
+        self, venv: Path, tmp: Path, model_path: Path, more: list[dict[str, Any]] | None = None
+    ) -> None:
         self.port = free_port()
         config = tmp / "config.yaml"
         server = {"port": self.port, "shutdown_grace": 1, "start_timeout": 120}
-        models = [{"served_model_name": "tiny", "model_path": str(model_path)}]
+        models = [{"served_model_name": "tiny", "model_path": str(model_path)}, *(more or [])]
         config.write_text(yaml.safe_dump({"server": server, "models": models}))
         self.log_path = tmp / "gateway.log"
         with self.log_path.open("wb") as log:
@@ -173,7 +184,9 @@ class Launched:
         return self.log_path.read_text(errors="replace")
 
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0)
+        return openai.OpenAI(
+            base_url=f"{self.base_url}/v1", api_key="unused", max_retries=0, timeout=120
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -185,15 +198,15 @@ class Launched:
             self.proc.wait(10)
 
 
-Launch = Callable[[Path, Path], Launched]
+Launch = Callable[..., Launched]
 
 
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Launch]:
     started: list[Launched] = []
 
-    def start(venv: Path, model_path: Path) -> Launched:
-        started.append(Launched(venv, tmp_path, model_path))
+    def start(venv: Path, model_path: Path, more: list[dict[str, Any]] | None = None) -> Launched:
+        started.append(Launched(venv, tmp_path, model_path, more))
         return started[-1]
 
     yield start
@@ -233,3 +246,101 @@ def test_the_lm_extra_serves_a_model_from_the_wheel(
     assert reply.usage is not None and reply.usage.completion_tokens >= 1
     health = httpx.get(f"{gateway.base_url}/health", timeout=5).json()
     assert health["models"]["tiny"]["state"] == "ready", health
+
+
+@pytest.fixture(scope="module")
+def all_venv(build: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """docs/install.md's pip recipe: the wheel with [all], then the two backends
+    whose declared dependencies include torch, with --no-deps."""
+    venv = make_venv(tmp_path_factory.mktemp("all"), build, "[all]")
+    no_deps = [extra.no_deps for extra in EXTRAS.values() if extra.no_deps]
+    _, constraints = build
+    python = venv / "bin" / "python"
+    run(
+        uv(),
+        "pip",
+        "install",
+        "--quiet",
+        "--python",
+        python,
+        "-c",
+        constraints,
+        "--no-deps",
+        *no_deps,
+    )
+    return venv
+
+
+def png(size: int = 32) -> str:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (size, size), (200, 30, 30)).save(out, "PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+
+
+def test_every_backend_serves_from_an_all_install(
+    all_venv: Path,
+    tiny_lm_path: Path,
+    tiny_bert_path: Path,
+    tiny_vlm_path: Path,
+    tiny_whisper_path: Path,
+    tiny_flux2_path: Path,
+    launch: Launch,
+) -> None:
+    packages = installed(all_venv)
+    assert {"mlx-lm", "mlx-vlm", "mlx-embeddings", "mlx-whisper", "mflux"} <= packages
+    assert not packages & {"torch", "mlx-cuda-12", "mlx-cuda-13"}
+    gateway = launch(
+        all_venv,
+        tiny_lm_path,
+        [
+            {
+                "served_model_name": "bert",
+                "model_path": str(tiny_bert_path),
+                "model_type": "embeddings",
+            },
+            {"served_model_name": "vl", "model_path": str(tiny_vlm_path), "model_type": "vlm"},
+            {
+                "served_model_name": "whisper",
+                "model_path": str(tiny_whisper_path),
+                "model_type": "whisper",
+            },
+            {
+                "served_model_name": "flux",
+                "model_path": str(tiny_flux2_path),
+                "model_type": "image-generation",
+                "config_name": FLUX_CONFIG_NAME,
+                "model_config": FLUX_MODEL_CONFIG,
+                "size": "16x16",
+            },
+        ],
+    )
+    client = gateway.client()
+
+    def embed() -> None:
+        embedded = client.embeddings.create(model="bert", input=["a short text"])
+        assert len(embedded.data[0].embedding) > 0
+
+    def see() -> None:
+        image = {"type": "image_url", "image_url": {"url": png()}}
+        seen = client.chat.completions.create(
+            model="vl",
+            messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}],
+            max_tokens=3,
+        )
+        assert seen.usage is not None and seen.usage.completion_tokens >= 1
+
+    def hear() -> None:
+        with FOX_MP3.open("rb") as audio:
+            heard = client.audio.transcriptions.create(model="whisper", file=audio)
+        assert isinstance(heard.text, str)  # a random model: words, not the fox
+
+    def draw() -> None:
+        drawn = client.images.generate(model="flux", prompt="a red cat", extra_body={"steps": 2})
+        assert drawn.data and base64.b64decode(drawn.data[0].b64_json or "")[:4] == b"\x89PNG"
+
+    # At once: the four workers load side by side.
+    with ThreadPoolExecutor(4) as pool:
+        for done in [pool.submit(task) for task in (embed, see, hear, draw)]:
+            done.result()
