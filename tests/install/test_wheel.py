@@ -214,6 +214,20 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
         gateway.stop()
 
 
+def test_the_installed_gateway_serves_the_web_ui_files(
+    gateway_venv: Path, tiny_lm_path: Path, launch: Launch
+) -> None:
+    """Package data: the UI's static files are read from the installed wheel."""
+    gateway = launch(gateway_venv, tiny_lm_path)
+    static = sorted((ROOT / "supervisor" / "api" / "ui" / "static").iterdir())
+    assert static
+    for path in static:
+        url = "/ui" if path.name == "index.html" else f"/ui/static/{path.name}"
+        response = httpx.get(gateway.base_url + url, timeout=5)
+        assert response.status_code == 200, (url, response.text)
+        assert response.content == path.read_bytes()
+
+
 def test_a_missing_backend_fails_the_load_with_the_install_command(
     gateway_venv: Path, tiny_lm_path: Path, launch: Launch
 ) -> None:
