@@ -59,9 +59,25 @@ def run(*args: str | Path, cwd: Path | None = None, timeout: float = 120) -> str
 
 
 def source_files() -> list[str]:
-    """Tracked files and untracked ones git does not ignore (a new module not yet added)."""
-    out = run("git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", cwd=ROOT)
-    return [name for name in out.split("\0") if name and (ROOT / name).is_file()]
+    """Tracked files and untracked ones git does not ignore (a new module not yet
+    added); outside a git checkout, every file but bytecode and build output."""
+    git = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if git.returncode == 0:
+        return [name for name in git.stdout.split("\0") if name and (ROOT / name).is_file()]
+    skip = {".git", ".venv", "__pycache__", "build", "dist", ".mypy_cache", ".ruff_cache"}
+    return [
+        str(path.relative_to(ROOT))
+        for path in ROOT.rglob("*")
+        if path.is_file()
+        and not skip & set(path.relative_to(ROOT).parts)
+        and not path.name.endswith((".pyc", ".egg-info"))
+        and not any(part.endswith(".egg-info") for part in path.relative_to(ROOT).parts)
+    ]
 
 
 @pytest.fixture(scope="module")
