@@ -64,7 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
 def convert_whisper(args: argparse.Namespace) -> int:
     # Imported here: the converter is a worker-side module (numpy only, no MLX), and
     # `launch` must not pay for numpy.
-    from mlx_gateway.workers.convert_whisper import ConversionError, convert
+    try:
+        from mlx_gateway.workers.convert_whisper import ConversionError, convert
+    except ModuleNotFoundError as exc:
+        print(
+            f"mlx-gateway: convert-whisper needs the whisper extra ({exc.name} is missing): "
+            "pip install 'mlx-gateway[whisper]'",
+            file=sys.stderr,
+        )
+        return 1
 
     try:
         done = convert(args.src, args.dst, dtype=args.dtype)

@@ -12,7 +12,6 @@ every request it accepted with exactly one ``Done`` or ``Error``.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import queue
@@ -37,6 +36,7 @@ from mlx_gateway.protocol.messages import (
     Shutdown,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.extras import import_backend
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.memory import measure_memory
 
@@ -142,13 +142,14 @@ class Backend(Protocol):
 
 
 def create_backend(kind: str) -> Backend:
-    """The backend for a worker kind (imports its module)."""
+    """The backend for a worker kind (imports its module; a missing backend library
+    is a :class:`LoadError` that names the install command)."""
     try:
         module = BACKENDS[kind]
     except KeyError:
         known = ", ".join(sorted(BACKENDS))
         raise LoadError(f"unknown worker kind '{kind}' (known: {known})") from None
-    return importlib.import_module(module).create_backend()
+    return import_backend(kind, module).create_backend()
 
 
 class Abort:
