@@ -363,6 +363,10 @@ class WorkerHandle:
                     await self._state_changed.wait()
             finally:
                 self.held_back -= 1
+        if self.state is WorkerState.FAILED and (wait := self._backoff_left()) > 0:
+            # Refused before the placement: a start that cannot happen claims no
+            # room and evicts nobody (a reservation would hold the group).
+            raise self._unavailable(f" (next attempt in {wait:.0f} s)")
         if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
             await self.placement.make_room(self, deadline)
         await self.ensure_ready()
@@ -464,8 +468,11 @@ class WorkerHandle:
                 self._ready_waiters.append(future)
                 await self._spawn()
             case WorkerState.FAILED:
-                wait = self._failed_at + failure_backoff(self.failures) - time.monotonic()
+                wait = self._backoff_left()
                 if wait > 0:
+                    if self.reserved:  # the room granted for this start is not used
+                        self.reserved = False
+                        self._changed()
                     _fail(future, self._unavailable(f" (next attempt in {wait:.0f} s)"))
                 else:
                     self._ready_waiters.append(future)
@@ -565,6 +572,10 @@ class WorkerHandle:
         if tail:
             reason += "; last log lines:\n" + "\n".join(tail)
         return reason
+
+    def _backoff_left(self) -> float:
+        """Seconds until a FAILED worker may be tried again (≤ 0: now)."""
+        return self._failed_at + failure_backoff(self.failures) - time.monotonic()
 
     def _unavailable(self, suffix: str = "") -> ModelUnavailable:
         return ModelUnavailable(

@@ -698,6 +698,8 @@ def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) ->
     assert (qwen.served_model_name, qwen.on_demand, qwen.idle_timeout) == ("qwen-small", True, 600)
     assert qwen.max_concurrency == 2
     assert (gemma.served_model_name, gemma.on_demand) == ("gemma", False)
+    assert qwen.group == gemma.group == "small"  # kept: one of them resident at a time
+    assert qwen.queue_timeout == 300
     assert "groups" in caplog.text
     assert "model_starting_port" in caplog.text
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import textwrap
 import time
 from typing import Any
 
 import pytest
 
-from mlx_gateway.supervisor.config import ConfigError
+from mlx_gateway.supervisor.config import ConfigError, load_config
 from mlx_gateway.supervisor.errors import (
     GatewayError,
     ModelUnavailable,
@@ -19,9 +20,10 @@ from mlx_gateway.supervisor.errors import (
     WorkerCrashed,
 )
 from mlx_gateway.supervisor.pool.placement import check_fits
+from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.state import WorkerState
 
-from .fakes import alive, chat, fake_config, run, wait_for
+from .fakes import alive, chat, fake_command, fake_config, run, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -265,3 +267,79 @@ async def test_a_queued_request_survives_a_crash_of_the_slot_holder(make_registr
         await crashing
     # The queued request waits for the restart instead of failing with the crash.
     assert (await asyncio.wait_for(queued, 10))[0] == "patient "
+
+
+async def yaml_registry(tmp_path: Any, text: str) -> Registry:
+    """A registry built from a YAML config file, as ``mlx-gateway launch`` builds it."""
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    registry = Registry(load_config(path), command=fake_command)
+    await registry.start()
+    return registry
+
+
+async def test_group_written_in_the_config_file_is_kept(tmp_path: Any) -> None:
+    registry = await yaml_registry(
+        tmp_path,
+        """
+        server: {memory_budget: 100GB, shutdown_grace: 1}
+        models:
+          - {model_path: fake/ok, served_model_name: a, group: big, memory_estimate: 1GB}
+          - {model_path: fake/ok, served_model_name: b, group: big, memory_estimate: 1GB}
+        """,
+    )
+    try:
+        a, b = registry.handles
+        assert a.config.group == b.config.group == "big"
+        await run(a, chat("x"))
+        await run(b, chat("y"))
+        assert a.state is WorkerState.STOPPED and a.evictions == 1
+        assert b.state is WorkerState.READY
+    finally:
+        await registry.close()
+
+
+async def test_a_models_own_queue_timeout_from_the_config_file_applies(tmp_path: Any) -> None:
+    registry = await yaml_registry(
+        tmp_path,
+        """
+        server: {queue_timeout: 300, shutdown_grace: 1}
+        models:
+          - model_path: fake/ok
+            served_model_name: m
+            max_concurrency: 1
+            queue_timeout: 1
+        """,
+    )
+    try:
+        (m,) = registry.handles
+        busy = await hold(m, "slot-holder")
+        started = time.monotonic()
+        with pytest.raises(ModelUnavailable, match=r"waited 1 s \(queue_timeout\)"):
+            await asyncio.wait_for(run(m, chat("queued")), 10)
+        assert time.monotonic() - started < 5
+        busy.cancel()
+        await asyncio.gather(busy, return_exceptions=True)
+    finally:
+        await registry.close()
+
+
+async def test_a_failed_group_member_in_backoff_does_not_hold_the_group(
+    make_registry: Any,
+) -> None:
+    registry = await make_registry(
+        {"model_path": "fake/load-error", "group": "g", "memory_estimate": GB},
+        model("b", group="g", queue_timeout=2),
+        memory_budget="100GB",
+    )
+    broken, b = registry.handles
+    await run(b, chat("first"))
+    with pytest.raises(ModelUnavailable, match="download failed"):
+        await run(broken, chat("x"))  # evicts b, then fails to load
+    assert broken.state is WorkerState.FAILED and b.state is WorkerState.STOPPED
+    # Asked again within its backoff: refused at once, and it claims no room.
+    with pytest.raises(ModelUnavailable, match="next attempt in"):
+        await run(broken, chat("x"))
+    assert not broken.reserved
+    await asyncio.sleep(1.2)  # past the backoff; nobody asks for the broken model
+    assert (await run(b, chat("b again")))[0] == "b again "
