@@ -674,6 +674,7 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     assert (qwen.max_tokens, qwen.temperature, qwen.top_p) == (4096, 0.6, 0.95)
     assert (qwen.top_k, qwen.min_p, qwen.repetition_penalty) == (20, 0.0, 1.05)
     assert qwen.max_concurrency == 16  # batch_completion_size
+    assert (qwen.queue_timeout, qwen.max_queue) == (600, 50)  # queue_size
     assert (qwen.prefill_batch_size, qwen.prefill_step_size) == (4, 1024)
     assert llama.served_model_name == "llama-1b"  # model_id
     assert llama.max_concurrency == 1  # disable_batching: true
