@@ -292,13 +292,18 @@ class WorkerHandle:
 
         Admission: at most ``max_concurrency`` requests hold a slot; up to
         ``max_queue`` more wait (for a slot, for room in the memory budget, for the
-        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429.
+        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429
+        (requests waiting for a load count too: before the worker is ready, at most
+        ``max_concurrency + max_queue`` are taken).
         While waiting or holding a slot the request keeps the worker from being
         reaped or evicted, and ``last_used`` is stamped when the request *ends* —
         streams included. A client that leaves while a load runs only for it
         stops that load."""
-        if self.waiting >= self.config.max_queue and self._slots.locked():
-            raise TooManyRequests(self.name, self.config.max_queue)
+        limit = self.config.max_concurrency + self.config.max_queue
+        if self.inflight + self.waiting >= limit:
+            # Counted whatever they wait for (a slot, the load, room in the budget):
+            # a burst at a model that is still loading is held to the same bound.
+            raise TooManyRequests(self.name, self.config.max_concurrency, self.config.max_queue)
         timeout = self.config.effective_queue_timeout(self._server)
         self.waiting += 1
         acquired = admitted = False

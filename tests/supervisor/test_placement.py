@@ -343,3 +343,19 @@ async def test_a_failed_group_member_in_backoff_does_not_hold_the_group(
     assert not broken.reserved
     await asyncio.sleep(1.2)  # past the backoff; nobody asks for the broken model
     assert (await run(b, chat("b again")))[0] == "b again "
+
+
+async def test_a_burst_at_a_loading_model_is_held_to_max_queue(make_registry: Any) -> None:
+    registry = await make_registry(
+        {"model_path": "fake/slow-start", "max_concurrency": 1, "max_queue": 1}
+    )
+    (m,) = registry.handles
+    results = await asyncio.gather(
+        *(run(m, chat(f"burst {i}", request_id=f"b{i}")) for i in range(6)),
+        return_exceptions=True,
+    )
+    answered = [r for r in results if isinstance(r, tuple)]
+    refused = [r for r in results if isinstance(r, TooManyRequests)]
+    assert len(answered) == 2, results  # max_concurrency + max_queue
+    assert len(refused) == 4, results
+    assert all(r.status == 429 and r.headers["Retry-After"] == "1" for r in refused)
