@@ -122,6 +122,7 @@ class _Process:
     kill_reason: str | None = None
     stop_reason: str = ""
     stop_requested: bool = False
+    stop_error: GatewayError | None = None  # what its unfinished requests fail with
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -497,6 +498,11 @@ class WorkerHandle:
                 self._set_state(WorkerState.STOPPING)
                 self._proc.stop_requested = True
                 self._proc.stop_reason = reason
+                self._proc.stop_error = ModelUnavailable(
+                    f"model '{self.name}' was stopped before the request finished: {reason}",
+                    code="model_stopped",
+                )
+                self._relay.stopping(self._proc.worker_id, self._proc.stop_error)
                 self._proc.tasks.append(asyncio.create_task(self._escalate_stop(self._proc)))
 
     def _on_reply(self, reply: Reply) -> None:
@@ -532,7 +538,9 @@ class WorkerHandle:
         expected = proc.stop_requested
         reason = self._exit_reason(proc, returncode)
         crash = WorkerCrashed(f"model '{self.name}' worker {reason}")
-        self._relay.detach(proc.worker_id, crash)
+        self._relay.detach(
+            proc.worker_id, proc.stop_error if expected and proc.stop_error else crash
+        )
         if expected:
             log.info("[%s] worker pid %d stopped (%s)", self.name, proc.proc.pid, reason)
             self._set_state(WorkerState.STOPPED)
