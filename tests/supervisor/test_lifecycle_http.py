@@ -56,3 +56,49 @@ def test_a_forced_unload_ends_a_stream_with_its_reason() -> None:
         assert "unloaded by an admin request" in error["message"], error
         assert error["code"] == "model_stopped"
         assert not any('"cancelled"' in event for event in events), events
+
+
+GOOD = {"model": M, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def big_json(size: int) -> bytes:
+    return b'{"pad": "' + b"x" * size + b'"}'
+
+
+@pytest.mark.parametrize(
+    ("early", "request_kwargs"),
+    [
+        # over max_body_mb by Content-Length: refused before a byte is read
+        (413, {"content": big_json(2 << 20), "headers": {"content-type": "application/json"}}),
+        # chunked, no Content-Length: refused once the count passes the cap
+        (413, {"content": iter([big_json(2 << 20)])}),
+        # a wrong key: refused before the body is read
+        (401, {"json": GOOD, "headers": {"Authorization": "Bearer wrong"}}),
+        # a body on a path that does not exist: answered without reading it
+        (404, {"content": big_json(200_000), "url": "/v1/nowhere"}),
+    ],
+    ids=["413-declared", "413-chunked", "401", "404"],
+)
+def test_an_early_answer_leaves_the_client_pool_usable(
+    early: int, request_kwargs: dict[str, Any]
+) -> None:
+    """An answer sent before the body was read closes the connection (``Connection:
+    close``), so the client's next request on the same pool goes to a fresh one
+    instead of dying on a connection whose unread body the server gave up on."""
+    with LiveGateway({"model_path": M}, max_body_mb=1, api_keys=["k"]) as gw:
+        auth = {"Authorization": "Bearer k"}
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        with httpx.Client(base_url=gw.url, timeout=10, headers=auth, limits=limits) as http:
+            for _ in range(5):
+                kwargs = dict(request_kwargs)
+                url = kwargs.pop("url", "/v1/chat/completions")
+                if isinstance(kwargs.get("content"), type(iter([]))):
+                    kwargs["content"] = iter([big_json(2 << 20)])  # an iterator is used once
+                refused = http.post(url, **kwargs)
+                assert refused.status_code == early, refused.text
+                assert refused.headers["connection"] == "close"
+                assert refused.json()["error"]["message"]
+                answer = http.post("/v1/chat/completions", json=GOOD)
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["choices"][0]["message"]["content"] == "hi "
+                assert "connection" not in answer.headers  # a read body keeps it alive
