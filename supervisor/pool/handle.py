@@ -194,6 +194,7 @@ class WorkerHandle:
         self.placement: Placement | None = None  # set by the registry
         self.reserved = False  # the placement granted it room; it is about to start
         self.draining = False  # takes no new requests until stopped (see placement)
+        self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
         self.measured_bytes = 0  # what the worker last reported (kept after a stop)
@@ -300,6 +301,8 @@ class WorkerHandle:
         reaped or evicted, and ``last_used`` is stamped when the request *ends* —
         streams included. A client that leaves while a load runs only for it
         stops that load."""
+        if self.closing:
+            raise self._closing_error()
         limit = self.config.max_concurrency + self.config.max_queue
         if self.inflight + self.waiting >= limit:
             # Counted whatever they wait for (a slot, the load, room in the budget):
@@ -464,6 +467,12 @@ class WorkerHandle:
             self._on_state(self, old, new)
 
     async def _on_ensure_ready(self, future: asyncio.Future[None]) -> None:
+        if self.closing:  # no start (nor restart after a stop) while the gateway stops
+            if self.reserved and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
+                self.reserved = False
+                self._changed()
+            _fail(future, self._closing_error())
+            return
         match self.state:
             case WorkerState.READY:
                 _resolve(future)
@@ -585,6 +594,12 @@ class WorkerHandle:
         if tail:
             reason += "; last log lines:\n" + "\n".join(tail)
         return reason
+
+    def _closing_error(self) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"model '{self.name}' cannot take requests: the gateway is shutting down",
+            code="shutting_down",
+        )
 
     def _backoff_left(self) -> float:
         """Seconds until a FAILED worker may be tried again (≤ 0: now)."""

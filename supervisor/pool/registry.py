@@ -20,6 +20,8 @@ from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 
 log = logging.getLogger("mlx_gateway.registry")
 
+SHUTDOWN_REASON = "the gateway is shutting down"
+
 
 class Registry:
     """Owns every model's :class:`WorkerHandle`."""
@@ -43,6 +45,7 @@ class Registry:
         self._index()
         self._tasks: list[asyncio.Task[None]] = []
         self._retiring: set[asyncio.Task[None]] = set()
+        self._stopping: asyncio.Future[list[BaseException | None]] | None = None
         self._closed = False
 
     def _new_handle(self, model: ModelConfig) -> WorkerHandle:
@@ -157,16 +160,34 @@ class Registry:
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
+    def begin_shutdown(self) -> None:
+        """The gateway stops: refuse new requests and tell every worker to stop
+        now, so in-flight requests get ``shutdown_grace`` and then fail with
+        "the gateway is shutting down" (see :mod:`..shutdown`). Idempotent."""
+        if self._stopping is not None:
+            return
+        log.info(
+            "shutting down: stopping every worker (grace %g s)", self.config.server.shutdown_grace
+        )
+        for handle in self.handles:
+            handle.closing = True
+        self._stopping = asyncio.gather(
+            *(handle.stop(SHUTDOWN_REASON) for handle in self.handles), return_exceptions=True
+        )
+
     async def close(self) -> None:
         """Stop every worker (in parallel) and release the socket and directory."""
         if self._closed:
             return
         self._closed = True
+        self.begin_shutdown()
         for task in [*self._tasks, *self._retiring]:
             task.cancel()
         for task in [*self._tasks, *self._retiring]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._stopping is not None:
+            await self._stopping
         await asyncio.gather(*(handle.close() for handle in self.handles), return_exceptions=True)
         await self.relay.close()
         if self._owns_runtime_dir:

@@ -102,3 +102,86 @@ def test_an_early_answer_leaves_the_client_pool_usable(
                 assert answer.status_code == 200, answer.text
                 assert answer.json()["choices"][0]["message"]["content"] == "hi "
                 assert "connection" not in answer.headers  # a read body keeps it alive
+
+
+HANG = [{"role": "user", "content": "hang"}]
+STREAMS = {
+    "chat": ("/v1/chat/completions", {"model": M, "messages": HANG, "stream": True}),
+    "anthropic": (
+        "/v1/messages",
+        {"model": M, "messages": HANG, "max_tokens": 50, "stream": True},
+    ),
+    "responses": ("/v1/responses", {"model": M, "input": "hang", "stream": True}),
+}
+
+
+def test_sigterm_ends_long_streams_with_an_error_and_their_terminal_event() -> None:
+    """Streams that outlast ``shutdown_grace`` are not cut mid-body: each ends with
+    an error naming the shutdown and its API's terminal event, then the server
+    closes; a plain request in flight gets a 503 body saying the same."""
+    raw: dict[str, list[str]] = {}
+    plain: list[httpx.Response] = []
+
+    def read(name: str, url: str, body: dict[str, Any]) -> None:
+        with httpx.stream("POST", url, json=body, timeout=30) as response:
+            assert response.status_code == 200
+            raw[name] = list(response.iter_lines())
+
+    with LiveGateway({"model_path": M, "max_concurrency": 8}, shutdown_grace=0.5) as gw:
+        handle = gw.registry.resolve(M)
+        readers = [
+            threading.Thread(target=read, args=(name, gw.url + url, body))
+            for name, (url, body) in STREAMS.items()
+        ]
+        readers.append(
+            threading.Thread(
+                target=lambda: plain.append(
+                    httpx.post(
+                        f"{gw.url}/v1/chat/completions",
+                        json={"model": M, "messages": HANG},
+                        timeout=30,
+                    )
+                )
+            )
+        )
+        for reader in readers:
+            reader.start()
+        wait_for(lambda: handle.inflight == 4)
+        started = time.monotonic()
+        gw.signal_stop()
+        for reader in readers:
+            reader.join(30)
+        took = time.monotonic() - started
+    assert took < 20, took
+    assert sorted(raw) == sorted(STREAMS)
+
+    chat = [line for line in raw["chat"] if line.startswith("data: ")]
+    assert chat[-1] == "data: [DONE]"
+    error = json.loads(chat[-2].removeprefix("data: "))["error"]
+    assert "shutting down" in error["message"] and error["code"] == "model_stopped"
+
+    anthropic = events_of(raw["anthropic"])
+    kind, data = anthropic[-1]
+    assert kind == "error" and data["type"] == "error"
+    assert "shutting down" in data["error"]["message"]
+
+    responses = events_of(raw["responses"])
+    assert [kind for kind, _ in responses[-2:]] == ["error", "response.failed"]
+    assert "shutting down" in responses[-2][1]["message"]
+    assert responses[-1][1]["response"]["status"] == "failed"
+
+    (answer,) = plain
+    assert answer.status_code == 503
+    assert "shutting down" in answer.json()["error"]["message"]
+
+
+def events_of(lines: list[str]) -> list[tuple[str, Any]]:
+    """``(event name, decoded data)`` of a stream with named events."""
+    out: list[tuple[str, Any]] = []
+    kind = ""
+    for line in lines:
+        if line.startswith("event: "):
+            kind = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            out.append((kind, json.loads(line.removeprefix("data: "))))
+    return out
