@@ -19,7 +19,7 @@ from mlx_gateway.supervisor.errors import (
     TooManyRequests,
     WorkerCrashed,
 )
-from mlx_gateway.supervisor.pool.placement import check_fits
+from mlx_gateway.supervisor.pool.placement import RESIDENT, check_fits
 from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.state import WorkerState
 
@@ -362,3 +362,66 @@ async def test_a_burst_at_a_loading_model_is_held_to_max_queue(make_registry: An
     assert len(answered) == 2, results  # max_concurrency + max_queue
     assert len(refused) == 4, results
     assert all(r.status == 429 and r.headers["Retry-After"] == "1" for r in refused)
+
+
+def watch_group(handles: list[Any]) -> list[str]:
+    """Record every moment two of ``handles`` are resident together (their states
+    or a reservation), checked at each state change of any of them."""
+    overlaps: list[str] = []
+
+    def on_state(handle: Any, old: WorkerState, new: WorkerState) -> None:
+        resident = [h.name for h in handles if h.reserved or h.state in RESIDENT]
+        if len(resident) > 1:
+            overlaps.append(f"{handle.name} {old.public}→{new.public}: {resident}")
+
+    for handle in handles:
+        handle._on_state = on_state
+    return overlaps
+
+
+async def test_group_member_waits_for_a_starting_or_busy_one(make_registry: Any) -> None:
+    registry = await make_registry(
+        {"model_path": "fake/slow-start", "served_model_name": "a", "group": "g"},
+        model("b", group="g"),
+        memory_budget="100GB",
+        min_resident_seconds=600,
+    )
+    a, b = registry.handles
+    overlaps = watch_group([a, b])
+    loading_a = asyncio.create_task(run(a, chat("first a")))
+    await wait_for(lambda: a.state is WorkerState.STARTING)
+    wanting_b = asyncio.create_task(run(b, chat("then b")))  # while a is STARTING
+    assert (await asyncio.wait_for(loading_a, 10))[0] == "first a "
+    assert (await asyncio.wait_for(wanting_b, 10))[0] == "then b "
+    assert a.state is WorkerState.STOPPED and b.state is WorkerState.READY
+    # b busy: an admin load of a waits for b (it may not start beside it).
+    busy = await hold(b, "busy-b")
+    loading = asyncio.create_task(registry.load("a"))
+    await asyncio.sleep(0.5)
+    assert not loading.done() and a.state is WorkerState.STOPPED
+    busy.cancel()
+    await asyncio.gather(busy, return_exceptions=True)
+    await asyncio.wait_for(loading, 10)
+    assert a.state is WorkerState.READY and b.state is WorkerState.STOPPED
+    assert overlaps == []
+
+
+async def test_a_replaced_model_still_finishing_counts_for_its_group(make_registry: Any) -> None:
+    registry = await make_registry(
+        model("a", group="g"), model("b", group="g"), memory_budget="100GB", queue_timeout=1
+    )
+    a, b = registry.handles
+    busy = await hold(a, "old-a")
+    # A reload changes a: the old worker finishes its request before it stops.
+    await registry.reload(fake_config(model("a", group="g", aliases=["a2"]), model("b", group="g")))
+    new_b = registry.resolve("b")
+    assert new_b is b
+    # The old a is still resident and busy: b may not start beside it.
+    with pytest.raises(ModelUnavailable, match="held by busy models: 'a'") as info:
+        await run(b, chat("b"))
+    assert info.value.code == "no_capacity"
+    assert b.state is WorkerState.STOPPED
+    busy.cancel()
+    await asyncio.gather(busy, return_exceptions=True)
+    await wait_for(lambda: a.state is WorkerState.STOPPED)
+    assert (await run(b, chat("b now")))[0] == "b now "
