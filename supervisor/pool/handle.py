@@ -503,7 +503,12 @@ class WorkerHandle:
                 assert self._proc is not None
                 log.info("[%s] stopping: %s", self.name, reason)
                 self._stop_waiters.append(future)
-                self._fail_ready_waiters(ModelUnavailable(f"model '{self.name}' was stopped"))
+                self._fail_ready_waiters(
+                    ModelUnavailable(
+                        f"model '{self.name}' was stopped while loading: {reason}",
+                        code="model_stopped",
+                    )
+                )
                 self._set_state(WorkerState.STOPPING)
                 self._proc.stop_requested = True
                 self._proc.stop_reason = reason

@@ -185,3 +185,39 @@ def events_of(lines: list[str]) -> list[tuple[str, Any]]:
         elif line.startswith("data: "):
             out.append((kind, json.loads(line.removeprefix("data: "))))
     return out
+
+
+def test_a_burst_at_a_loading_model_gets_429s_beyond_its_queue() -> None:
+    """Six streams at once at a model that is still loading, with one slot and one
+    queue place: two are answered, four get 429 with Retry-After at once."""
+    slow = "lab/fake/slow-start"
+    with LiveGateway({"model_path": slow, "max_concurrency": 1, "max_queue": 1}) as gw:
+        results: list[tuple[int, str | None, list[str]]] = []
+
+        def stream(i: int) -> None:
+            body = {
+                "model": slow,
+                "messages": [{"role": "user", "content": f"burst {i}"}],
+                "stream": True,
+            }
+            with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=30) as r:
+                if r.status_code == 200:
+                    results.append((200, None, data_lines(r)))
+                else:
+                    r.read()
+                    results.append((r.status_code, r.headers.get("retry-after"), [r.text]))
+
+        clients = [threading.Thread(target=stream, args=(i,)) for i in range(6)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(30)
+    statuses = sorted(status for status, _, _ in results)
+    assert statuses == [200, 200, 429, 429, 429, 429], results
+    for status, retry_after, lines in results:
+        if status == 429:
+            assert retry_after == "1"
+            error = json.loads(lines[0])["error"]
+            assert error["code"] == "model_at_capacity" and "max_queue 1" in error["message"]
+        else:
+            assert lines[-1] == "data: [DONE]"
