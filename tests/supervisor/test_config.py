@@ -839,3 +839,20 @@ def test_gateway_config_never_imports_mlx() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_two_kept_models_in_one_group_are_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="mlx_gateway.supervisor.config"):
+        config = load(
+            tmp_path,
+            """
+            models:
+              - {model_path: org/a, served_model_name: a, group: g, on_demand: false}
+              - {model_path: org/b, served_model_name: b, group: g, on_demand: false}
+              - {model_path: org/c, served_model_name: c, group: g}
+            """,
+        )
+    assert [m.group for m in config.models] == ["g", "g", "g"]
+    assert "group 'g': 'a', 'b' are all on_demand: false" in caplog.text
