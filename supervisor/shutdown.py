@@ -43,5 +43,8 @@ def shutdown_trigger(app: Starlette, stop: asyncio.Event) -> Callable[[], Awaita
         registry = getattr(app.state, "registry", None)
         if registry is not None:
             registry.begin_shutdown()
+        hub = getattr(app.state, "log_hub", None)
+        if hub is not None:  # the web UI's live log streams end now
+            hub.close()
 
     return trigger

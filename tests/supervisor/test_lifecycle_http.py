@@ -221,3 +221,31 @@ def test_a_burst_at_a_loading_model_gets_429s_beyond_its_queue() -> None:
             assert error["code"] == "model_at_capacity" and "max_queue 1" in error["message"]
         else:
             assert lines[-1] == "data: [DONE]"
+
+
+def test_sigterm_ends_the_web_uis_live_log_stream() -> None:
+    """The UI's log stream never ends by itself: the signal ends it, so it does
+    not hold the shutdown for Hypercorn's whole drain limit."""
+    ended: list[float] = []
+    failures: list[BaseException] = []
+    with LiveGateway({"model_path": M}) as gw:
+
+        def follow() -> None:
+            try:
+                with httpx.stream("GET", f"{gw.url}/ui/logs", timeout=30) as response:
+                    assert response.status_code == 200
+                    for _ in response.iter_lines():
+                        pass
+                ended.append(time.monotonic())
+            except BaseException as exc:
+                failures.append(exc)
+
+        reader = threading.Thread(target=follow)
+        reader.start()
+        time.sleep(0.5)
+        assert reader.is_alive()
+        started = time.monotonic()
+        gw.signal_stop()
+        reader.join(30)
+    assert not failures, failures
+    assert ended and ended[0] - started < 3, ended[0] - started
