@@ -125,7 +125,7 @@ async def get_image_file(request: Request) -> Response:
             type="invalid_request_error",
             code="image_not_found",
         )
-    age = int(store.remaining(item))
+    age = int(store.expires_in(key))
     return Response(
         item.data, media_type=item.media_type, headers={"Cache-Control": f"private, max-age={age}"}
     )
