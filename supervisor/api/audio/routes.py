@@ -32,11 +32,12 @@ from mlx_gateway.supervisor.api.audio.formats import (
     verbose_body,
 )
 from mlx_gateway.supervisor.api.audio.transcription import Transcription
+from mlx_gateway.supervisor.api.audio.upload import UploadTooLarge, read_upload
 from mlx_gateway.supervisor.engine.kinds import require_kind
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.multipart import MIB, UploadTooLarge, read_upload
+from mlx_gateway.supervisor.http.multipart import MIB
 from mlx_gateway.supervisor.http.replies import SSE_HEADERS, JSONResponse, error_event
 
 logger = logging.getLogger(__name__)
