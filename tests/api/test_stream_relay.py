@@ -13,16 +13,11 @@ import pytest
 from msgspec import UNSET
 
 from mlx_gateway.protocol.messages import Cancel, Chunk, Done, Error, Started, Usage
+from mlx_gateway.supervisor.api.chat.objects import ChatChunkOut, ChunkChoiceOut, DeltaOut
 from mlx_gateway.supervisor.api.chat.routes import ChatEvents
 from mlx_gateway.supervisor.api.completions.routes import CompletionEvents
 from mlx_gateway.supervisor.engine.generation import Generation
-from mlx_gateway.supervisor.engine.objects import (
-    ChatCompletionChunk,
-    ChunkChoice,
-    Completion,
-    CompletionChoice,
-    Delta,
-)
+from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice
 from mlx_gateway.supervisor.engine.streaming import relay
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
@@ -35,11 +30,11 @@ TEXTS = ["", "hé", 'say "hi"\n\\ok', "\u2028 line sep", "🦊", "\x00"]
 def test_chat_content_event_equals_the_encoded_object(text: str, include_usage: bool) -> None:
     events = ChatEvents("chatcmpl-1", 7, "org/m", include_usage)
     expected = sse.data(
-        ChatCompletionChunk(
+        ChatChunkOut(
             id="chatcmpl-1",
             created=7,
             model="org/m",
-            choices=[ChunkChoice(index=0, delta=Delta(content=text))],
+            choices=[ChunkChoiceOut(index=0, delta=DeltaOut(content=text))],
             usage=None if include_usage else UNSET,
         )
     )

@@ -27,7 +27,7 @@ from mlx_gateway.supervisor.api.chat.objects import (
     ToolCallDelta,
     logprobs_out,
 )
-from mlx_gateway.supervisor.engine.objects import usage_from
+from mlx_gateway.supervisor.engine.objects import Usage, usage_from
 from mlx_gateway.supervisor.engine.turns import (
     Finished,
     ReasoningDelta,
@@ -64,6 +64,21 @@ class ChatStream:
         self.include_usage = include_usage
         self.logprobs = logprobs
 
+    def chunk_object(
+        self,
+        index: int,
+        delta: DeltaOut,
+        finish_reason: str | None = None,
+        logprobs: ChoiceLogprobs | None = None,
+    ) -> ChatChunkOut:
+        return ChatChunkOut(
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=[ChunkChoiceOut(index, delta, finish_reason, logprobs)],
+            usage=None if self.include_usage else UNSET,
+        )
+
     def chunk(
         self,
         index: int,
@@ -71,24 +86,13 @@ class ChatStream:
         finish_reason: str | None = None,
         logprobs: ChoiceLogprobs | None = None,
     ) -> bytes:
-        return sse.data(
-            ChatChunkOut(
-                id=self.id,
-                created=self.created,
-                model=self.model,
-                choices=[ChunkChoiceOut(index, delta, finish_reason, logprobs)],
-                usage=None if self.include_usage else UNSET,
-            )
-        )
+        return sse.data(self.chunk_object(index, delta, finish_reason, logprobs))
 
-    def usage(self, usage: WireUsage) -> bytes:
+    def usage(self, usage: Usage) -> bytes:
+        """The last chunk, with no choices and the usage of the whole request."""
         return sse.data(
             ChatChunkOut(
-                id=self.id,
-                created=self.created,
-                model=self.model,
-                choices=[],
-                usage=usage_from(usage),
+                id=self.id, created=self.created, model=self.model, choices=[], usage=usage
             )
         )
 
@@ -119,7 +123,7 @@ class ChatStream:
                         usages.append(usage)
                         yield self.chunk(index, DeltaOut(), reason)
             if self.include_usage:
-                yield self.usage(total_usage(usages))
+                yield self.usage(usage_from(total_usage(usages)))
         except GatewayError as exc:
             logger.warning("stream failed after it started: %s", exc.message)
             yield error_event(exc)
