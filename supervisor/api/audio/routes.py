@@ -13,8 +13,7 @@ from collections.abc import AsyncIterator
 from uuid import uuid4
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Transcribe
 from mlx_gateway.supervisor.api.audio.formats import (
@@ -38,7 +37,7 @@ from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.multipart import MIB
-from mlx_gateway.supervisor.http.replies import SSE_HEADERS, JSONResponse, error_event
+from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, error_event
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +46,6 @@ ENDPOINTS = {"transcribe": "transcriptions", "translate": "translations"}
 DEFAULT_LIMIT_MB = 100.0
 """The upload limit when no speech-to-text model is configured (the request then
 fails on its model anyway, but only after the form was read)."""
-
-
-class TranscriptStream(StreamingResponse):
-    """An SSE response that closes its :class:`Transcription` however it ends."""
-
-    def __init__(self, events: AsyncIterator[bytes], transcription: Transcription) -> None:
-        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
-        self.transcription = transcription
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.transcription.aclose()
 
 
 async def create_transcription(request: Request) -> Response:
@@ -112,7 +97,7 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     )
     upload.file = None  # the worker has decoded it; do not hold it for the response
     if transcribing and form.stream:
-        return TranscriptStream(_events(transcription), transcription)
+        return EventStream(_events(transcription), transcription)
     try:
         transcript = await unless_disconnected(request, transcription.result())
     finally:
