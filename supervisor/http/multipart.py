@@ -11,7 +11,7 @@ rest of the body arrives.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from starlette.datastructures import UploadFile
@@ -46,7 +46,7 @@ class Form:
 
 async def _counted(
     stream: AsyncIterator[bytes], limit: int, too_large: Callable[[], GatewayError]
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     received = 0
     async for chunk in stream:
         received += len(chunk)

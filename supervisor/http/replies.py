@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 import msgspec
@@ -40,6 +42,27 @@ class Closable(Protocol):
     """Work a stream owns: a generation, a transcription, an image job."""
 
     async def aclose(self) -> None: ...
+
+
+async def ended(
+    events: AsyncGenerator[bytes, None], work: Closable, log: logging.Logger, what: str = "stream"
+) -> AsyncIterator[bytes]:
+    """``events`` and then ``[DONE]``, closing ``work`` however they end. A failure
+    after the stream started ends it with an error event (then ``[DONE]``), logged
+    to ``log`` as ``what`` failing."""
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+    except GatewayError as exc:
+        log.warning("%s failed after it started: %s", what, exc.message)
+        yield error_event(exc)
+    except Exception:
+        log.exception("%s failed after it started", what)
+        yield error_event(GatewayError("The server had an error while streaming the response."))
+    finally:
+        await work.aclose()
+    yield sse.DONE
 
 
 class EventStream(StreamingResponse):

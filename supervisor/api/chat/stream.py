@@ -13,7 +13,7 @@ choices carries the usage of the whole turn.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from msgspec import UNSET
 
@@ -35,9 +35,8 @@ from mlx_gateway.supervisor.engine.turns import (
     ToolCallMade,
     Turn,
 )
-from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
-from mlx_gateway.supervisor.http.replies import error_event
+from mlx_gateway.supervisor.http.replies import ended
 
 logger = logging.getLogger(__name__)
 
@@ -96,43 +95,36 @@ class ChatStream:
             )
         )
 
-    async def events(self, turn: Turn) -> AsyncIterator[bytes]:
+    def events(self, turn: Turn) -> AsyncIterator[bytes]:
         """Every event of ``turn``, then ``[DONE]``; a failure after the start ends
         the stream with an error event and ``[DONE]``."""
+        return ended(self._events(turn), turn, logger)
+
+    async def _events(self, turn: Turn) -> AsyncGenerator[bytes, None]:
         usages: list[WireUsage] = []
-        try:
-            for index in range(turn.request.n):
-                yield self.chunk(index, DeltaOut(role="assistant", content=""))
-            async for index, event in turn.merged():
-                match event:
-                    case ReasoningDelta(text=text):
-                        yield self.chunk(index, DeltaOut(reasoning_content=text))
-                    case TextDelta(text=text, logprobs=entries):
-                        if not text and not entries:
-                            continue
-                        logprobs = ChoiceLogprobs(logprobs_out(entries)) if self.logprobs else None
-                        yield self.chunk(index, DeltaOut(content=text), logprobs=logprobs)
-                    case ToolCallMade():
-                        yield self.chunk(index, DeltaOut(tool_calls=[_call_head(event)]))
-                        arguments = FunctionDelta(arguments=event.arguments)
-                        yield self.chunk(
-                            index,
-                            DeltaOut(tool_calls=[ToolCallDelta(event.index, function=arguments)]),
-                        )
-                    case Finished(reason=reason, usage=usage):
-                        usages.append(usage)
-                        yield self.chunk(index, DeltaOut(), reason)
-            if self.include_usage:
-                yield self.usage(usage_from(total_usage(usages)))
-        except GatewayError as exc:
-            logger.warning("stream failed after it started: %s", exc.message)
-            yield error_event(exc)
-        except Exception:
-            logger.exception("stream failed after it started")
-            yield error_event(GatewayError("The server had an error while streaming the response."))
-        finally:
-            await turn.aclose()
-        yield sse.DONE
+        for index in range(turn.request.n):
+            yield self.chunk(index, DeltaOut(role="assistant", content=""))
+        async for index, event in turn.merged():
+            match event:
+                case ReasoningDelta(text=text):
+                    yield self.chunk(index, DeltaOut(reasoning_content=text))
+                case TextDelta(text=text, logprobs=entries):
+                    if not text and not entries:
+                        continue
+                    logprobs = ChoiceLogprobs(logprobs_out(entries)) if self.logprobs else None
+                    yield self.chunk(index, DeltaOut(content=text), logprobs=logprobs)
+                case ToolCallMade():
+                    yield self.chunk(index, DeltaOut(tool_calls=[_call_head(event)]))
+                    arguments = FunctionDelta(arguments=event.arguments)
+                    yield self.chunk(
+                        index,
+                        DeltaOut(tool_calls=[ToolCallDelta(event.index, function=arguments)]),
+                    )
+                case Finished(reason=reason, usage=usage):
+                    usages.append(usage)
+                    yield self.chunk(index, DeltaOut(), reason)
+        if self.include_usage:
+            yield self.usage(usage_from(total_usage(usages)))
 
 
 def _call_head(call: ToolCallMade) -> ToolCallDelta:

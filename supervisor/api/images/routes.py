@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from uuid import uuid4
 
 from starlette.requests import Request
@@ -47,7 +47,7 @@ from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, error_event
+from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, ended
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -191,29 +191,23 @@ async def _serve(
     )
 
 
-async def _events(
+def _events(
     job: ImageJob, req: ImageFields, msg: GenerateImage, edit: bool
 ) -> AsyncIterator[bytes]:
     """Partial and completed events, a comment per step, ``[DONE]``; a failure
     after the start ends the stream with an error event."""
+    return ended(_updates(job, req, msg, edit), job, logger, "image stream")
+
+
+async def _updates(
+    job: ImageJob, req: ImageFields, msg: GenerateImage, edit: bool
+) -> AsyncGenerator[bytes, None]:
     partial_type, completed_type = event_types(edit)
-    try:
-        async for update in job.updates():
-            if isinstance(update, ImageStep):
-                yield sse.comment(
-                    f"image {update.index + 1}/{msg.n} step {update.step}/{update.steps}"
-                )
-                continue
-            yield sse.data(_event(update, req, partial_type, completed_type))
-    except GatewayError as exc:
-        logger.warning("image stream failed after it started: %s", exc.message)
-        yield error_event(exc)
-    except Exception:
-        logger.exception("image stream failed after it started")
-        yield error_event(GatewayError("The server had an error while streaming the response."))
-    finally:
-        await job.aclose()
-    yield sse.DONE
+    async for update in job.updates():
+        if isinstance(update, ImageStep):
+            yield sse.comment(f"image {update.index + 1}/{msg.n} step {update.step}/{update.steps}")
+            continue
+        yield sse.data(_event(update, req, partial_type, completed_type))
 
 
 def _event(
