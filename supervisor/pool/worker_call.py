@@ -32,13 +32,13 @@ from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.relay import WithPayloads
 
 
-class Request(Protocol):
-    """A request message (every one names its request)."""
+class HasRequestId(Protocol):
+    """A request message: every one names its request."""
 
     request_id: str
 
 
-M = TypeVar("M", bound=Request)
+M = TypeVar("M", bound=HasRequestId)
 
 
 def unwrap(item: Any) -> tuple[Any, list[bytes]]:
@@ -54,9 +54,8 @@ class WorkerCall(Generic[M]):
 
     The worker's ``Error`` (or its death) is raised as a ``GatewayError``.
     ``prepare`` may complete ``msg`` once the session is held (the model is ready).
-    A call that ends without ``Done`` where one is awaited (:meth:`first`,
-    :meth:`next`) raises a 503 saying the worker ended the ``what`` without a
-    result, with ``code``."""
+    Replies that end before what :meth:`first` or :meth:`next` waits for raise a
+    503 saying the worker ended the ``what`` without a result, with ``code``."""
 
     def __init__(
         self,
