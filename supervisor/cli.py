@@ -119,13 +119,14 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
     from hypercorn.config import Config as HypercornConfig
 
     from mlx_gateway.supervisor.app import create_app
+    from mlx_gateway.supervisor.shutdown import graceful_timeout, shutdown_trigger
 
     host, port = config.server.host, config.server.port
     hconfig = HypercornConfig()
     hconfig.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hconfig.accesslog = None
     hconfig.errorlog = logging.getLogger("hypercorn.error")
-    hconfig.graceful_timeout = config.server.shutdown_grace
+    hconfig.graceful_timeout = graceful_timeout(config.server)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -149,7 +150,8 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
         loop.add_signal_handler(signal.SIGHUP, on_hup)
         if watch:
             tasks.add(asyncio.create_task(watch_file(config_path, app)))
-    await hypercorn_serve(app, hconfig, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    trigger = shutdown_trigger(app, stop)
+    await hypercorn_serve(app, hconfig, shutdown_trigger=trigger)  # type: ignore[arg-type]
     for task in tasks:
         task.cancel()
     log.info("gateway stopped")

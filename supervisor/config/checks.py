@@ -61,6 +61,7 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
 
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
+    _check_groups(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):
         here: _KeyPath = ("models", i)
@@ -92,6 +93,25 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
                     "unique across the file",
                 )
             seen[name] = path
+
+
+def _check_groups(ctx: _Ctx, config: GatewayConfig) -> None:
+    """Two ``on_demand: false`` models in one group cannot both be kept running:
+    say so (the last one started evicts the other, which then loads on demand)."""
+    kept: dict[str, list[str]] = {}
+    for model in config.models:
+        if model.group is not None and not model.on_demand:
+            kept.setdefault(model.group, []).append(model.served_model_name)
+    for group, names in kept.items():
+        if len(names) > 1:
+            log.warning(
+                "%sgroup %r: %s are all on_demand: false, but one model of a group is "
+                "resident at a time; only one of them stays loaded (set on_demand: true "
+                "on the others, or put them in different groups)",
+                f"{ctx.file}: " if ctx.file else "",
+                group,
+                ", ".join(repr(n) for n in names),
+            )
 
 
 def _name_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> list[tuple[_KeyPath, str]]:

@@ -1,8 +1,10 @@
 """The gateway's middleware stack, from the configuration.
 
-Outermost first: observing (so 401s and 413s are counted and timed too), API keys
-(so an unauthenticated client cannot make the gateway read a large body), then the
-body cap.
+Outermost first: observing (so 401s and 413s are counted and timed too), closing
+the connection after an answer sent before the body was read (so a client's next
+request does not land on a connection with an unread body), API keys (so an
+unauthenticated client cannot make the gateway read a large body), then the body
+cap.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from mlx_gateway.supervisor.http.auth import AuthMiddleware
 from mlx_gateway.supervisor.http.limits import MIB, BodyLimitMiddleware
 from mlx_gateway.supervisor.http.observe import ObserveMiddleware
 from mlx_gateway.supervisor.http.recorder import Recorder
+from mlx_gateway.supervisor.http.unread_body import CloseUnreadBodyMiddleware
 
 FORM_OVERHEAD = 64 * 1024
 """Room beyond the files for a form's other fields and part headers (as the
@@ -53,7 +56,10 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
 def middleware_for(config: GatewayConfig, recorder: Recorder) -> list[Middleware]:
     server = config.server
     max_body = int(server.max_body_mb * MIB)
-    stack = [Middleware(ObserveMiddleware, recorder=recorder)]
+    stack = [
+        Middleware(ObserveMiddleware, recorder=recorder),
+        Middleware(CloseUnreadBodyMiddleware),
+    ]
     if server.api_keys or server.admin_keys:
         stack.append(
             Middleware(AuthMiddleware, api_keys=server.api_keys, admin_keys=server.admin_keys)

@@ -121,6 +121,7 @@ class _Process:
     kill_reason: str | None = None
     stop_reason: str = ""
     stop_requested: bool = False
+    stop_error: GatewayError | None = None  # what its unfinished requests fail with
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -190,6 +191,7 @@ class WorkerHandle:
         self.last_error: str | None = None
         self.failures = 0
         self.placement: Room | None = None  # set by the registry
+        self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
         self.measured_bytes = 0  # the most its workers reported (kept after a stop)
@@ -288,13 +290,20 @@ class WorkerHandle:
 
         Admission: at most ``max_concurrency`` requests hold a slot; up to
         ``max_queue`` more wait (for a slot, for room in the memory budget, for the
-        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429.
+        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429
+        (requests waiting for a load count too: before the worker is ready, at most
+        ``max_concurrency + max_queue`` are taken).
         While waiting or holding a slot the request keeps the worker from being
         reaped or evicted, and ``last_used`` is stamped when the request *ends* —
         streams included. A client that leaves while a load runs only for it
         stops that load."""
-        if self.waiting >= self.config.max_queue and self._slots.locked():
-            raise TooManyRequests(self.name, self.config.max_queue)
+        if self.closing:
+            raise self._closing_error()
+        limit = self.config.max_concurrency + self.config.max_queue
+        if self.inflight + self.waiting >= limit:
+            # Counted whatever they wait for (a slot, the load, room in the budget):
+            # a burst at a model that is still loading is held to the same bound.
+            raise TooManyRequests(self.name, self.config.max_concurrency, self.config.max_queue)
         timeout = self.config.effective_queue_timeout(self._server)
         self.waiting += 1
         acquired = admitted = False
@@ -359,6 +368,10 @@ class WorkerHandle:
                     await self._state_changed.wait()
             finally:
                 self.held_back -= 1
+        if self.state is WorkerState.FAILED and (wait := self._backoff_left()) > 0:
+            # Refused before the placement: a start that cannot happen claims no
+            # room and evicts nobody (a reservation would hold the group).
+            raise self._unavailable(f" (next attempt in {wait:.0f} s)")
         if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
             await self.placement.make_room(self, deadline)
         await self.ensure_ready()
@@ -391,6 +404,11 @@ class WorkerHandle:
     def draining(self) -> bool:
         """It takes no new requests until stopped: another model waits for room."""
         return self.placement is not None and self.placement.is_draining(self)
+
+    def _release_room(self) -> None:
+        """Its reservation and drain end (it stopped, or will not start now)."""
+        if self.placement is not None:
+            self.placement.released(self)
 
     def _measured(self, memory: Memory) -> None:
         need = measured_need(memory)
@@ -478,8 +496,7 @@ class WorkerHandle:
         if new is WorkerState.READY:
             self.ready_since = self.last_heartbeat = time.monotonic()
         elif new in (WorkerState.STOPPED, WorkerState.FAILED):
-            if self.placement is not None:
-                self.placement.released(self)
+            self._release_room()
             self.ready_since = None
         self._state_changed.set()
         self._state_changed = asyncio.Event()
@@ -488,6 +505,12 @@ class WorkerHandle:
             self._on_state(self, old, new)
 
     async def _on_ensure_ready(self, future: asyncio.Future[None]) -> None:
+        if self.closing:  # no start (nor restart after a stop) while the gateway stops
+            if self.reserved and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
+                self._release_room()
+                self._changed()
+            _fail(future, self._closing_error())
+            return
         match self.state:
             case WorkerState.READY:
                 _resolve(future)
@@ -498,8 +521,11 @@ class WorkerHandle:
                 self._ready_waiters.append(future)
                 await self._spawn()
             case WorkerState.FAILED:
-                wait = self._failed_at + failure_backoff(self.failures) - time.monotonic()
+                wait = self._backoff_left()
                 if wait > 0:
+                    if self.reserved:  # the room granted for this start is not used
+                        self._release_room()
+                        self._changed()
                     _fail(future, self._unavailable(f" (next attempt in {wait:.0f} s)"))
                 else:
                     self._ready_waiters.append(future)
@@ -515,10 +541,20 @@ class WorkerHandle:
                 assert self._proc is not None
                 log.info("[%s] stopping: %s", self.name, reason)
                 self._stop_waiters.append(future)
-                self._fail_ready_waiters(ModelUnavailable(f"model '{self.name}' was stopped"))
+                self._fail_ready_waiters(
+                    ModelUnavailable(
+                        f"model '{self.name}' was stopped while loading: {reason}",
+                        code="model_stopped",
+                    )
+                )
                 self._set_state(WorkerState.STOPPING)
                 self._proc.stop_requested = True
                 self._proc.stop_reason = reason
+                self._proc.stop_error = ModelUnavailable(
+                    f"model '{self.name}' was stopped before the request finished: {reason}",
+                    code="model_stopped",
+                )
+                self._relay.stopping(self._proc.worker_id, self._proc.stop_error)
                 self._proc.tasks.append(asyncio.create_task(self._escalate_stop(self._proc)))
 
     def _on_reply(self, reply: Reply) -> None:
@@ -554,7 +590,9 @@ class WorkerHandle:
         expected = proc.stop_requested
         reason = self._exit_reason(proc, returncode)
         crash = WorkerCrashed(f"model '{self.name}' worker {reason}")
-        self._relay.detach(proc.worker_id, crash)
+        self._relay.detach(
+            proc.worker_id, proc.stop_error if expected and proc.stop_error else crash
+        )
         if expected:
             log.info("[%s] worker pid %d stopped (%s)", self.name, proc.proc.pid, reason)
             self._set_state(WorkerState.STOPPED)
@@ -599,6 +637,16 @@ class WorkerHandle:
         if tail:
             reason += "; last log lines:\n" + "\n".join(tail)
         return reason
+
+    def _closing_error(self) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"model '{self.name}' cannot take requests: the gateway is shutting down",
+            code="shutting_down",
+        )
+
+    def _backoff_left(self) -> float:
+        """Seconds until a FAILED worker may be tried again (≤ 0: now)."""
+        return self._failed_at + failure_backoff(self.failures) - time.monotonic()
 
     def _unavailable(self, suffix: str = "") -> ModelUnavailable:
         return ModelUnavailable(
