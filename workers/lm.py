@@ -82,6 +82,7 @@ from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
 from mlx_gateway.workers.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
+from mlx_gateway.workers.disk_cache import DiskCache, model_key
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
     LogitsProcessor,
@@ -208,6 +209,13 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
             _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
         )
+        if folder := spec.options.get("prompt_cache_dir"):
+            kv = ",".join(f"{k}={spec.options.get(k)}" for k in sorted(kv_option_names(spec)))
+            self.prompt_cache.disk = DiskCache(
+                Path(str(folder)).expanduser(),
+                model_key(spec.model_path, Path(path), adapter="", kv=kv),
+                _option_int(spec, "prompt_cache_disk_bytes", 0),
+            )
         return ModelFacts(
             context_length=self.context_length,
             model_type=config.get("model_type"),
@@ -218,6 +226,16 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "tool_prompt": self.tool_prompt.fact,
             },
         )
+
+    def close(self) -> None:
+        """Write the prompt cache to its disk tier (if any), then free the batch."""
+        try:
+            written = self.prompt_cache.spill()
+            if written:
+                log.info("wrote %d prompt cache entries to disk", written)
+        except Exception:  # the worker stops anyway; a lost cache only costs a prefill
+            log.exception("writing the prompt cache to disk failed")
+        super().close()
 
     def _new_generator(self) -> BatchGenerator:
         spec = self._spec
@@ -571,6 +589,12 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def kv_option_names(spec: WorkerSpec) -> list[str]:
+    """The options that change what a KV cache holds (part of the disk tier's key)."""
+    names = ("kv_bits", "kv_group_size", "quantized_kv_start", "max_kv_size")
+    return [name for name in names if name in spec.options]
 
 
 def _option_int(spec: WorkerSpec, key: str, default: int) -> int:

@@ -19,6 +19,11 @@ Two kinds of model caches:
 
 Entries that another entry extends are dropped on insert (for trimmable caches the
 longer one serves both), so multi-turn chats keep one entry per conversation.
+
+With a :class:`~.disk_cache.DiskCache` attached (``disk``), entries that fall out of
+the LRU (or never fit it) are written to disk, :meth:`PromptCache.spill` writes the
+rest when the worker stops, and a lookup that finds a longer prefix on disk than in
+memory loads that file into the store.
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
+
+from mlx_gateway.workers.disk_cache import DiskCache
+
+DISK_MIN_GAIN = 16
+"""A file on disk is loaded only when it holds this many more prompt tokens than the
+best entry in memory (a shared chat-template opening is not worth a load)."""
 
 LayerCaches = list[Any]
 """One model's cache: an object per layer (mlx-lm's ``make_prompt_cache`` shape)."""
@@ -109,6 +120,7 @@ class PromptCache:
         self.nbytes = 0
         self.hits = 0
         self.misses = 0
+        self.disk: DiskCache | None = None
 
     @property
     def enabled(self) -> bool:
@@ -123,7 +135,7 @@ class PromptCache:
         At least the prompt's last token is left to prefill (its logits start the
         generation), so a hit holds at most ``len(prompt) - 1`` tokens. The entry
         becomes the most recently used."""
-        if not self._entries or len(prompt) < 2:
+        if len(prompt) < 2 or not (self._entries or self._disk_on):
             self.misses += 1
             return None
         key = token_bytes(prompt)
@@ -138,10 +150,13 @@ class PromptCache:
                 continue  # only whole entries of a non-trimmable cache can be used
             if shared > best_tokens:
                 best, best_tokens = entry, shared
+        if self._disk_on and (found := self._from_disk(key, limit, best_tokens)) is not None:
+            best, best_tokens = found
         if best is None:
             self.misses += 1
             return None
-        self._entries.move_to_end(best.key)
+        if best.key in self._entries:
+            self._entries.move_to_end(best.key)
         self.hits += 1
         if best.trimmable:
             return Hit(_view(best.cache, best_tokens), best_tokens)
@@ -164,14 +179,66 @@ class PromptCache:
         mx.eval([layer.state for layer in cache])
         entry = _Entry(key, cache, cache_nbytes(cache), trimmable)
         if entry.nbytes > self.max_bytes:
+            self._save(entry)  # too big for memory: the disk tier may still keep it
             return
-        self._drop(key)
-        self._entries[key] = entry
+        self._insert(entry)
+
+    def _insert(self, entry: _Entry) -> None:
+        self._drop(entry.key)
+        self._entries[entry.key] = entry
         self.nbytes += entry.nbytes
         while self._entries and (
             len(self._entries) > self.max_entries or self.nbytes > self.max_bytes
         ):
-            self._drop(next(iter(self._entries)))
+            oldest = self._entries[next(iter(self._entries))]
+            self._save(oldest)
+            self._drop(oldest.key)
+
+    def spill(self) -> int:
+        """Write every entry to the disk tier (the worker stops); returns how many
+        were written. Most recently used first, so the byte cap keeps those."""
+        if not self._disk_on:
+            return 0
+        assert self.disk is not None
+        before = self.disk.saves
+        for entry in reversed(list(self._entries.values())):
+            self._save(entry)
+        return self.disk.saves - before
+
+    @property
+    def _disk_on(self) -> bool:
+        return self.disk is not None and self.disk.enabled
+
+    def _save(self, entry: _Entry) -> None:
+        if self.disk is not None and self.disk.enabled:
+            self.disk.save(entry.key, entry.cache)
+
+    def _from_disk(self, key: bytes, limit: int, best_tokens: int) -> tuple[_Entry, int] | None:
+        """Load the saved cache sharing the longest prefix with ``key`` when it beats
+        the memory's best by :data:`DISK_MIN_GAIN` tokens; it joins the store."""
+        assert self.disk is not None
+        ranked = sorted(
+            (
+                (min(common_prefix(key, tokens), limit), len(tokens) // 4, stem)
+                for stem, tokens in self.disk.candidates().items()
+            ),
+            reverse=True,
+        )
+        for shared, length, stem in ranked:
+            if shared < best_tokens + DISK_MIN_GAIN:
+                return None
+            found = self.disk.load(stem)
+            if found is None:
+                continue  # corrupt or stale: removed and logged; try the next one
+            entry = _Entry(token_bytes(found.tokens), found.cache, 0, is_trimmable(found.cache))
+            if not entry.trimmable and shared < length:
+                continue
+            mx.eval([layer.state for layer in entry.cache])
+            entry.nbytes = cache_nbytes(entry.cache)
+            if entry.nbytes <= self.max_bytes:
+                self._insert(entry)
+            return entry, shared
+        return None
 
     def clear(self) -> None:
         self._entries.clear()
