@@ -22,10 +22,12 @@ Used on the MLX thread only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,11 +68,15 @@ class Found:
 class DiskCache:
     """One model's folder of saved prompt caches, held under ``max_bytes``."""
 
-    def __init__(self, root: Path, key: str, max_bytes: int) -> None:
+    def __init__(
+        self, root: Path, key: str, max_bytes: int, total_bytes: int | None = None
+    ) -> None:
         self.root = root
         self.key = key
         self.folder = root / key
         self.max_bytes = max(max_bytes, 0)
+        self.total_bytes = self.max_bytes if total_bytes is None else max(total_bytes, 0)
+        """The cap of the whole directory (other models' folders included)."""
         self.loads = 0
         self.saves = 0
         self._index: dict[str, bytes] | None = None  # file stem → token bytes
@@ -117,12 +123,9 @@ class DiskCache:
             self._remove(stem)
             return None
         self.loads += 1
-        now = None
         for name in (path, self.folder / f"{stem}{TOKENS}"):
-            try:
-                os.utime(name, now)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                os.utime(name)  # recently used: the cap drops it last
         return Found(tokens.tolist(), cache)
 
     # ------------------------------------------------------------ saving
@@ -150,12 +153,13 @@ class DiskCache:
             return
         self.candidates()[stem] = key
         self.saves += 1
-        self._trim()
+        self._trim(self.folder.glob(f"*{SUFFIX}"), self.max_bytes)
+        self._trim(self.root.glob(f"*/*{SUFFIX}"), self.total_bytes)
 
-    def _trim(self) -> None:
-        """Delete the least recently used files of the whole directory beyond the cap."""
+    def _trim(self, paths: Iterable[Path], cap: int) -> None:
+        """Delete the least recently used of ``paths`` until they hold ``cap`` bytes."""
         files: list[tuple[float, int, Path]] = []
-        for path in self.root.glob(f"*/*{SUFFIX}"):
+        for path in paths:
             try:
                 info = path.stat()
                 tokens = path.with_suffix(TOKENS)
@@ -165,7 +169,7 @@ class DiskCache:
             files.append((info.st_mtime, size, path))
         total = sum(size for _, size, _ in files)
         for _, size, path in sorted(files):
-            if total <= self.max_bytes:
+            if total <= cap:
                 break
             total -= size
             if path.parent == self.folder:
@@ -176,8 +180,6 @@ class DiskCache:
 
     def _remove(self, stem: str) -> None:
         for suffix in (SUFFIX, TOKENS, f".part{SUFFIX}"):
-            try:
+            with contextlib.suppress(OSError):
                 (self.folder / f"{stem}{suffix}").unlink(missing_ok=True)
-            except OSError:
-                pass
         self.candidates().pop(stem, None)

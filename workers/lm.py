@@ -78,11 +78,11 @@ from mlx_gateway.workers.batch_requests import (
 from mlx_gateway.workers.blas import blas_in_use
 from mlx_gateway.workers.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
+from mlx_gateway.workers.disk_cache import DiskCache, model_key
 from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
 from mlx_gateway.workers.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
-from mlx_gateway.workers.disk_cache import DiskCache, model_key
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
     LogitsProcessor,
@@ -215,6 +215,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 Path(str(folder)).expanduser(),
                 model_key(spec.model_path, Path(path), adapter="", kv=kv),
                 _option_int(spec, "prompt_cache_disk_bytes", 0),
+                _option_int(spec, "prompt_cache_dir_bytes", 0) or None,
             )
         return ModelFacts(
             context_length=self.context_length,

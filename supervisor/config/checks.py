@@ -57,6 +57,15 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
                 raise ValueError(f"expected a size ≥ 0, got {model.prompt_cache_bytes!r}")
         except ValueError as exc:
             raise ctx.error(("models", i, "prompt_cache_bytes"), str(exc)) from None
+        if model.prompt_cache_disk_bytes is not None:
+            try:
+                parse_size(model.prompt_cache_disk_bytes)
+            except ValueError as exc:
+                raise ctx.error(("models", i, "prompt_cache_disk_bytes"), str(exc)) from None
+    try:
+        parse_size(config.server.prompt_cache_disk_bytes)
+    except ValueError as exc:
+        raise ctx.error(("server", "prompt_cache_disk_bytes"), str(exc)) from None
 
 
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:

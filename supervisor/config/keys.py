@@ -71,7 +71,6 @@ _MODEL_IGNORED = frozenset(
         "message_converter",
         "debug",
         "pipeline",
-        "prompt_cache_dir",
         "draft_model_path",
         "num_draft_tokens",
         "default_presence_penalty",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 
 LM_KIND = "lm"
@@ -33,3 +33,18 @@ def kv_options(config: ModelConfig) -> dict[str, Any]:
     if config.max_kv_size is not None:
         options["max_kv_size"] = config.max_kv_size
     return options
+
+
+def disk_tier_options(config: ModelConfig, server: ServerConfig) -> dict[str, Any]:
+    """The prompt cache's disk tier (``workers/disk_cache.py``): the directory, this
+    model's byte cap and the whole directory's; nothing when no directory is set."""
+    folder = config.prompt_cache_dir or server.prompt_cache_dir
+    if not folder:
+        return {}
+    total = parse_size(server.prompt_cache_disk_bytes)
+    own = config.prompt_cache_disk_bytes
+    return {
+        "prompt_cache_dir": folder,
+        "prompt_cache_disk_bytes": total if own is None else min(parse_size(own), total),
+        "prompt_cache_dir_bytes": total,
+    }

@@ -108,6 +108,15 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     with ``previous_response_id`` or fetched with ``GET /v1/responses/{id}``."""
     response_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 64.0
     """Responses API: memory for stored responses, in MiB; the oldest go first."""
+    prompt_cache_dir: str | None = None
+    """Language models: a directory where KV caches are written when a model stops
+    (evicted, idle, unloaded) or an entry leaves the memory prompt cache, and read
+    back by a later request with the same token prefix; ``None``: no disk tier."""
+    prompt_cache_disk_bytes: str | int = "8GiB"
+    """Most bytes the whole ``prompt_cache_dir`` holds; the least recently used files go."""
+    spare_workers: bool = False
+    """Keep one pre-started worker per kind in use (its backend imported, no model
+    loaded, counted in the memory budget) and hand it the next model to load."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -156,6 +165,11 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sequence (a rotating window: older tokens are dropped)."""
     prompt_cache_entries: Annotated[int, msgspec.Meta(ge=0)] = 32
     """Language models: most KV caches kept in the prompt cache (0: off)."""
+    prompt_cache_dir: str | None = None
+    """Language models: overrides ``server.prompt_cache_dir`` for this model."""
+    prompt_cache_disk_bytes: str | int | None = None
+    """Language models: most bytes of this model's files in the disk tier (default:
+    ``server.prompt_cache_disk_bytes``)."""
     stream_interval: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.02
     """Language models: shortest time in seconds between two SSE writes of one
     stream; text generated meanwhile goes out with the next write (0: every step)."""

@@ -41,7 +41,7 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.image import IMAGE_KIND
 from mlx_gateway.supervisor.config.image import worker_options as image_options
-from mlx_gateway.supervisor.config.lm import LM_KIND
+from mlx_gateway.supervisor.config.lm import LM_KIND, disk_tier_options
 from mlx_gateway.supervisor.config.lm import worker_options as lm_options
 from mlx_gateway.supervisor.config.vision import VISION_KIND
 from mlx_gateway.supervisor.config.vision import worker_options as vision_options
@@ -675,6 +675,8 @@ class WorkerHandle:
             kv_budget = self.placement.kv_budget(self)
         if kv_budget is not None:
             spec.options["kv_budget_bytes"] = kv_budget  # per-request admission
+        if self.config.worker_kind == LM_KIND:
+            spec.options.update(disk_tier_options(self.config, self._server))
         argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
         if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:
