@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from mlx_gateway.protocol.spec import WorkerSpec
+
 
 class Message(msgspec.Struct, tag_field="op", omit_defaults=True, forbid_unknown_fields=False):
     """Base of every wire message."""
@@ -193,6 +195,15 @@ class Shutdown(Message, tag="shutdown"):
     grace: float = 5.0
 
 
+class Assign(Message, tag="assign"):
+    """To a spare worker (started with ``WorkerSpec.spare``: backend imported, no
+    model): load this model and serve it. The spare keeps its worker id (its ZeroMQ
+    identity); ``spec.worker_id`` is ignored. From here on it is an ordinary worker:
+    ``Progress``, then ``Ready`` (or a load ``Error`` and exit 3)."""
+
+    spec: WorkerSpec
+
+
 class Ping(Message, tag="ping"):
     """Ask for an immediate :class:`Heartbeat`."""
 
@@ -348,7 +359,16 @@ class Error(Message, tag="error"):
 
 
 Request = (
-    Generate | Embed | Transcribe | GenerateImage | CountTokens | Cancel | Shutdown | Ping | Limits
+    Generate
+    | Embed
+    | Transcribe
+    | GenerateImage
+    | CountTokens
+    | Cancel
+    | Shutdown
+    | Ping
+    | Limits
+    | Assign
 )
 Reply = (
     Ready

@@ -28,6 +28,10 @@ class WorkerSpec(msgspec.Struct, omit_defaults=True, kw_only=True):
     heartbeat_interval: float = 2.0
     options: dict[str, Any] = {}
     """Kind-specific settings the gateway passes through unchanged."""
+    spare: bool = False
+    """A spare worker: import the backend of ``kind``, report ``Ready`` with no model
+    (``ModelFacts.model_type`` ``"spare"``) and wait for an ``Assign`` naming the
+    model to load (``model_path`` is unused)."""
 
 
 def encode_spec(spec: WorkerSpec) -> str:

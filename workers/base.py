@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+import msgspec
 import zmq
 
 from mlx_gateway.protocol.frames import pack
 from mlx_gateway.protocol.messages import (
+    Assign,
     Cancel,
     ContextOverflow,
     Error,
@@ -216,11 +218,26 @@ class MLXThread(threading.Thread):
             self._push.close(linger=-1)
 
     def _run(self) -> int:
+        backend: Backend | None = None
+        if self.spec.spare:
+            try:
+                backend = create_backend(self.spec.kind)
+            except LoadError as exc:
+                return self._load_failed(str(exc))
+            log.info("spare %s worker ready: backend imported, waiting for a model", self.spec.kind)
+            self.emit(Ready(pid=os.getpid(), facts=SPARE_FACTS, memory=measure_memory()))
+            assigned = wait_for_assignment(self.inbox, self.emit)
+            if assigned is None:
+                return EXIT_OK
+            self.spec = msgspec.structs.replace(
+                assigned, worker_id=self.spec.worker_id, spare=False
+            )
         spec = self.spec
         self.emit(Progress(stage="load", detail=spec.model_path))
         started = time.monotonic()
         try:
-            backend = create_backend(spec.kind)
+            if backend is None:
+                backend = create_backend(spec.kind)
             facts = backend.load(spec, self.emit)
         except LoadError as exc:
             return self._load_failed(str(exc))
@@ -237,6 +254,30 @@ class MLXThread(threading.Thread):
         log.error("%s", reason)
         self.emit(Error(message=reason, status=503, type="server_error"))
         return EXIT_LOAD_FAILED
+
+
+SPARE_FACTS = ModelFacts(model_type="spare")
+"""What a spare's ``Ready`` says of its (absent) model."""
+
+
+def wait_for_assignment(inbox: queue.Queue[InboxItem], emit: Emit) -> WorkerSpec | None:
+    """A spare's wait: the spec of the ``Assign`` that names its model, or ``None``
+    when it is told to stop first. Any other request is refused with a 503."""
+    while True:
+        item = inbox.get()
+        if isinstance(item, Abort):
+            return None
+        request, _payloads = item
+        if isinstance(request, Assign):
+            log.info("assigned %s (%s)", request.spec.model_path, request.spec.served_model_name)
+            return request.spec
+        if isinstance(request, Shutdown):
+            log.info("spare stopped before it was given a model")
+            return None
+        if isinstance(request, Cancel | Limits):
+            continue
+        request_id = getattr(request, "request_id", "")
+        emit(Error(message="this spare worker has no model yet", request_id=request_id, status=503))
 
 
 def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
@@ -267,6 +308,8 @@ def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
                 drain_until = until if drain_until is None else min(drain_until, until)
             elif isinstance(request, Cancel):
                 backend.cancel(request.request_id)
+            elif isinstance(request, Assign):
+                log.warning("Assign ignored: this worker already serves a model")
             elif isinstance(request, Limits):
                 apply_limits = getattr(backend, "set_limits", None)
                 if apply_limits is not None:

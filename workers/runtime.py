@@ -107,9 +107,8 @@ def run(endpoint: str, spec: WorkerSpec, parent_pid: int | None) -> int:
 
     mlx = MLXThread(spec, context, REPLIES_ENDPOINT)
     mlx.start()
-    log.info(
-        "worker %s (%s) pid %d: loading %s", spec.worker_id, spec.kind, os.getpid(), spec.model_path
-    )
+    what = "spare, waiting for a model" if spec.spare else f"loading {spec.model_path}"
+    log.info("worker %s (%s) pid %d: %s", spec.worker_id, spec.kind, os.getpid(), what)
 
     poller = zmq.Poller()
     poller.register(dealer, zmq.POLLIN)

@@ -26,6 +26,7 @@ import msgspec
 
 from mlx_gateway.protocol.frames import Frame
 from mlx_gateway.protocol.messages import (
+    Assign,
     Error,
     Generate,
     Heartbeat,
@@ -56,6 +57,7 @@ from mlx_gateway.supervisor.pool.calls import ReplyStream
 from mlx_gateway.supervisor.pool.memory import Need, measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
 from mlx_gateway.supervisor.pool.room import Room
+from mlx_gateway.supervisor.pool.spares import SpareKey, SparePool, spare_key
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand, describe_exit, worker_command
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 
@@ -191,6 +193,7 @@ class WorkerHandle:
         self.last_error: str | None = None
         self.failures = 0
         self.placement: Room | None = None  # set by the registry
+        self.spares: SparePool | None = None  # set by the registry (server.spare_workers)
         self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
@@ -687,32 +690,65 @@ class WorkerHandle:
         def on_reply(reply: Reply, _payloads: list[bytes]) -> None:
             self._inbox.put_nowait(_FromWorker(generation, reply))
 
-        self._relay.attach(worker_id, on_reply)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # own process group: signals reach its children too
-            )
-        except OSError as exc:
-            self._relay.detach(worker_id, WorkerCrashed(str(exc)))
-            self.last_error = f"could not start the worker ({argv[0]}): {exc}"
-            self.failures += 1
-            self._failed_at = time.monotonic()
-            self._set_state(WorkerState.FAILED)
-            self._fail_ready_waiters(self._unavailable())
-            return
+        key = spare_key(spec.kind, argv, env)
+        proc = await self._take_spare(key, spec, on_reply)
+        if proc is not None:
+            worker_id = spec.worker_id
+        else:
+            self._relay.attach(worker_id, on_reply)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,  # own process group: signals reach its children too
+                )
+            except OSError as exc:
+                self._relay.detach(worker_id, WorkerCrashed(str(exc)))
+                self.last_error = f"could not start the worker ({argv[0]}): {exc}"
+                self.failures += 1
+                self._failed_at = time.monotonic()
+                self._set_state(WorkerState.FAILED)
+                self._fail_ready_waiters(self._unavailable())
+                return
+            log.info("[%s] started worker pid %d (%s)", self.name, proc.pid, self.config.model_path)
         self._proc = handle = _Process(generation, worker_id, proc)
-        log.info("[%s] started worker pid %d (%s)", self.name, proc.pid, self.config.model_path)
         handle.tasks += [
             asyncio.create_task(self._pump_output(handle)),
             asyncio.create_task(self._start_timer(generation)),
         ]
         # Not in handle.tasks: _on_exit cancels those, and this one posts _on_exit.
         _background(self._watch_exit(handle))
+        if self.spares is not None:  # the next start of this kind finds a spare
+            spare = self.spares.spec(spec.kind, beat)
+            command = list(self._command(spare, self._relay.endpoint))
+            _background(self.spares.want(key, spare, command, env))
+
+    async def _take_spare(
+        self, key: SpareKey, spec: WorkerSpec, on_reply: Callable[[Reply, list[bytes]], None]
+    ) -> asyncio.subprocess.Process | None:
+        """Hand ``spec`` to a ready spare worker of ``key`` (``spec.worker_id`` becomes
+        the spare's); its process, or ``None`` when there is no spare (or it is gone)."""
+        if self.spares is None or (spare := self.spares.take(key)) is None:
+            return None
+        self._relay.attach(spare.worker_id, on_reply)
+        try:
+            await self._relay.send(spare.worker_id, Assign(spec=spec))
+        except WorkerUnreachable:
+            self._relay.detach(spare.worker_id, WorkerCrashed("the spare worker is gone"))
+            _signal_group(spare.proc.pid, signal.SIGKILL)
+            log.warning("[%s] the spare worker was gone; starting a new worker", self.name)
+            return None
+        spec.worker_id = spare.worker_id
+        log.info(
+            "[%s] loading in spare worker pid %d (%s)",
+            self.name,
+            spare.proc.pid,
+            self.config.model_path,
+        )
+        return spare.proc
 
     async def _pump_output(self, handle: _Process) -> None:
         assert handle.proc.stdout is not None

@@ -33,6 +33,7 @@ from mlx_gateway.supervisor.pool.eviction import (
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.memory import Need, estimate, format_size
 from mlx_gateway.supervisor.pool.needs import NeedBook, key_of
+from mlx_gateway.supervisor.pool.spares import SparePool
 from mlx_gateway.supervisor.pool.state import WorkerState
 
 log = logging.getLogger("mlx_gateway.placement")
@@ -69,6 +70,13 @@ class Placement:
         self._limits_sent: dict[WorkerHandle, int] = {}
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
+        self.spares: SparePool | None = None
+        """The spare workers (``server.spare_workers``): their memory counts as used,
+        and they go before any model is evicted."""
+
+    def attach_spares(self, spares: SparePool) -> None:
+        self.spares = spares
+        spares.fits = lambda nbytes: self.used() + nbytes <= self.budget
 
     # ------------------------------------------------------------ Room
 
@@ -146,7 +154,8 @@ class Placement:
         return handle in self._reserved or handle.state in RESIDENT
 
     def used(self, excluding: WorkerHandle | None = None) -> int:
-        return sum(
+        spares = self.spares.nbytes() if self.spares is not None else 0
+        return spares + sum(
             self.need_of(h) for h in self.handles if h is not excluding and self.is_resident(h)
         )
 
@@ -182,8 +191,9 @@ class Placement:
         the busy ones that stand in the way (see :func:`.eviction.decide`)."""
         others = {str(id(h)): h for h in self.handles if h is not handle and self.is_resident(h)}
         newcomer = Newcomer(str(id(handle)), self.need_of(handle), handle.config.group)
+        spares = self.spares.nbytes() if self.spares is not None else 0
         decision: Decision = decide(
-            [self.resident_record(h) for h in others.values()], newcomer, self.budget
+            [self.resident_record(h) for h in others.values()], newcomer, self.budget - spares
         )
         return Plan(
             evict=[others[name] for name in decision.evict],
@@ -201,6 +211,10 @@ class Placement:
                 if self.is_resident(handle):
                     return
                 plan = self.plan(handle)
+                if (plan.evict or not plan.fits) and self.spares and self.spares.nbytes():
+                    # Spares are cheap to make again: they go before any model.
+                    await self.spares.discard_all(f"room for '{handle.name}'")
+                    plan = self.plan(handle)
                 if plan.fits:
                     if await self._evict(plan.evict, handle):
                         self._reserved.add(handle)

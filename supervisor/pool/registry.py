@@ -16,6 +16,7 @@ from mlx_gateway.supervisor.pool.placement import Placement
 from mlx_gateway.supervisor.pool.reaper import housekeeping_forever
 from mlx_gateway.supervisor.pool.relay import Relay
 from mlx_gateway.supervisor.pool.runtime_dir import make_runtime_dir
+from mlx_gateway.supervisor.pool.spares import SparePool
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 
 log = logging.getLogger("mlx_gateway.registry")
@@ -44,6 +45,10 @@ class Registry:
         self._placed: list[WorkerHandle] = []
         self._retired: set[WorkerHandle] = set()
         self.placement = Placement(self._placed, config.server)
+        self.spares: SparePool | None = None
+        if config.server.spare_workers:
+            self.spares = SparePool(self.relay)
+            self.placement.attach_spares(self.spares)
         self.handles += [self._new_handle(model) for model in config.models]
         self._sync_placed()
         self._by_name: dict[str, WorkerHandle] = {}
@@ -58,6 +63,7 @@ class Registry:
             model, self.config.server, self.relay, command=self._command, env=self._worker_env
         )
         handle.placement = self.placement
+        handle.spares = self.spares
         return handle
 
     def _sync_placed(self) -> None:
@@ -207,6 +213,8 @@ class Registry:
         if self._stopping is not None:
             await self._stopping
         await asyncio.gather(*(handle.close() for handle in everyone), return_exceptions=True)
+        if self.spares is not None:
+            await self.spares.close()
         await self.relay.close()
         if self._owns_runtime_dir:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
