@@ -69,7 +69,7 @@ async def test_the_next_model_loads_in_the_spare(make_spare_registry: MakeRegist
     spare_pid = await until(lambda: ready_spare(pool), "a ready spare")
     assert spare_pid != a.pid
     (status,) = pool.status()
-    assert status["kind"] == "lm" and 0 < status["memory"]
+    assert status["kind"] == "lm" and status["memory"] > 0
     # The spare's memory counts in the budget beside model a's need.
     summary = registry.placement.summary()
     assert summary["reserved"] == registry.placement.need_of(a) + status["memory"]
