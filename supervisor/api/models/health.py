@@ -19,17 +19,19 @@ async def health(request: Request) -> Response:
     gateway runs, whatever the models' states (a failed model shows ``"state":
     "failed"``). ``blas`` tells whether workers get OpenBLAS preloaded (the path
     found, ``null`` when none is or the switch is off); each ready model's
-    ``blas`` is what its worker actually computes with."""
+    ``blas`` is what its worker actually computes with. With ``server.spare_workers``,
+    ``spares`` lists the spare workers (kind, pid, ready, memory)."""
     registry = request.app.state.registry
     handles = registry.handles
-    return JSONResponse(
-        {
-            "status": "ok",
-            "blas": _gateway_blas(registry),
-            "memory": memory_summary(registry),
-            "models": {h.name: h.status() for h in handles},
-        }
-    )
+    body: dict[str, Any] = {
+        "status": "ok",
+        "blas": _gateway_blas(registry),
+        "memory": memory_summary(registry),
+        "models": {h.name: h.status() for h in handles},
+    }
+    if (spares := getattr(registry, "spares", None)) is not None:
+        body["spares"] = spares.status()
+    return JSONResponse(body)
 
 
 def _gateway_blas(registry: Any) -> dict[str, Any]:
