@@ -1,0 +1,309 @@
+"""Model swaps: the first token of an unloaded model, and a long conversation resumed
+after its model was evicted.
+
+    uv run python -m bench.swap                 # a few minutes on 2 cores
+    uv run python -m bench.swap --rounds 5 --json out.json
+
+On a random llama built here (``--hidden``/``--layers``; default hidden 384, 16
+layers, float32, 16k positions), with ``mlx-gateway launch`` (the real command):
+
+(a) *Unloaded model → first token*, paired per round, the order alternating:
+
+* ``fresh``: ``python -c "import mlx_lm; load; stream_generate(max_tokens=1)"``, the
+  wall time from starting the interpreter to its first token;
+* ``gateway+spare``: a streaming chat request to the unloaded model of a gateway with
+  ``server.spare_workers`` and a ready spare: from sending the request to the first
+  content chunk (the load happens inside);
+* ``gateway``: the same on a gateway without spares (a new worker process).
+
+(b) *A ~8k-token conversation resumed after eviction*: turn 1 (the long user message)
+is answered, the model is unloaded (``POST /v1/models/{m}/unload``, as an eviction
+stops it), loaded again (``POST …/load``), and turn 2 (turn 1, the answer, a short
+question) is sent: its time to first token, for a model entry with
+``prompt_cache_dir`` (the disk tier) and for the same model without. Each round uses
+a new conversation.
+
+On Linux, OpenBLAS (when installed) is preloaded here (so into the ``fresh`` runs) as
+the gateway preloads it into its workers. The report gives per-round figures and
+medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .client import chat_body, stream_chat, stream_text
+from .lm import SENTENCES
+from .servers import PRELOADED, Server, free_port, reexec_with_openblas
+
+FRESH = """
+import sys, time
+import mlx_lm
+model, tokenizer = mlx_lm.load(sys.argv[1])
+for response in mlx_lm.stream_generate(model, tokenizer, sys.argv[2], max_tokens=1):
+    break
+print("first-token", flush=True)
+"""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.swap", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument("--hidden", type=int, default=384, help="the model's hidden size")
+    parser.add_argument("--layers", type=int, default=16, help="the model's layers")
+    parser.add_argument(
+        "--context-tokens", type=int, default=8000, help="tokens of the conversation's turn 1"
+    )
+    parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    return parser.parse_args(argv)
+
+
+def build_model(out: Path, hidden: int, layers: int) -> Path:
+    from tests.fixtures.tiny_models import build_tiny_lm
+
+    return build_tiny_lm(out, hidden=hidden, layers=layers, context_length=16384)
+
+
+def start_gateway(workdir: Path, name: str, server: dict[str, Any], models: list[dict]) -> Server:
+    port = free_port()
+    config = {
+        "server": {"port": port, "log_level": "info", "shutdown_grace": 10, **server},
+        "models": models,
+    }
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = Path(sys.executable).with_name("mlx-gateway")
+    gateway = Server(
+        name,
+        [str(command), "launch", "--config", str(path)],
+        port,
+        workdir / f"{name}.log",
+        {**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    gateway.wait_ready("/health")
+    return gateway
+
+
+def post(server: Server, path: str, timeout: float = 300.0) -> Any:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}{path}", data=b"", method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def spare_ready(server: Server) -> bool:
+    return any(spare["ready"] for spare in server.get("/health").get("spares", []))
+
+
+def fresh_first_token(model: Path, prompt: str) -> float:
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FRESH, str(model), prompt],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    elapsed = time.perf_counter() - started
+    proc.wait(60)
+    if b"first-token" not in line:
+        raise RuntimeError("the fresh run did not produce a token")
+    return elapsed
+
+
+def gateway_first_token(server: Server, model: str, prompt: str) -> float:
+    result = asyncio.run(
+        stream_chat(server.port, chat_body(model, [{"role": "user", "content": prompt}], 4))
+    )
+    if result.error or result.ttft is None:
+        raise RuntimeError(f"{server.name}: {result.error or 'no token'}\n{server.log()}")
+    return result.ttft
+
+
+def long_text(index: int, words: int) -> str:
+    pool = " ".join(SENTENCES).split()
+    return f"Conversation {index}: " + " ".join(
+        f"{pool[(i * 7 + index) % len(pool)]}" for i in range(words)
+    )
+
+
+def resumed_ttft(server: Server, model: str, index: int, words: int) -> tuple[float, int]:
+    """Turn 1, unload, load, turn 2: turn 2's time to first token and its cached tokens."""
+    first = [{"role": "user", "content": long_text(index, words)}]
+    result = asyncio.run(stream_chat(server.port, chat_body(model, first, 8), keep_body=True))
+    if result.error:
+        raise RuntimeError(f"{model} turn 1: {result.error}\n{server.log()}")
+    answer = stream_text(result.body or b"")
+    post(server, f"/v1/models/{model}/unload")
+    post(server, f"/v1/models/{model}/load")
+    second = [
+        *first,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "And in one word?"},
+    ]
+    again = asyncio.run(stream_chat(server.port, chat_body(model, second, 4)))
+    if again.error or again.ttft is None:
+        raise RuntimeError(f"{model} turn 2: {again.error}\n{server.log()}")
+    return again.ttft, again.cached_tokens
+
+
+def words_for(model: Path, tokens: int) -> int:
+    """How many words of :func:`long_text` make about ``tokens`` prompt tokens."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+
+    def count(words: int) -> int:
+        message = [{"role": "user", "content": long_text(0, words)}]
+        text = tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    words = max(tokens // 4, 1)
+    for _ in range(4):
+        words = max(min(int(words * tokens / count(words)), 4 * tokens), 1)
+    return words
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if not args.no_openblas:
+        reexec_with_openblas("bench.swap", argv)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-swap-"))
+    model = build_model(workdir / "model", args.hidden, args.layers)
+    words = words_for(model, args.context_tokens)
+    figures: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        figures.setdefault(name, []).append(value)
+        print(f"  {name}: {value:.3f}", flush=True)
+
+    entry = {"model_path": str(model), "on_demand": True, "idle_timeout": 0}
+    servers: list[Server] = []
+    try:
+        print("(a) unloaded model → first token", flush=True)
+        spare = start_gateway(
+            workdir, "gateway-spare", {"spare_workers": True}, [{**entry, "served_model_name": "m"}]
+        )
+        servers.append(spare)
+        plain = start_gateway(workdir, "gateway-plain", {}, [{**entry, "served_model_name": "m"}])
+        servers.append(plain)
+        for server in (spare, plain):  # warm the page cache and start the first spare
+            gateway_first_token(server, "m", "warm up")
+            post(server, "/v1/models/m/unload")
+        prompt = "Hello, how are you?"
+        for round_ in range(args.rounds):
+            print(f"round {round_ + 1}", flush=True)
+            order = ["fresh", "spare", "plain"]
+            if round_ % 2:
+                order.reverse()
+            for setup in order:
+                if setup == "fresh":
+                    add("a/fresh", fresh_first_token(model, prompt))
+                elif setup == "spare":
+                    wait_for(lambda: spare_ready(spare), "a ready spare")
+                    add("a/gateway+spare", gateway_first_token(spare, "m", prompt))
+                    post(spare, "/v1/models/m/unload")
+                else:
+                    add("a/gateway", gateway_first_token(plain, "m", prompt))
+                    post(plain, "/v1/models/m/unload")
+        for server in servers:
+            server.stop()
+        servers.clear()
+
+        print(f"(b) ~{args.context_tokens}-token conversation resumed after eviction", flush=True)
+        disk = workdir / "prompt-cache"
+        resume = start_gateway(
+            workdir,
+            "gateway-resume",
+            {},
+            [
+                {**entry, "served_model_name": "disk", "prompt_cache_dir": str(disk)},
+                {**entry, "served_model_name": "nodisk"},
+            ],
+        )
+        servers.append(resume)
+        for round_ in range(args.rounds):
+            print(f"round {round_ + 1}", flush=True)
+            order = ["disk", "nodisk"] if round_ % 2 == 0 else ["nodisk", "disk"]
+            for name in order:
+                ttft, cached = resumed_ttft(resume, name, 100 * round_ + len(name), words)
+                add(f"b/{name}", ttft)
+                add(f"b/{name}_cached_tokens", cached)
+    finally:
+        for server in servers:
+            server.stop()
+    lines = report(args, figures)
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps({"figures": figures, "report": lines}, indent=2))
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"work folder: {workdir}")
+    return 0
+
+
+def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[str]:
+    med = {name: statistics.median(values) for name, values in figures.items()}
+    fresh, spare, plain = (figures[k] for k in ("a/fresh", "a/gateway+spare", "a/gateway"))
+    paired = statistics.median(s / f for s, f in zip(spare, fresh, strict=True))
+    speedup = statistics.median(
+        n / d for d, n in zip(figures["b/disk"], figures["b/nodisk"], strict=True)
+    )
+    return [
+        "",
+        f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores; "
+        f"blas: {os.environ.get(PRELOADED) or 'the wheel BLAS, its own'}",
+        f"model: random llama, hidden {args.hidden}, {args.layers} layers, float32; "
+        f"{args.rounds} rounds",
+        "(a) unloaded model → first token, seconds (median):",
+        f"  fresh python -c (import, load, 1 token): {med['a/fresh']:.2f}",
+        f"  gateway with a spare worker:              {med['a/gateway+spare']:.2f}",
+        f"  gateway without spares:                   {med['a/gateway']:.2f}",
+        f"  paired ratio gateway+spare / fresh: {paired:.2f} (target ≤ 0.7); "
+        f"without spares / fresh: "
+        f"{statistics.median(p / f for p, f in zip(plain, fresh, strict=True)):.2f}",
+        f"(b) turn 2 of a ~{args.context_tokens}-token conversation after eviction, "
+        "time to first token, seconds (median):",
+        f"  with the disk tier:    {med['b/disk']:.3f} "
+        f"({int(med['b/disk_cached_tokens'])} prompt tokens from the cache)",
+        f"  without (re-prefill):  {med['b/nodisk']:.3f} "
+        f"({int(med['b/nodisk_cached_tokens'])} from the cache)",
+        f"  paired speed-up: {speedup:.1f} times (target: at least 5)",
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
