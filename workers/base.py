@@ -175,6 +175,7 @@ class MLXThread(threading.Thread):
         self._context = context
         self._replies_endpoint = replies_endpoint
         self._push: zmq.Socket | None = None
+        self._spare_kind = spec.kind
 
     def counts(self) -> tuple[int, int]:
         backend = self.backend
@@ -219,6 +220,7 @@ class MLXThread(threading.Thread):
 
     def _run(self) -> int:
         backend: Backend | None = None
+        self._spare_kind = self.spec.kind
         if self.spec.spare:
             try:
                 backend = create_backend(self.spec.kind)
@@ -236,7 +238,7 @@ class MLXThread(threading.Thread):
         self.emit(Progress(stage="load", detail=spec.model_path))
         started = time.monotonic()
         try:
-            if backend is None:
+            if backend is None or spec.kind != self._spare_kind:
                 backend = create_backend(spec.kind)
             facts = backend.load(spec, self.emit)
         except LoadError as exc:
