@@ -191,6 +191,7 @@ class WorkerHandle:
         self.last_error: str | None = None
         self.failures = 0
         self.placement: Room | None = None  # set by the registry
+        self._pinned: bool | None = None  # set at run time by an admin
         self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
@@ -276,7 +277,7 @@ class WorkerHandle:
             "memory_detail": msgspec.structs.asdict(memory) if memory else None,
             **self._need_status(),
             "load_progress": progress,
-            "pinned": self.config.pinned,
+            "pinned": self.pinned,
             "draining": self.draining,
             "crashes": self.crashes,
             "evictions": self.evictions,
@@ -394,6 +395,19 @@ class WorkerHandle:
         when none runs)."""
         if self._proc is not None and self.state is WorkerState.READY:
             self._relay.post(self._proc.worker_id, msg)
+
+    @property
+    def pinned(self) -> bool:
+        """Never evicted: the config's ``pinned``, or what an admin set at run time."""
+        return self.config.pinned if self._pinned is None else self._pinned
+
+    def pin(self, pinned: bool) -> None:
+        """Pin or unpin at run time (``POST /v1/models/{id}/pin``), until the gateway
+        restarts or a config reload replaces this entry."""
+        self._pinned = pinned
+        log.info("[%s] %s by an admin request", self.name, "pinned" if pinned else "unpinned")
+        if self.placement is not None:
+            self.placement.notify()  # a model waiting for room may now evict this one
 
     @property
     def reserved(self) -> bool:
