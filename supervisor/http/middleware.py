@@ -41,13 +41,11 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
     audio = largest(("whisper",), lambda m: m.max_upload_mb)
     if audio is not None:
         limits["/v1/audio/"] = int(audio * MIB) + FORM_OVERHEAD
-    edits = largest(("image",), lambda m: getattr(m, "max_image_mb", 0.0))
+    edits = largest(("image",), lambda m: m.max_image_mb)
     if edits:
         limits["/v1/images/edits"] = int(edits * MIB) * EDIT_FILES + FORM_OVERHEAD
     # A chat request carries its images inline as base64 data URLs (4 bytes per 3).
-    vision = largest(
-        ("vlm",), lambda m: getattr(m, "max_image_mb", 0.0) * getattr(m, "max_images", 0)
-    )
+    vision = largest(("vlm",), lambda m: m.max_image_mb * m.max_images)
     if vision:
         limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
     return limits

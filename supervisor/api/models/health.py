@@ -33,6 +33,5 @@ async def health(request: Request) -> Response:
 
 
 def _gateway_blas(registry: Any) -> dict[str, Any]:
-    config = getattr(registry, "config", None)
-    preload = config.server.preload_openblas if config is not None else True
+    preload = registry.config.server.preload_openblas
     return {"preload_openblas": preload, "openblas": find_openblas() if preload else None}

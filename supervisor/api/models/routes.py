@@ -40,8 +40,8 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
 
 def memory_summary(registry: Any) -> dict[str, int] | None:
     """The memory budget, what the resident models reserve and what is free (bytes);
-    ``None`` for a registry without a placement."""
-    placement = getattr(registry, "placement", None)
+    ``None`` for a registry without a placement (the API tests' in-process fake)."""
+    placement = registry.placement
     return placement.summary() if placement is not None else None
 
 
