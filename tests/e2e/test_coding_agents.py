@@ -2,7 +2,9 @@
 
 * Codex CLI (``@openai/codex`` from the npm registry) runs ``codex exec`` with its
   default features (namespace tools, ``web_search``) through a custom provider with
-  ``wire_api = "responses"``.
+  ``wire_api = "responses"``: one turn on a real model, and one on the fake worker
+  scripted to call a function of Codex's ``multi_agent_v1`` namespace, which Codex
+  must run and answer.
 * ``openai-agents``: an Agent with a function tool, on both its chat-completions
   and its Responses model.
 * ``langchain-openai``: ``bind_tools`` with a forced tool and
@@ -22,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -32,11 +35,13 @@ from pydantic import BaseModel
 
 from tests.fixtures.tiny_models import build_tiny_lm
 
+from ..supervisor.fakes import FAKE_WORKER
 from .gateway import Gateway
 
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny-agent"
+SCRIPTED = "scripted"
 API_KEY = "sk-agents-test"
 POSITIONS = 32768
 EOS_WEIGHT = 0.8
@@ -92,6 +97,29 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
         gw.stop()
 
 
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A gateway whose model is the fake worker (``say <text>`` makes it write
+    ``<text>``; other text is echoed), started through the ``python`` option."""
+    tmp = tmp_path_factory.mktemp("scripted")
+    shim = tmp / "worker.sh"
+    # The gateway runs "<python> -m mlx_gateway.workers --endpoint … --spec … …".
+    shim.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE_WORKER}" "$@"\n')
+    shim.chmod(0o755)
+    (tmp / "fake" / "ok").mkdir(parents=True)  # the fake worker's mode: its last segment
+    model = {
+        "model_path": str(tmp / "fake" / "ok"),
+        "served_model_name": SCRIPTED,
+        "tool_call_parser": "hermes",
+        "python": str(shim),
+    }
+    gw = Gateway(tmp, [model], api_keys=[API_KEY])
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
 # ---------------------------------------------------------------- Codex CLI
 
 
@@ -118,10 +146,10 @@ def codex() -> Path:
     return binary
 
 
-def codex_config(gateway: Gateway) -> str:
+def codex_config(gateway: Gateway, model: str = MODEL) -> str:
     """The ``config.toml`` of docs/api.md ("Codex CLI"), for this gateway."""
     return f"""\
-model = "{MODEL}"
+model = "{model}"
 model_provider = "mlx-gateway"
 check_for_update_on_startup = false
 
@@ -136,20 +164,19 @@ enabled = false
 """
 
 
-def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -> None:
-    home, work = tmp_path / "codex-home", tmp_path / "work"
+def codex_exec(
+    codex: Path, gateway: Gateway, model: str, prompt: str, tmp: Path
+) -> list[dict[str, Any]]:
+    """Run ``codex exec --json`` and check that its turn completed without an error;
+    returns its JSON events."""
+    home, work = tmp / "codex-home", tmp / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(codex_config(gateway))
-    env = {
-        **os.environ,
-        "CODEX_HOME": str(home),
-        "MLX_GATEWAY_API_KEY": API_KEY,
-        "NO_COLOR": "1",
-    }
+    (home / "config.toml").write_text(codex_config(gateway, model))
+    env = {**os.environ, "CODEX_HOME": str(home), "MLX_GATEWAY_API_KEY": API_KEY}
     started = time.monotonic()
     done = subprocess.run(
-        [str(codex), "exec", "--skip-git-repo-check", "--json", "Say hello."],
+        [str(codex), "exec", "--skip-git-repo-check", "--json", prompt],
         cwd=work,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -157,8 +184,7 @@ def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -
         text=True,
         timeout=150,
     )
-    seconds = time.monotonic() - started
-    print(f"codex exec took {seconds:.1f} s")
+    print(f"codex exec on {model} took {time.monotonic() - started:.1f} s")
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     report = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, report
@@ -172,14 +198,39 @@ def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -
         for e in events
         if e["type"] == "item.completed" and e["item"]["type"] == "error"
     ]
-    assert all(n.startswith(f"Model metadata for `{MODEL}` not found") for n in notices), report
-    assert any(
-        e["type"] == "item.completed" and e["item"]["type"] == "agent_message" for e in events
-    ), report
+    assert all(n.startswith(f"Model metadata for `{model}` not found") for n in notices), report
+    return events
+
+
+def answers(events: list[dict[str, Any]]) -> list[str]:
+    return [
+        e["item"]["text"]
+        for e in events
+        if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"
+    ]
+
+
+def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -> None:
+    events = codex_exec(codex, gateway, MODEL, "Say hello.", tmp_path)
+    assert len(answers(events)) == 1
     usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
-    assert usage["input_tokens"] > 4000  # its instructions and tools reached the model
+    assert usage["input_tokens"] > 4000  # its instructions reached the model
     # Its default tools: a namespace (flattened) and web_search (left out, logged).
     assert "leaving out the 'web_search' tool" in gateway.log()
+
+
+def test_codex_runs_a_call_of_a_namespace_function(
+    scripted: Gateway, codex: Path, tmp_path: Path
+) -> None:
+    # The model calls close_agent of Codex's multi_agent_v1 namespace by its flat
+    # name; Codex gets name and namespace apart, runs it (no such agent: an error
+    # result naming the id), and sends the result back; the fake model echoes it.
+    call = {"name": "multi_agent_v1__close_agent", "arguments": {"target": "nobody"}}
+    prompt = f"say <tool_call>\n{json.dumps(call)}\n</tool_call>"
+    (answer,) = answers(codex_exec(codex, scripted, SCRIPTED, prompt, tmp_path))
+    # A name Codex could not route would come back as "unsupported call: …".
+    assert "unsupported call" not in answer
+    assert "nobody" in answer
 
 
 # ---------------------------------------------------------------- agent SDKs
