@@ -212,6 +212,8 @@ async def test_parse_with_a_pydantic_model(sdk: openai.AsyncOpenAI) -> None:
             "tools[0].tools[0].name",
         ),
         ({"tools": [{"type": "namespace", "tools": []}]}, "tools[0].name"),
+        ({"tools": [{"type": "namespace", "name": "a b", "tools": []}]}, "tools[0].name"),
+        ({"tools": [{"type": "namespace", "name": "a__b", "tools": []}]}, "tools[0].name"),
         ({"tools": [TOOL, TOOL]}, "tools[1]"),
         (
             {"tools": [NAMESPACE], "tool_choice": {"type": "function", "name": "spawn"}},

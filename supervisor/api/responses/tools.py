@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,7 @@ HOSTED_TOOL_TYPES = frozenset(
 )
 """Tool types this gateway leaves out (with a logged notice) instead of refusing."""
 
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _noticed: set[str] = set()
 
 
@@ -159,10 +161,10 @@ def request_tools(raw: list[dict[str, Any]] | None) -> RequestTools:
 
 def _namespace(tool: dict[str, Any], i: int, add: Any, dropped: list[str]) -> dict[str, Any]:
     name = tool.get("name")
-    if not isinstance(name, str) or not name or SEPARATOR in name:
+    if not isinstance(name, str) or not _NAMESPACE.match(name) or SEPARATOR in name:
         raise BadRequest(
-            f"Invalid value for 'tools[{i}].name': a namespace needs a non-empty name "
-            f"without '{SEPARATOR}'.",
+            f"Invalid value for 'tools[{i}].name': a namespace needs a name of 1 to 64 "
+            f"letters, digits, '_', '.' or '-', without '{SEPARATOR}' (got {name!r}).",
             param=f"tools[{i}].name",
         )
     members = tool.get("tools")
@@ -172,7 +174,8 @@ def _namespace(tool: dict[str, Any], i: int, add: Any, dropped: list[str]) -> di
             param=f"tools[{i}].tools",
         )
     description = tool.get("description")
-    note = f"({name}: {description})" if isinstance(description, str) and description else None
+    description = description if isinstance(description, str) else ""
+    note = f"({name}: {description})" if description else None
     listed = []
     for j, member in enumerate(members):
         param = f"tools[{i}].tools[{j}]"
@@ -189,4 +192,4 @@ def _namespace(tool: dict[str, Any], i: int, add: Any, dropped: list[str]) -> di
         function = _function(member, param)
         add(function, name, note, param)
         listed.append(_listed(function))
-    return {"type": "namespace", "name": name, "description": description or "", "tools": listed}
+    return {"type": "namespace", "name": name, "description": description, "tools": listed}
