@@ -106,11 +106,12 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # The gateway runs "<python> -m mlx_gateway.workers --endpoint … --spec … …".
     shim.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE_WORKER}" "$@"\n')
     shim.chmod(0o755)
-    (tmp / "fake" / "ok").mkdir(parents=True)  # the fake worker's mode: its last segment
+    # The fake worker's mode is the path's last segment: "reasoner" reports thinking
+    # markers and a JSON tool-call format, as a real worker does for Qwen3.
+    (tmp / "fake" / "reasoner").mkdir(parents=True)
     model = {
-        "model_path": str(tmp / "fake" / "ok"),
+        "model_path": str(tmp / "fake" / "reasoner"),
         "served_model_name": SCRIPTED,
-        "tool_call_parser": "hermes",
         "python": str(shim),
     }
     gw = Gateway(tmp, [model], api_keys=[API_KEY])
@@ -222,15 +223,20 @@ def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -
 def test_codex_runs_a_call_of_a_namespace_function(
     scripted: Gateway, codex: Path, tmp_path: Path
 ) -> None:
-    # The model calls close_agent of Codex's multi_agent_v1 namespace by its flat
-    # name; Codex gets name and namespace apart, runs it (no such agent: an error
-    # result naming the id), and sends the result back; the fake model echoes it.
+    # The model thinks, then calls close_agent of Codex's multi_agent_v1 namespace by
+    # its flat name; Codex gets name and namespace apart, runs it (no such agent: an
+    # error result naming the id), and sends the whole history back (the reasoning
+    # item and the call with its namespace, then the result); the fake model
+    # echoes the result.
     call = {"name": "multi_agent_v1__close_agent", "arguments": {"target": "nobody"}}
-    prompt = f"say <tool_call>\n{json.dumps(call)}\n</tool_call>"
-    (answer,) = answers(codex_exec(codex, scripted, SCRIPTED, prompt, tmp_path))
+    prompt = f"say <think>plan it</think><tool_call>\n{json.dumps(call)}\n</tool_call>"
+    events = codex_exec(codex, scripted, SCRIPTED, prompt, tmp_path)
+    (answer,) = answers(events)
     # A name Codex could not route would come back as "unsupported call: …".
     assert "unsupported call" not in answer
     assert "nobody" in answer
+    usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
+    assert usage["reasoning_output_tokens"] > 0
 
 
 # ---------------------------------------------------------------- agent SDKs
