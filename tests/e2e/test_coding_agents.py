@@ -44,9 +44,10 @@ MODEL = "tiny-agent"
 SCRIPTED = "scripted"
 API_KEY = "sk-agents-test"
 POSITIONS = 32768
-EOS_WEIGHT = 0.8
-"""The end token's logit is about 8 times this on every step: at temperature 1 free text
-ends after a few tokens (a handful on average, rarely more than ~50)."""
+EOS_WEIGHT = 0.6
+"""The end token's logit is about 3 on every step, the best of the others' about 3
+to 4: at temperature 1 free text ends after a few dozen tokens (about 25 on average
+in a trial of 40 samples, at most 65), now and then at once (an empty answer)."""
 
 CODEX_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
     "mlx-gateway-tests/codex"
@@ -213,9 +214,10 @@ def answers(events: list[dict[str, Any]]) -> list[str]:
 
 def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -> None:
     events = codex_exec(codex, gateway, MODEL, "Say hello.", tmp_path)
-    assert len(answers(events)) == 1
+    assert len(answers(events)) <= 1  # Codex shows no item for an empty answer
     usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
     assert usage["input_tokens"] > 4000  # its instructions reached the model
+    assert usage["output_tokens"] >= 1
     # Its default tools: a namespace (flattened) and web_search (left out, logged).
     assert "leaving out the 'web_search' tool" in gateway.log()
 
