@@ -10,12 +10,11 @@
 * ``langchain-openai``: ``bind_tools`` with a forced tool and
   ``with_structured_output`` (json_schema).
 
-The model is the tiny random llama with 32k positions (Codex's first prompt is ~16k
-tokens of instructions) whose output is tilted towards its end token, so that
-free text ends after a few tokens: a random model would otherwise write until its
-context is full, and a response cut by a token limit is a failed turn for Codex.
-Forced tool calls and structured output are grammar-constrained, so even a random
-model writes them correctly.
+The model is the tiny random llama with 32k positions (``tiny_lm_32k_path``: Codex's
+first prompt is ~16k tokens of instructions; its chat template lists the tools by
+name) whose sampled text ends after a few tokens by itself: a response cut by a
+token limit is a failed turn for Codex. Forced tool calls and structured output are
+grammar-constrained, so even a random model writes them correctly.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from tests.fixtures.tiny_models import build_tiny_lm
-
 from ..supervisor.fakes import FAKE_WORKER
 from .gateway import Gateway
 
@@ -43,53 +40,18 @@ pytestmark = pytest.mark.slow
 MODEL = "tiny-agent"
 SCRIPTED = "scripted"
 API_KEY = "sk-agents-test"
-POSITIONS = 32768
-EOS_WEIGHT = 0.6
-"""The end token's logit is about 3 on every step, the best of the others' about 3
-to 4: at temperature 1 free text ends after a few dozen tokens (about 25 on average
-in a trial of 40 samples, at most 65), now and then at once (an empty answer)."""
-
 CODEX_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
     "mlx-gateway-tests/codex"
 )
 NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network")
 
 
-def build_agent_lm(out: Path) -> Path:
-    """The tiny llama with 32k positions and an end token that wins often.
-
-    Dimension 0 of every token embedding is a large constant, so the residual stream
-    carries it through the two random layers; the end token's output row reads only
-    that dimension and the other rows ignore it, so the end token gets a steady
-    logit while the rest stay small and random."""
-    import mlx.core as mx
-
-    build_tiny_lm(out)
-    config = json.loads((out / "config.json").read_text())
-    config["max_position_embeddings"] = POSITIONS
-    (out / "config.json").write_text(json.dumps(config))
-    tokenizer = json.loads((out / "tokenizer_config.json").read_text())
-    tokenizer["model_max_length"] = POSITIONS
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer))
-    weights = mx.load(str(out / "model.safetensors"))
-    embed, head = weights["model.embed_tokens.weight"], weights["lm_head.weight"]
-    eos = config["eos_token_id"]
-    embed[:, 0] = 4.0
-    head[:, 0] = 0.0
-    head[eos] = 0.0
-    head[eos, 0] = EOS_WEIGHT
-    weights["model.embed_tokens.weight"], weights["lm_head.weight"] = embed, head
-    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    return out
-
-
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def gateway(tmp_path_factory: pytest.TempPathFactory, tiny_lm_32k_path: Path) -> Any:
     tmp = tmp_path_factory.mktemp("agents")
-    model = build_agent_lm(tmp / "model")
     gw = Gateway(
         tmp,
-        [{"model_path": str(model), "served_model_name": MODEL, "idle_timeout": 0}],
+        [{"model_path": str(tiny_lm_32k_path), "served_model_name": MODEL, "idle_timeout": 0}],
         api_keys=[API_KEY],
     )
     try:
