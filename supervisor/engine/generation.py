@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from mlx_gateway.protocol.messages import Chunk, Done, Error, Generate, Started
+from mlx_gateway.protocol.messages import Chunk, Done, Error, Generate, Prefilled, Started
 from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
 from mlx_gateway.supervisor.http import recorder
 
@@ -51,6 +51,9 @@ class Generation:
         self.started: Started | None = first if isinstance(first, Started) else None
         """The worker's ``Started`` (prompt tokens, whether the output starts in a
         thinking block), when that was its first reply."""
+        self.prefilled: Prefilled | None = None
+        """The worker's latest prefill progress of a long prompt (``None`` before
+        any, and again once the output began)."""
 
     @classmethod
     async def start(
@@ -143,8 +146,11 @@ class Generation:
         """What the client gets of a worker reply (``None``: nothing)."""
         match reply:
             case Chunk():
+                self.prefilled = None
                 recorder.note_output(reply.tokens)
                 return reply
+            case Prefilled():
+                self.prefilled = reply
             case Done(usage=usage):
                 self._finished = True
                 recorder.note_done(

@@ -1,11 +1,17 @@
-"""Streams that start before their model is loaded.
+"""How a stream starts: at once, or before its model is loaded; and what its
+keep-alives say.
 
 A streaming request whose generation has not started within
 ``GRACE_SECONDS`` (its model is loading, or waits for memory) gets its HTTP 200 and
-SSE headers then, and a comment line every second while the model loads
-(``: loading qwen 42%``) — clients ignore comments, and proxies see a live
-connection — and then the normal events. A load that fails becomes an error event
-followed by ``data: [DONE]``, as for any error after a stream started.
+SSE headers then, keep-alives while the model loads (``: loading qwen 42%``) —
+clients ignore them, and proxies see a live connection — and then the normal
+events. A load that fails becomes an error event followed by ``data: [DONE]``, as
+for any error after a stream started.
+
+Every stream, started either way, gets a keep-alive whenever it was quiet for
+``server.stream_keepalive`` seconds (:mod:`..http.keepalive`): while the model
+loads, while the worker prefills a long prompt (``: prefill 4096/20000 tokens``,
+from the worker's ``Prefilled`` progress), while the request waits for a slot.
 """
 
 from __future__ import annotations
@@ -21,38 +27,43 @@ from starlette.responses import StreamingResponse
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
-from mlx_gateway.supervisor.http.replies import SSE_HEADERS, EventStream, error_event
+from mlx_gateway.supervisor.http.keepalive import KeepAlive
+from mlx_gateway.supervisor.http.replies import EventStream, SSEStream, error_event
 
-KEEPALIVE_SECONDS = 1.0
 GRACE_SECONDS = 2.0
 """How long a stream waits for its generation to start before it commits to a 200:
 a quick rejection (context too long, a load that fails fast) is still a plain HTTP
 error."""
 
 
-def loading_comment(handle: Any) -> bytes:
+def loading_note(handle: Any) -> str:
+    """What a stream waiting for its model shows: ``loading qwen 42%``."""
     status = handle.status()
     progress = status.get("load_progress") or {}
     fraction = progress.get("fraction")
     stage = progress.get("stage") or status["state"]
     done = f" {fraction * 100:.0f}%" if isinstance(fraction, int | float) else ""
     waiting = "waiting for memory" if status["state"] == "unloaded" else stage
-    return sse.comment(f"{waiting} {handle.name}{done}".replace("load ", "loading ", 1))
+    return f"{waiting} {handle.name}{done}".replace("load ", "loading ", 1)
+
+
+def progress_note(running: Any) -> str:
+    """What a started stream (a ``Generation`` or a ``Turn``) waits for, when the
+    worker told: ``prefill 4096/20000 tokens``; else ``""`` (a plain keep-alive)."""
+    for generation in getattr(running, "generations", None) or [running]:
+        prefilled = getattr(generation, "prefilled", None)
+        if prefilled is not None:
+            return f"prefill {prefilled.done}/{prefilled.total} tokens"
+    return ""
 
 
 async def _events(
-    handle: Any,
-    start: Awaitable[Generation],
+    task: asyncio.Future[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
 ) -> AsyncIterator[bytes]:
-    task: asyncio.Future[Generation] = asyncio.ensure_future(start)
     generation: Generation | None = None
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_SECONDS)
-            if done:
-                break
-            yield loading_comment(handle)
+        await asyncio.wait({task})
         try:
             generation = task.result()
         except GatewayError as exc:
@@ -78,10 +89,13 @@ async def start_stream(
     handle: Any,
     start: Awaitable[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
+    keepalive: KeepAlive | None = None,
 ) -> StreamingResponse:
     """The SSE response of a streaming request: a plain stream once ``start`` (a
-    :meth:`Generation.start`) succeeded within the grace period (its errors are
-    raised as HTTP errors), else a stream that shows the load's progress first."""
+    :meth:`Generation.start`, or a ``Turn.start``) succeeded within the grace
+    period (its errors are raised as HTTP errors), else a stream that shows the
+    load's progress first. Both send ``keepalive`` events while quiet."""
+    keepalive = keepalive or KeepAlive()
     task: asyncio.Future[Generation] = asyncio.ensure_future(start)
     try:
         done, _ = await asyncio.wait({task}, timeout=GRACE_SECONDS)
@@ -90,7 +104,15 @@ async def start_stream(
         raise
     if done:
         generation = task.result()
-        return EventStream(relay(generation), generation)
-    return StreamingResponse(
-        _events(handle, task, relay), media_type="text/event-stream", headers=SSE_HEADERS
-    )
+        return EventStream(
+            relay(generation), generation, keepalive, lambda: progress_note(generation)
+        )
+
+    def note() -> str:
+        if not task.done():
+            return loading_note(handle)
+        if task.cancelled() or task.exception() is not None:
+            return ""
+        return progress_note(task.result())
+
+    return SSEStream(_events(task, relay), keepalive, note)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 import msgspec
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.objects import ErrorBody, ErrorEvent
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.keepalive import KeepAlive, stream_with_keepalive
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -36,12 +36,46 @@ def error_event(exc: GatewayError) -> bytes:
     return sse.data(ErrorEvent(ErrorBody(exc.message, exc.type, exc.param, exc.code)))
 
 
-class EventStream(StreamingResponse):
-    """A ``text/event-stream`` response that closes its :class:`Generation` however
-    the response ends: finished, failed, client gone, or never iterated at all."""
+class Closable(Protocol):
+    async def aclose(self) -> None: ...
 
-    def __init__(self, events: AsyncIterator[bytes], generation: Generation) -> None:
+
+class SSEStream(StreamingResponse):
+    """A ``text/event-stream`` response; with a :class:`KeepAlive`, a keep-alive
+    event carrying ``note()`` goes out whenever the stream was quiet that long."""
+
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        keepalive: KeepAlive | None = None,
+        note: Callable[[], str] = str,
+    ) -> None:
         super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.keepalive = keepalive
+        self.note = note
+
+    async def stream_response(self, send: Send) -> None:
+        if self.keepalive is None:
+            await super().stream_response(send)
+            return
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        await stream_with_keepalive(self.body_iterator, send, self.keepalive, self.note)
+
+
+class EventStream(SSEStream):
+    """An :class:`SSEStream` that closes its generation (a ``Generation`` or a
+    ``Turn``) however the response ends: finished, failed, client gone, or never
+    iterated at all."""
+
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        generation: Closable,
+        keepalive: KeepAlive | None = None,
+        note: Callable[[], str] = str,
+    ) -> None:
+        super().__init__(events, keepalive, note)
         self.generation = generation
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -31,6 +31,7 @@ from mlx_gateway.protocol.messages import (
     Error,
     Image,
     ImageStep,
+    Prefilled,
     Reply,
     Request,
     Started,
@@ -154,7 +155,16 @@ class Relay:
             case Batch(chunks=chunks):
                 for chunk in chunks:
                     self._deliver(chunk.request_id, chunk)
-            case Started() | Chunk() | Embeddings() | Transcript() | ImageStep() | Image() | Done():
+            case (
+                Started()
+                | Prefilled()
+                | Chunk()
+                | Embeddings()
+                | Transcript()
+                | ImageStep()
+                | Image()
+                | Done()
+            ):
                 item = WithPayloads(reply, payloads) if payloads else reply
                 self._deliver(reply.request_id, item)
             case Error(request_id=request_id) if request_id:

@@ -30,6 +30,7 @@ from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ async def create_message(request: Request) -> Response:
             finally:
                 await running.aclose()
 
-        return await start_stream(handle, start, events)  # type: ignore[arg-type]
+        keepalive = keepalive_for(request.app.state, anthropic=True)
+        return await start_stream(handle, start, events, keepalive)  # type: ignore[arg-type]
     running = await start
     try:
 
