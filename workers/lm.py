@@ -40,6 +40,7 @@ reused tokens. Options (``spec.options``): ``prompt_cache_bytes`` and
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ from mlx_gateway.protocol.messages import (
     Done,
     Generate,
     ModelFacts,
+    Prefilled,
     Progress,
     Request,
     Started,
@@ -77,6 +79,7 @@ from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
 from mlx_gateway.workers.logprobs import LogprobTrack
+from mlx_gateway.workers.prefill_pace import PrefillPace
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
     LogitsProcessor,
@@ -116,6 +119,10 @@ class _Active(Active):
     """Set when the request asked for the tokenizer's own tool-call parsing."""
     solo: SoloDecode | None = None
     """Set while the request decodes alone, outside the batch."""
+    prefill_seen: int = 0
+    """Prompt tokens the batch reported prefilled since the request joined it."""
+    decoding: bool = False
+    """The batch finished its prompt (it no longer takes prefill slices)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -141,6 +148,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self.solo_enabled = False
         """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
         self._solo: _Active | None = None
+        self.pace = PrefillPace(2048)
+        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
 
     # ------------------------------------------------------------ loading
 
@@ -168,6 +177,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
+        self.pace = PrefillPace(spec.prefill_step_size)
         self.grammars = Grammars(tokenizer)
         self.solo_enabled = supports_solo(model)
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
@@ -313,7 +323,12 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             return
         if not self._by_uid:
             return
-        _, responses = generator.next()
+        prefilling = sum(1 for a in self._by_uid.values() if not a.decoding)
+        rows = min(prefilling, generator.prefill_batch_size)
+        generator.prefill_step_size = self.pace.slice(rows)
+        started = time.perf_counter()
+        prompts, responses = generator.next()
+        self._prefill_progress(prompts, started)
         chunks: list[Chunk] = []
         finished: list[_Active] = []
         for response in responses:
@@ -331,11 +346,39 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         for active in finished:
             self._finish(active, active.finish or "stop")
 
+    def _prefill_progress(self, prompts: list[Any], started: float) -> None:
+        """Learn the prefill speed from a batch step and report long prompts'
+        progress (``prompts``: the generator's prompt responses of that step)."""
+        tokens = 0
+        for response in prompts:
+            active = self._by_uid.get(response.uid)
+            if active is None:
+                continue
+            done, total = response.progress
+            tokens += max(done - active.prefill_seen, 0)
+            active.prefill_seen = done
+            if response.end_of_prompt:
+                active.decoding = True
+            elif not response.end_of_segment:  # more slices follow
+                in_cache = active.prompt_tokens - (total - done)
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+        self.pace.done(tokens, started)
+
     def _solo_step(self, active: _Active) -> None:
-        assert active.solo is not None
-        taken = active.solo.step()
+        solo = active.solo
+        assert solo is not None
+        if solo.prefilling and solo.unread > 1:
+            solo.step_size = self.pace.slice()
+            before, started = solo.unread, time.perf_counter()
+            solo.step()  # prefills one slice of the prompt
+            self.pace.done(before - solo.unread, started)
+            if solo.unread > 1:
+                in_cache = active.prompt_tokens - solo.unread
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+            return
+        taken = solo.step()
         if taken is None:
-            return  # a slice of the prompt was prefilled
+            return
         token, logprobs = taken
         chunk = self._advance(active, token, self._solo_finish(active, token), logprobs)
         if chunk is not None:
@@ -388,7 +431,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                     samplers=[active.sampler],
                     logits_processors=[active.processors],
                 )
-            active.uid = uid
+            active.uid, active.prefill_seen, active.decoding = uid, 0, False
             self._by_uid[uid] = active
         return True
 
@@ -438,7 +481,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             samplers=[active.sampler],
             logits_processors=[active.processors],
         )
-        active.uid = uid
+        active.uid, active.prefill_seen, active.decoding = uid, 0, False
         self._by_uid[uid] = active
         return True
 
