@@ -28,6 +28,9 @@ Per request, the last message's text (or the prompt) decides:
   calls and thinking blocks); with ``chat_template_kwargs.enable_thinking`` its
   Started says the prompt opened a thinking block.
 * ``roles``: says the roles of all the request's messages (``system user …``).
+* ``prefill <seconds> …``: a long prompt: after Started, nothing for ``<seconds>``
+  but one ``Prefilled`` progress (half the prompt's words) halfway, then it echoes
+  the words like any other text.
 * anything else: echoes the words back, one per step, ``max_tokens`` capping them
   (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
 
@@ -60,6 +63,7 @@ from mlx_gateway.protocol.messages import (
     Memory,
     ModelFacts,
     Ping,
+    Prefilled,
     Progress,
     Ready,
     Shutdown,
@@ -81,6 +85,9 @@ class Active:
     sent: int = 0
     verbatim: bool = False
     calls: list[tuple[str, str]] = field(default_factory=list)
+    prefill_until: float = 0.0
+    halfway: float | None = None
+    """When to send the one ``Prefilled`` of a ``prefill`` request."""
 
 
 def text_of(msg: Generate) -> str:
@@ -185,6 +192,10 @@ def main() -> None:
                         len(words),
                         behaviour,
                     )
+                    if behaviour == "prefill":
+                        seconds = float(words[1]) if len(words) > 1 else 1.0
+                        item.prefill_until = time.monotonic() + seconds
+                        item.halfway = time.monotonic() + seconds / 2
                     if behaviour == "roles":
                         item.words = [str(m.get("role")) for m in request.messages or []]
                     if behaviour == "say":
@@ -224,6 +235,12 @@ def main() -> None:
         chunks, finished = [], []
         for item in active.values():
             if item.behaviour == "hang":
+                continue
+            if item.halfway is not None and time.monotonic() >= item.halfway:
+                item.halfway = None
+                half = item.prompt_tokens // 2
+                send(Prefilled(request_id=item.request_id, done=half, total=item.prompt_tokens))
+            if time.monotonic() < item.prefill_until:
                 continue
             if item.behaviour == "crash" and item.sent >= 3:
                 print("crashing on purpose", flush=True)
