@@ -5,7 +5,8 @@ The real worker runs the tiny llama with its prefill capped at
 sleep, as on a slow machine): a 1,800-token prompt then takes about 9 s to read.
 The worker must size its slices to that measured speed, report the progress
 (``Prefilled``), and stop a cancelled prompt within one slice, so that the next
-request waits far less than the rest of the prefill.
+request waits far less than the rest of the prefill; what it read stays in the
+prompt cache.
 """
 
 from __future__ import annotations
@@ -77,6 +78,15 @@ def test_a_cancelled_prompt_frees_a_solo_worker_within_a_slice(worker: WorkerHar
     done = worker.finished("long")[-1]
     assert isinstance(done, Done) and done.finish_reason == "cancelled"
     assert waited < QUICK, f"the next request waited {waited:.1f} s (full prefill {FULL_PREFILL} s)"
+    assert resumed_from(worker, LONG[: seen[-1].done + 20]) >= seen[-1].done
+
+
+def resumed_from(worker: WorkerHarness, prompt: list[int]) -> int:
+    """The prompt-cache tokens a request for ``prompt`` starts from."""
+    worker.generate("again", raw_prompt=prompt, max_tokens=1)
+    done = worker.finished("again")[-1]
+    assert isinstance(done, Done), done
+    return done.usage.cached_tokens
 
 
 def test_cancelled_prompts_free_the_batch_within_a_slice(worker: WorkerHarness) -> None:
@@ -94,6 +104,8 @@ def test_cancelled_prompts_free_the_batch_within_a_slice(worker: WorkerHarness) 
         done = worker.finished(request_id)[-1]
         assert isinstance(done, Done) and done.finish_reason == "cancelled"
     assert waited < QUICK, f"the next request waited {waited:.1f} s (full prefill {FULL_PREFILL} s)"
+    # What was read stays in the prompt cache: the same prompt sent again resumes.
+    assert resumed_from(worker, LONG[::-1][: seen[-1].done + 20]) >= seen[-1].done
 
 
 def test_the_slice_follows_the_measured_speed() -> None:
