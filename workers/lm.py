@@ -119,8 +119,6 @@ class _Active(Active):
     """Set when the request asked for the tokenizer's own tool-call parsing."""
     solo: SoloDecode | None = None
     """Set while the request decodes alone, outside the batch."""
-    prefill_seen: int = 0
-    """Prompt tokens the batch reported prefilled since the request joined it."""
     decoding: bool = False
     """The batch finished its prompt (it no longer takes prefill slices)."""
 
@@ -324,11 +322,15 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if not self._by_uid:
             return
         prefilling = sum(1 for a in self._by_uid.values() if not a.decoding)
-        rows = min(prefilling, generator.prefill_batch_size)
-        generator.prefill_step_size = self.pace.slice(rows)
-        started = time.perf_counter()
-        prompts, responses = generator.next()
-        self._prefill_progress(prompts, started)
+        if prefilling:
+            rows = min(prefilling, generator.prefill_batch_size)
+            generator.prefill_step_size = self.pace.slice(rows)
+            with generator.stats() as stats:  # its prompt time leaves the decoding out
+                prompts, responses = generator.next()
+            self._prefill_progress(prompts)
+            self.pace.done(stats.prompt_tokens, stats.prompt_time)
+        else:
+            _, responses = generator.next()
         chunks: list[Chunk] = []
         finished: list[_Active] = []
         for response in responses:
@@ -346,23 +348,19 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         for active in finished:
             self._finish(active, active.finish or "stop")
 
-    def _prefill_progress(self, prompts: list[Any], started: float) -> None:
-        """Learn the prefill speed from a batch step and report long prompts'
-        progress (``prompts``: the generator's prompt responses of that step)."""
-        tokens = 0
+    def _prefill_progress(self, prompts: list[Any]) -> None:
+        """Report long prompts' progress (``prompts``: the generator's prompt
+        responses of a step) and note the prompts it finished."""
         for response in prompts:
             active = self._by_uid.get(response.uid)
             if active is None:
                 continue
             done, total = response.progress
-            tokens += max(done - active.prefill_seen, 0)
-            active.prefill_seen = done
             if response.end_of_prompt:
                 active.decoding = True
             elif not response.end_of_segment:  # more slices follow
                 in_cache = active.prompt_tokens - (total - done)
                 self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
-        self.pace.done(tokens, started)
 
     def _solo_step(self, active: _Active) -> None:
         solo = active.solo
@@ -371,7 +369,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             solo.step_size = self.pace.slice()
             before, started = solo.unread, time.perf_counter()
             solo.step()  # prefills one slice of the prompt
-            self.pace.done(before - solo.unread, started)
+            self.pace.done(before - solo.unread, time.perf_counter() - started)
             if solo.unread > 1:
                 in_cache = active.prompt_tokens - solo.unread
                 self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
@@ -431,7 +429,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                     samplers=[active.sampler],
                     logits_processors=[active.processors],
                 )
-            active.uid, active.prefill_seen, active.decoding = uid, 0, False
+            active.uid, active.decoding = uid, False
             self._by_uid[uid] = active
         return True
 
@@ -481,7 +479,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             samplers=[active.sampler],
             logits_processors=[active.processors],
         )
-        active.uid, active.prefill_seen, active.decoding = uid, 0, False
+        active.uid, active.decoding = uid, False
         self._by_uid[uid] = active
         return True
 

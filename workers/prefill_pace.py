@@ -52,12 +52,11 @@ class PrefillPace:
         size = int(self.rate * self.seconds / max(rows, 1))
         return max(min(size, self.most), min(SMALLEST_SLICE, self.most))
 
-    def done(self, tokens: int, started: float) -> None:
-        """A step that prefilled ``tokens`` (all its prompts) since ``started`` (a
-        ``time.perf_counter()`` reading) ended: learn from its speed."""
+    def done(self, tokens: int, seconds: float) -> None:
+        """A step prefilled ``tokens`` (all its prompts together) in ``seconds``:
+        learn from its speed."""
         if tokens <= 0:
             return
-        seconds = time.perf_counter() - started
         if self.throttle:
             slower = tokens / self.throttle - seconds
             if slower > 0:

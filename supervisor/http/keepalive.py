@@ -86,15 +86,20 @@ async def stream_with_keepalive(
             last = loop.time()
 
     async def tick() -> None:
+        nonlocal last
         while True:
             delay = last + keepalive.interval - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue
-            try:
-                await write(keepalive.event(note()))
-            except Exception:
-                return
+            async with lock:
+                if loop.time() - last < keepalive.interval:
+                    continue  # the stream wrote while this waited for the lock
+                try:
+                    await send(_body(keepalive.event(note())))
+                except Exception:
+                    return
+                last = loop.time()
 
     ticker = asyncio.ensure_future(tick())
     try:
