@@ -37,8 +37,11 @@ error."""
 
 
 def loading_note(handle: Any) -> str:
-    """What a stream waiting for its model shows: ``loading qwen 42%``."""
+    """What a stream waiting for its model shows: ``loading qwen 42%``, or
+    ``waiting for a free slot on qwen`` (the model is ready and busy)."""
     status = handle.status()
+    if status["state"] == "ready":
+        return f"waiting for a free slot on {handle.name}"
     progress = status.get("load_progress") or {}
     fraction = progress.get("fraction")
     stage = progress.get("stage") or status["state"]
