@@ -22,9 +22,10 @@ import time
 
 SLICE_SECONDS = 0.25
 """The work one prefill step aims at; cancels take effect within about this long."""
-FIRST_SLICE = 16
+FIRST_SLICE = 4
 """Tokens per prompt of a worker's first prefill step (speed not measured yet)."""
-SMALLEST_SLICE = 8
+SMALLEST_SLICE = 1
+"""A slow machine (7 tokens/s) reads one or two tokens per step."""
 NEW_WEIGHT = 0.5
 """Weight of a step's speed in the running estimate. A step's speed understates
 the prefill speed (its fixed costs, the decoding of running requests, count in

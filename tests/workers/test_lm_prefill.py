@@ -110,7 +110,7 @@ def test_cancelled_prompts_free_the_batch_within_a_slice(worker: WorkerHarness) 
 
 def test_the_slice_follows_the_measured_speed() -> None:
     pace = PrefillPace(2048, seconds=0.25)
-    assert pace.slice() == 16  # nothing measured yet: a short first slice
+    assert pace.slice() == 4  # nothing measured yet: a short first slice
     pace.done(16, 0.1)  # 160 tokens/s
     assert pace.slice() == 40  # 0.25 s at 160 tokens/s
     assert pace.slice(rows=2) == 20  # two prompts share the step
