@@ -6,7 +6,8 @@ matrices) never travels inside a message: it follows the header as separate fram
 (see :mod:`mlx_gateway.protocol.frames`), and a message refers to it by index.
 
 Per request the worker answers with one :class:`Started` (or an :class:`Error`
-that rejects the request), zero or more :class:`Chunk` (possibly coalesced into one
+that rejects the request), zero or more :class:`Prefilled` (progress of a long
+prompt), zero or more :class:`Chunk` (possibly coalesced into one
 :class:`Batch` per generation step) and then exactly one :class:`Done` or
 :class:`Error` carrying the same ``request_id``.
 """
@@ -245,6 +246,17 @@ class Started(Message, tag="started"):
     the output starts with reasoning."""
 
 
+class Prefilled(Message, tag="prefilled"):
+    """Prefill progress of a long prompt: ``done`` of its ``total`` tokens are in the
+    KV cache (prompt-cache hits included). Sent after each prefill slice that leaves
+    more to do, between :class:`Started` and the first :class:`Chunk`; a prompt read
+    in one slice gets none. The gateway shows it in its stream keep-alives."""
+
+    request_id: str
+    done: int
+    total: int
+
+
 class Chunk(Message, tag="chunk"):
     """New output for one request. ``text`` is detokenized and never contains a
     (partial) stop sequence."""
@@ -355,6 +367,7 @@ Reply = (
     | Progress
     | Heartbeat
     | Started
+    | Prefilled
     | Chunk
     | Batch
     | Embeddings

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ from mlx_gateway.protocol.messages import (
     Generate,
     Limits,
     ModelFacts,
+    Prefilled,
     Progress,
     Request,
     Started,
@@ -82,6 +84,7 @@ from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
 from mlx_gateway.workers.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
+from mlx_gateway.workers.prefill_pace import PrefillPace
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
     LogitsProcessor,
@@ -124,6 +127,8 @@ class _Active(Active):
     """Set while the request decodes alone, outside the batch."""
     kv_reserved: int = 0
     """KV cache bytes its prompt and completion budget may take (admission)."""
+    decoding: bool = False
+    """The batch finished its prompt (it no longer takes prefill slices)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -152,6 +157,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self.tool_prompt = ToolPrompt()
         """Whether the chat template renders tools (else the worker does; see
         :mod:`.tool_prompt`), found once at load."""
+        self.pace = PrefillPace(2048)
+        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
 
     # ------------------------------------------------------------ loading
 
@@ -185,6 +192,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
+        self.pace = PrefillPace(spec.prefill_step_size)
         self.grammars = Grammars(tokenizer)
         if tokenizer.has_chat_template:
 
@@ -376,7 +384,16 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             return
         if not self._by_uid:
             return
-        _, responses = generator.next()
+        prefilling = sum(1 for a in self._by_uid.values() if not a.decoding)
+        if prefilling:
+            rows = min(prefilling, generator.prefill_batch_size)
+            generator.prefill_step_size = self.pace.slice(rows)
+            with generator.stats() as stats:  # its prompt time leaves the decoding out
+                prompts, responses = generator.next()
+            self._prefill_progress(prompts)
+            self.pace.done(stats.prompt_tokens, stats.prompt_time)
+        else:
+            _, responses = generator.next()
         chunks: list[Chunk] = []
         finished: list[_Active] = []
         for response in responses:
@@ -394,11 +411,35 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         for active in finished:
             self._finish(active, active.finish or "stop")
 
+    def _prefill_progress(self, prompts: list[Any]) -> None:
+        """Report long prompts' progress (``prompts``: the generator's prompt
+        responses of a step) and note the prompts it finished."""
+        for response in prompts:
+            active = self._by_uid.get(response.uid)
+            if active is None:
+                continue
+            done, total = response.progress
+            if response.end_of_prompt:
+                active.decoding = True
+            elif not response.end_of_segment:  # more slices follow
+                in_cache = active.prompt_tokens - (total - done)
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+
     def _solo_step(self, active: _Active) -> None:
-        assert active.solo is not None
-        taken = active.solo.step()
+        solo = active.solo
+        assert solo is not None
+        if solo.prefilling and solo.unread > 1:
+            solo.step_size = self.pace.slice()
+            before, started = solo.unread, time.perf_counter()
+            solo.step()  # prefills one slice of the prompt
+            self.pace.done(before - solo.unread, time.perf_counter() - started)
+            if solo.unread > 1:
+                in_cache = active.prompt_tokens - solo.unread
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+            return
+        taken = solo.step()
         if taken is None:
-            return  # a slice of the prompt was prefilled
+            return
         token, logprobs = taken
         chunk = self._advance(active, token, self._solo_finish(active, token), logprobs)
         if chunk is not None:
@@ -456,7 +497,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                     samplers=[active.sampler],
                     logits_processors=[active.processors],
                 )
-            active.uid = uid
+            active.uid, active.decoding = uid, False
             self._by_uid[uid] = active
         return True
 
@@ -507,7 +548,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             samplers=[active.sampler],
             logits_processors=[active.processors],
         )
-        active.uid = uid
+        active.uid, active.decoding = uid, False
         self._by_uid[uid] = active
         return True
 

@@ -20,6 +20,7 @@ _DURATION_KEYS = frozenset(
         "image_fetch_timeout",
         "image_url_ttl",
         "response_store_ttl",
+        "stream_keepalive",
     }
 )
 

@@ -108,6 +108,11 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     with ``previous_response_id`` or fetched with ``GET /v1/responses/{id}``."""
     response_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 64.0
     """Responses API: memory for stored responses, in MiB; the oldest go first."""
+    stream_keepalive: Annotated[float, msgspec.Meta(ge=0.1, le=60)] = 2.0
+    """Seconds a started stream may stay silent (the model loads, a long prompt is
+    prefilled, the request waits for a slot) before the gateway sends a keep-alive:
+    an SSE comment (OpenAI APIs, with the prefill progress) or an ``event: ping``
+    (Anthropic Messages)."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -24,9 +24,9 @@ FAILING = "fake/load-error"
 @pytest.fixture
 async def http(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
     monkeypatch.setattr(loading, "GRACE_SECONDS", 0.2)
-    monkeypatch.setattr(loading, "KEEPALIVE_SECONDS", 0.2)
     app: Starlette = create_app(
-        fake_config({"model_path": SLOW}, {"model_path": FAILING}), command=fake_command
+        fake_config({"model_path": SLOW}, {"model_path": FAILING}, stream_keepalive=0.2),
+        command=fake_command,
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app, raise_app_exceptions=False)

@@ -31,6 +31,7 @@ from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 
@@ -163,7 +164,8 @@ async def create_message(request: Request) -> Response:
         def failed(exc: GatewayError) -> bytes:
             return builder.error(error_type(exc.status), error_message(exc))
 
-        return await start_stream(handle, start, events, failed)  # type: ignore[arg-type]
+        keepalive = keepalive_for(request.app.state, anthropic=True)
+        return await start_stream(handle, start, events, keepalive, failed)  # type: ignore[arg-type]
     running = await start
     try:
 

@@ -41,6 +41,7 @@ from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 
@@ -101,7 +102,8 @@ async def create_chat_completion(request: Request) -> Response:
             )
             return stream.events(running)
 
-        return await start_stream(handle, start, events)  # type: ignore[arg-type]
+        keepalive = keepalive_for(request.app.state)
+        return await start_stream(handle, start, events, keepalive)  # type: ignore[arg-type]
     running = await unless_disconnected(request, Turn.start(handle, turn, request_id))
     try:
         results = await unless_disconnected(request, running.collect())

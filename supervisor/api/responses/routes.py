@@ -41,6 +41,7 @@ from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 logger = logging.getLogger(__name__)
@@ -200,7 +201,9 @@ async def create_response(request: Request) -> Response:
             finally:
                 await running.aclose()
 
-        return await start_stream(handle, unless_disconnected(request, start), events)  # type: ignore[arg-type]
+        keepalive = keepalive_for(request.app.state)
+        starting = unless_disconnected(request, start)
+        return await start_stream(handle, starting, events, keepalive)  # type: ignore[arg-type]
     running = await unless_disconnected(request, start)
     try:
 
