@@ -7,6 +7,8 @@ JSON body says ``force: true`` — then its in-flight requests fail at once.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,19 +31,28 @@ async def load_model(request: Request) -> Response:
     return JSONResponse(model_object(handle))
 
 
+T = TypeVar("T", UnloadOptions, PinOptions)
+
+
+async def _options(request: Request, type_: type[T], param: str) -> T:
+    """The optional JSON body of an admin request (defaults when empty)."""
+    body = await request.body()
+    if not body.strip():
+        return type_()
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:
+        raise BadRequest(f"Invalid body: {exc}", param=param) from None
+
+
 async def unload_model(request: Request) -> Response:
     force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
-    body = await request.body()
-    if body.strip():
-        try:
-            force = force or msgspec.json.decode(body, type=UnloadOptions).force
-        except (
-            msgspec.DecodeError,
-            msgspec.ValidationError,
-            UnicodeDecodeError,
-            RecursionError,
-        ) as exc:
-            raise BadRequest(f"Invalid body: {exc}", param="force") from None
+    force = force or (await _options(request, UnloadOptions, "force")).force
     handle = await request.app.state.registry.unload(request.path_params["model_id"], force=force)
     return JSONResponse(model_object(handle))
 
@@ -49,18 +60,7 @@ async def unload_model(request: Request) -> Response:
 async def pin_model(request: Request) -> Response:
     """``{"pinned": true|false}`` (default true): a pinned model is never evicted for
     another one. Lasts until the gateway restarts or a reload replaces the entry."""
-    body = await request.body()
-    options = PinOptions()
-    if body.strip():
-        try:
-            options = msgspec.json.decode(body, type=PinOptions)
-        except (
-            msgspec.DecodeError,
-            msgspec.ValidationError,
-            UnicodeDecodeError,
-            RecursionError,
-        ) as exc:
-            raise BadRequest(f"Invalid body: {exc}", param="pinned") from None
+    options = await _options(request, PinOptions, "pinned")
     handle = request.app.state.registry.resolve(request.path_params["model_id"])
     handle.pin(options.pinned)
     return JSONResponse(model_object(handle))
