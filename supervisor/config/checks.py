@@ -59,8 +59,21 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
             raise ctx.error(("models", i, "prompt_cache_bytes"), str(exc)) from None
 
 
+def _check_peers(ctx: _Ctx, config: GatewayConfig) -> None:
+    names: dict[str, int] = {}
+    for j, peer in enumerate(config.server.peers):
+        if peer.name in names:
+            raise ctx.error(
+                ("server", "peers", j, "name"),
+                f"the peer name {peer.name!r} is already used by server.peers[{names[peer.name]}]; "
+                "give each peer its own name",
+            )
+        names[peer.name] = j
+
+
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
+    _check_peers(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):
         here: _KeyPath = ("models", i)

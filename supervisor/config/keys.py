@@ -20,6 +20,8 @@ _DURATION_KEYS = frozenset(
         "image_fetch_timeout",
         "image_url_ttl",
         "response_store_ttl",
+        "peer_check_interval",
+        "peer_timeout",
     }
 )
 

@@ -60,6 +60,26 @@ class ConfigError(Exception):
         self.model_index = model_index
 
 
+class PeerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Another mlx-gateway or OpenAI-compatible server (an entry of ``server.peers``)."""
+
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+")]
+    """Its root, ``http://host:port`` (a trailing ``/v1`` is accepted and dropped)."""
+    name: str = ""
+    """How this gateway names it (``"peer"`` in ``/v1/models``, logs); empty: the
+    URL's ``host:port``."""
+    api_key: _ApiKey | None = None
+    """The key this gateway sends it (``Authorization: Bearer``); the client's own
+    key is never passed on."""
+
+    def __post_init__(self) -> None:
+        self.url = self.url.rstrip("/")
+        if self.url.endswith("/v1"):
+            self.url = self.url[: -len("/v1")]
+        if not self.name:
+            self.name = self.url.split("://", 1)[1].split("/", 1)[0]
+
+
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Gateway-wide settings (the ``server:`` section)."""
 
@@ -107,6 +127,14 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     with ``previous_response_id`` or fetched with ``GET /v1/responses/{id}``."""
     response_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 64.0
     """Responses API: memory for stored responses, in MiB; the oldest go first."""
+    peers: list[PeerConfig] = []
+    """Other gateways (or OpenAI-compatible servers) whose models this one lists and
+    forwards requests to (docs/cluster.md)."""
+    peer_check_interval: _PositiveSeconds = 10.0
+    """Seconds between two health checks (``GET /v1/models``) of each peer."""
+    peer_timeout: _PositiveSeconds = 5.0
+    """Seconds to connect to a peer (and for a whole health check) before it counts
+    as down."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
