@@ -206,6 +206,10 @@ class MLXThread(threading.Thread):
         started = time.monotonic()
         try:
             backend = create_backend(spec.kind)
+            if spec.options.get("distributed"):
+                from mlx_gateway.workers.ring import Leader
+
+                backend = Leader(backend)
             facts = backend.load(spec, self.emit)
         except LoadError as exc:
             return self._load_failed(str(exc))

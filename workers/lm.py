@@ -157,15 +157,19 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if spec.chat_template_file:
             tokenizer_config["chat_template"] = _read_template(spec.chat_template_file)
         emit(Progress(stage="load", detail=str(path)))
-        model, tokenizer, config = cast(
-            tuple[Any, Any, dict[str, Any]],
-            load_model_and_tokenizer(
-                str(path),
-                tokenizer_config=tokenizer_config,
-                return_config=True,
-                trust_remote_code=spec.trust_remote_code,
-            ),
-        )
+        parallel = spec.options.get("distributed")
+        if parallel:
+            model, tokenizer, config = _sharded(str(path), parallel, tokenizer_config, spec)
+        else:
+            model, tokenizer, config = cast(
+                tuple[Any, Any, dict[str, Any]],
+                load_model_and_tokenizer(
+                    str(path),
+                    tokenizer_config=tokenizer_config,
+                    return_config=True,
+                    trust_remote_code=spec.trust_remote_code,
+                ),
+            )
         self.model, self.tokenizer = model, tokenizer
         self.context_length = spec.context_length or _context_length(config, tokenizer)
         # Made here, on the MLX thread: a stream belongs to the thread that made it
@@ -578,3 +582,28 @@ def _chat_tokens(
             f"the chat template rejected the messages: {exc}", param="messages"
         ) from None
     return list(tokens)
+
+
+def _sharded(
+    path: str, parallel: str, tokenizer_config: dict[str, Any], spec: WorkerSpec
+) -> tuple[Any, Any, dict[str, Any]]:
+    """This rank's shard of the model (mlx-lm's ``sharded_load``), over the group
+    ``mlx.launch`` set up: every layer split across the ranks (``tensor``) or
+    consecutive layers per rank (``pipeline``). Every rank draws the same random
+    numbers, so sampled tokens agree across the group."""
+    from mlx_lm.utils import sharded_load
+
+    group = mx.distributed.init()
+    mx.random.seed(0)
+    try:
+        loaded = sharded_load(
+            path,
+            pipeline_group=group if parallel == "pipeline" else None,
+            tensor_group=group if parallel == "tensor" else None,
+            return_config=True,
+            tokenizer_config={"trust_remote_code": spec.trust_remote_code, **tokenizer_config},
+            trust_remote_code=spec.trust_remote_code,
+        )
+    except ValueError as exc:  # the model cannot be split that way
+        raise LoadError(f"cannot shard {path} ({parallel} parallel): {exc}") from None
+    return cast(tuple[Any, Any, dict[str, Any]], loaded)

@@ -80,6 +80,29 @@ class PeerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             self.name = self.url.split("://", 1)[1].split("/", 1)[0]
 
 
+class DistributedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A language model sharded over several processes or Macs, started through
+    ``mlx.launch`` (a model entry's ``distributed:`` block; docs/cluster.md)."""
+
+    hosts: Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
+    """The machines, as ``ssh`` reaches them; the first one is this machine (rank 0
+    talks to the gateway over a local socket). ``127.0.0.1``: a local rank."""
+    ranks_per_host: _Positive = 1
+    """Processes per host (``mlx.launch -n``)."""
+    backend: Literal["ring", "jaccl"] = "ring"
+    """``ring``: TCP (Ethernet, Thunderbolt bridge); ``jaccl``: RDMA over Thunderbolt 5."""
+    parallel: Literal["tensor", "pipeline"] = "tensor"
+    """How mlx-lm's ``sharded_load`` splits the model: every layer across the ranks
+    (``tensor``), or consecutive layers per rank (``pipeline``)."""
+    hostfile: str | None = None
+    """An ``mlx.distributed_config`` host file (its IPs on the Thunderbolt links);
+    replaces ``hosts`` for ``mlx.launch`` when set."""
+    python: str | None = None
+    """The interpreter on the other hosts (same path as here when unset)."""
+    starting_port: _Port | None = None
+    """Ring backend: the first TCP port of the ranks (``mlx.launch``'s default when unset)."""
+
+
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Gateway-wide settings (the ``server:`` section)."""
 
@@ -250,6 +273,8 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Image models: the ``WxH`` size of a generation that does not ask for one."""
     max_output_pixels: _Positive = 2048 * 2048
     """Image models: the largest ``width * height`` a request may ask for → else 400."""
+    distributed: DistributedConfig | None = None
+    """Language models: shard the model over several ranks started by ``mlx.launch``."""
 
     def __post_init__(self) -> None:
         if not self.served_model_name:

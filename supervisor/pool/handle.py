@@ -54,7 +54,12 @@ from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
 from mlx_gateway.supervisor.pool.memory import measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
-from mlx_gateway.supervisor.pool.spawn import WorkerCommand, describe_exit, worker_command
+from mlx_gateway.supervisor.pool.spawn import (
+    WorkerCommand,
+    describe_exit,
+    distributed_command,
+    worker_command,
+)
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 
 if TYPE_CHECKING:
@@ -154,10 +159,17 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
         options.update(image_options(config))
     if config.worker_kind == LM_KIND:
         options.update(lm_options(config))
+    if config.distributed is not None:
+        options["distributed"] = config.distributed.parallel
     return options
 
 
 def default_command(config: ModelConfig) -> WorkerCommand:
+    spread = config.distributed
+    if spread is not None:
+        return lambda spec, endpoint: distributed_command(
+            spec, endpoint, spread, python=config.python
+        )
     return lambda spec, endpoint: worker_command(spec, endpoint, python=config.python)
 
 

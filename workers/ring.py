@@ -1,0 +1,165 @@
+"""A model sharded over the ranks of an ``mlx.launch`` group: rank 0 leads, the
+others follow it step by step.
+
+Rank 0 is an ordinary worker (it speaks the protocol to the gateway); its backend
+is wrapped in :class:`Leader`, which records every call the serve loop makes that
+changes the backend's state (submit, cancel, cancel_all, fail_active) and, right
+before each ``step()`` and at the end, sends the recorded calls to every other
+rank (one broadcast, as ``mlx_lm.server`` shares its requests: an ``all_sum`` of
+the size, then of the bytes). The other ranks run :func:`follow`: no sockets; they
+load their shard, then replay each batch of calls on their own backend, so each
+rank's batch holds the same requests in the same order and every collective
+operation inside the model's forward pass meets its peers on the other ranks.
+
+What a follower emits is dropped: rank 0 answers the gateway. Decisions that
+depend on time (shutdown grace, when to stop) are rank 0's alone: the followers
+only ever see their outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+from mlx_gateway.protocol.messages import ModelFacts, Reply, Request
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.base import EXIT_CRASH, EXIT_LOAD_FAILED, EXIT_OK, Backend, Emit
+
+log = logging.getLogger(__name__)
+
+Call = tuple[Any, ...]
+"""``("submit", request, payloads)``, ``("cancel", id)``, ``("cancel_all",)``,
+``("fail_active", message)``, ``("step",)`` or ``("exit",)``."""
+
+
+def rank() -> int:
+    """This process's rank, as ``mlx.launch`` set it (0 outside a group)."""
+    return int(os.environ.get("MLX_RANK", "0") or 0)
+
+
+def _share(calls: list[Call] | None) -> list[Call]:
+    """Rank 0 passes its calls; every other rank passes ``None`` and gets them."""
+    import mlx.core as mx
+    import numpy as np
+
+    if calls is not None:
+        data = np.frombuffer(pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+        mx.eval(mx.distributed.all_sum(mx.array(data.size, dtype=mx.int64)))
+        mx.eval(mx.distributed.all_sum(mx.array(data)))
+        return calls
+    size = int(mx.distributed.all_sum(mx.array(0, dtype=mx.int64)).item())
+    shared = mx.distributed.all_sum(mx.zeros((size,), dtype=mx.uint8))
+    return list(pickle.loads(bytes(np.array(shared, copy=False))))  # noqa: S301 (rank 0 only)
+
+
+class Leader:
+    """Rank 0's backend: the real one, with each state change mirrored to the others."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._calls: list[Call] = []
+        self._closed = False
+
+    def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
+        facts = self.backend.load(spec, emit)
+        facts.extra["distributed_ranks"] = str(_group_size())
+        return facts
+
+    def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        self._calls.append(("submit", request, [bytes(p) for p in payloads]))
+        self.backend.submit(request, payloads)
+
+    def cancel(self, request_id: str) -> None:
+        self._calls.append(("cancel", request_id))
+        self.backend.cancel(request_id)
+
+    def cancel_all(self) -> None:
+        self._calls.append(("cancel_all",))
+        self.backend.cancel_all()
+
+    def fail_active(self, message: str) -> None:
+        self._calls.append(("fail_active", message))
+        self.backend.fail_active(message)
+
+    def has_work(self) -> bool:
+        return self.backend.has_work()
+
+    def step(self) -> None:
+        self._flush(("step",))
+        self.backend.step()
+
+    def counts(self) -> tuple[int, int]:
+        return self.backend.counts()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._flush(("exit",))
+        self.backend.close()
+
+    def _flush(self, last: Call) -> None:
+        calls, self._calls = [*self._calls, last], []
+        _share(calls)
+
+
+def _group_size() -> int:
+    import mlx.core as mx
+
+    return int(mx.distributed.init().size())
+
+
+def follow(spec: WorkerSpec) -> int:
+    """A rank other than 0: load this rank's shard, then replay rank 0's calls until
+    it says ``exit``. Returns the exit code."""
+    from mlx_gateway.workers.base import create_backend
+    from mlx_gateway.workers.hub import LoadError
+
+    def drop(_reply: Reply, _payloads: Sequence[bytes | memoryview] = ()) -> None:
+        pass
+
+    backend = create_backend(spec.kind)
+    try:
+        backend.load(spec, drop)
+    except LoadError as exc:
+        log.error("rank %d: %s", rank(), exc)
+        return EXIT_LOAD_FAILED
+    log.info("rank %d: %s loaded, following rank 0", rank(), spec.model_path)
+    try:
+        while True:
+            for call in _share(None):
+                if _apply(backend, call):
+                    return EXIT_OK
+    except Exception:
+        log.exception("rank %d: following rank 0 failed", rank())
+        return EXIT_CRASH
+    finally:
+        backend.close()
+
+
+def _apply(backend: Backend, call: Call) -> bool:
+    """Replay one call; ``True`` at ``exit``."""
+    match call:
+        case ("submit", request, payloads):
+            try:
+                backend.submit(request, payloads)
+            except Exception as exc:  # rank 0 rejected it too: it answered the gateway
+                log.debug("rank %d: request not accepted: %s", rank(), exc)
+        case ("cancel", request_id):
+            backend.cancel(request_id)
+        case ("cancel_all",):
+            backend.cancel_all()
+        case ("fail_active", message):
+            backend.fail_active(message)
+        case ("step",):
+            try:
+                backend.step()
+            except Exception:
+                # The same inputs fail on rank 0 too, which then sends fail_active;
+                # a broken ring fails the next share instead, and ends this rank.
+                log.exception("rank %d: step failed", rank())
+        case ("exit",):
+            return True
+    return False
