@@ -2,12 +2,12 @@
 others follow it step by step.
 
 Rank 0 is an ordinary worker (it speaks the protocol to the gateway); its backend
-is wrapped in :class:`Leader`, which records every call the serve loop makes that
-changes the backend's state (submit, cancel, cancel_all, fail_active) and, right
-before each ``step()`` and at the end, sends the recorded calls to every other
-rank (one broadcast, as ``mlx_lm.server`` shares its requests: an ``all_sum`` of
-the size, then of the bytes). The other ranks run :func:`follow`: no sockets; they
-load their shard, then replay each batch of calls on their own backend, so each
+is wrapped in :class:`Leader`, which sends every call the serve loop makes that
+changes the backend's state (submit, cancel, cancel_all, fail_active, step, and
+the final exit) to every other rank just before making it (a broadcast, as
+``mlx_lm.server`` shares its requests: an ``all_sum`` of the size, then of the
+bytes). The other ranks run :func:`follow`: no sockets; they
+load their shard, then replay each call on their own backend, so each
 rank's batch holds the same requests in the same order and every collective
 operation inside the model's forward pass meets its peers on the other ranks.
 
@@ -40,27 +40,40 @@ def rank() -> int:
     return int(os.environ.get("MLX_RANK", "0") or 0)
 
 
-def _share(calls: list[Call] | None) -> list[Call]:
-    """Rank 0 passes its calls; every other rank passes ``None`` and gets them."""
+def _share(calls: list[Call] | None, backend: Backend) -> list[Call]:
+    """Rank 0 passes its calls; every other rank passes ``None`` and gets them.
+
+    The sums run on the backend's generation stream (``_stream``, when it has one),
+    behind whatever a step left queued there (mlx-lm evaluates the next token
+    asynchronously, collectives included), so every rank's collectives come in
+    the same order."""
     import mlx.core as mx
     import numpy as np
 
+    stream = getattr(backend, "_stream", None)
+    if stream is not None:
+        mx.synchronize(stream)
+
+    def total(x: Any) -> Any:
+        return mx.distributed.all_sum(x, stream=stream)
+
     if calls is not None:
         data = np.frombuffer(pickle.dumps(calls, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
-        mx.eval(mx.distributed.all_sum(mx.array(data.size, dtype=mx.int64)))
-        mx.eval(mx.distributed.all_sum(mx.array(data)))
+        mx.eval(total(mx.array(data.size, dtype=mx.int64)))
+        mx.eval(total(mx.array(data)))
         return calls
-    size = int(mx.distributed.all_sum(mx.array(0, dtype=mx.int64)).item())
-    shared = mx.distributed.all_sum(mx.zeros((size,), dtype=mx.uint8))
+    size = int(total(mx.array(0, dtype=mx.int64)).item())
+    shared = total(mx.zeros((size,), dtype=mx.uint8))
     return list(pickle.loads(bytes(np.array(shared, copy=False))))  # noqa: S301 (rank 0 only)
 
 
 class Leader:
-    """Rank 0's backend: the real one, with each state change mirrored to the others."""
+    """Rank 0's backend: the real one, each state change sent to the other ranks
+    just before it is made here (``submit`` may already run the model, e.g. a
+    prompt's prefill, so the others must make the same call at the same point)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self._calls: list[Call] = []
         self._closed = False
 
     def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
@@ -69,26 +82,26 @@ class Leader:
         return facts
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
-        self._calls.append(("submit", request, [bytes(p) for p in payloads]))
+        _share([("submit", request, [bytes(p) for p in payloads])], self.backend)
         self.backend.submit(request, payloads)
 
     def cancel(self, request_id: str) -> None:
-        self._calls.append(("cancel", request_id))
+        _share([("cancel", request_id)], self.backend)
         self.backend.cancel(request_id)
 
     def cancel_all(self) -> None:
-        self._calls.append(("cancel_all",))
+        _share([("cancel_all",)], self.backend)
         self.backend.cancel_all()
 
     def fail_active(self, message: str) -> None:
-        self._calls.append(("fail_active", message))
+        _share([("fail_active", message)], self.backend)
         self.backend.fail_active(message)
 
     def has_work(self) -> bool:
         return self.backend.has_work()
 
     def step(self) -> None:
-        self._flush(("step",))
+        _share([("step",)], self.backend)
         self.backend.step()
 
     def counts(self) -> tuple[int, int]:
@@ -97,12 +110,11 @@ class Leader:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._flush(("exit",))
+            try:
+                _share([("exit",)], self.backend)
+            except Exception:  # the ring is already broken: the others are going too
+                log.warning("could not tell the other ranks to stop", exc_info=True)
         self.backend.close()
-
-    def _flush(self, last: Call) -> None:
-        calls, self._calls = [*self._calls, last], []
-        _share(calls)
 
 
 def _group_size() -> int:
@@ -129,7 +141,7 @@ def follow(spec: WorkerSpec) -> int:
     log.info("rank %d: %s loaded, following rank 0", rank(), spec.model_path)
     try:
         while True:
-            for call in _share(None):
+            for call in _share(None, backend):
                 if _apply(backend, call):
                     return EXIT_OK
     except Exception:

@@ -33,16 +33,21 @@ def worker_command(spec: WorkerSpec, endpoint: str, python: str | None = None) -
     ]
 
 
+MLX_LAUNCH = "from mlx._distributed_utils.launch import main; main()"
+"""``mlx.launch`` run by the interpreter itself (its module has no ``__main__`` guard,
+and the console script may not sit next to the interpreter)."""
+
+
 def distributed_command(
     spec: WorkerSpec, endpoint: str, spread: DistributedConfig, python: str | None = None
 ) -> list[str]:
-    """``python -m mlx._distributed_utils.launch … -- <the worker command>``: ``mlx.launch``
+    """``mlx.launch … -- <the worker command>``: ``mlx.launch``
     starts one worker per rank (rank 0 on the first host speaks to the gateway; the
     others follow it, see ``mlx_gateway.workers.ring``). Its ranks share its process
     group here, so the handle's signals reach the local ones; it stops the others
     when one rank fails."""
     interpreter = python or sys.executable
-    launch = [interpreter, "-m", "mlx._distributed_utils.launch", "--backend", spread.backend]
+    launch = [interpreter, "-c", MLX_LAUNCH, "--backend", spread.backend]
     if spread.hostfile is not None:
         launch += ["--hostfile", spread.hostfile]
     else:
