@@ -89,8 +89,9 @@ class DistributedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     talks to the gateway over a local socket). ``127.0.0.1``: a local rank."""
     ranks_per_host: _Positive = 1
     """Processes per host (``mlx.launch -n``)."""
-    backend: Literal["ring", "jaccl"] = "ring"
-    """``ring``: TCP (Ethernet, Thunderbolt bridge); ``jaccl``: RDMA over Thunderbolt 5."""
+    backend: Literal["ring", "jaccl", "jaccl-ring"] = "ring"
+    """``ring``: TCP (Ethernet, Thunderbolt bridge); ``jaccl``: RDMA over Thunderbolt 5,
+    every Mac cabled to every other; ``jaccl-ring``: RDMA, each Mac to its neighbours."""
     parallel: Literal["tensor", "pipeline"] = "tensor"
     """How mlx-lm's ``sharded_load`` splits the model: every layer across the ranks
     (``tensor``), or consecutive layers per rank (``pipeline``)."""
