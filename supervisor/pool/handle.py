@@ -52,7 +52,7 @@ from mlx_gateway.supervisor.errors import (
 )
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
-from mlx_gateway.supervisor.pool.memory import measured_need
+from mlx_gateway.supervisor.pool.memory import local_ranks, measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
 from mlx_gateway.supervisor.pool.spawn import (
     WorkerCommand,
@@ -504,7 +504,8 @@ class WorkerHandle:
             case Ready(facts=facts, memory=memory):
                 if self.state is WorkerState.STARTING:
                     self.facts, self.memory, self.progress = facts, memory, None
-                    self.measured_bytes = measured_need(memory) or self.measured_bytes
+                    measured = measured_need(memory) * local_ranks(self.config)
+                    self.measured_bytes = measured or self.measured_bytes
                     self.failures, self.last_error = 0, None
                     self.last_used, self.last_used_wall = time.monotonic(), time.time()
                     self._set_state(WorkerState.READY)
@@ -517,7 +518,8 @@ class WorkerHandle:
                 self.memory = memory
                 self.last_heartbeat = time.monotonic()
                 if self.state is WorkerState.READY and measured_need(memory) > 0:
-                    self.measured_bytes = measured_need(memory)
+                    # rank 0 measures itself: its peers on this machine hold as much
+                    self.measured_bytes = measured_need(memory) * local_ranks(self.config)
             case Error(message=message):
                 # A worker-level error: the model could not load; the exit follows.
                 self._proc.load_error = message

@@ -84,7 +84,23 @@ def estimate_need(config: ModelConfig) -> int | None:
     weights = weights_on_disk(directory)
     factor = KIND_FACTOR.get(config.worker_kind, 1.3)
     kv = kv_allowance(directory, config) if config.worker_kind in ("lm", "vlm") else 0
-    return int(weights * factor) + kv
+    return int((weights * factor + kv) * local_ranks(config) / total_ranks(config))
+
+
+def total_ranks(config: ModelConfig) -> int:
+    """The processes a model runs as: 1, or its ``distributed`` group's size."""
+    spread = config.distributed
+    return 1 if spread is None else len(spread.hosts) * spread.ranks_per_host
+
+
+def local_ranks(config: ModelConfig) -> int:
+    """Those of them on this machine (the first host, rank 0's): each holds an
+    equal share of the weights and KV cache, which counts against this budget; the
+    other hosts' shares do not."""
+    spread = config.distributed
+    if spread is None:
+        return 1
+    return sum(host == spread.hosts[0] for host in spread.hosts) * spread.ranks_per_host
 
 
 def measured_need(memory: Memory) -> int:

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.spec import decode_spec
-from mlx_gateway.supervisor.config import ConfigError, load_config
+from mlx_gateway.supervisor.config import ConfigError, ModelConfig, load_config
+from mlx_gateway.supervisor.config.schema import DistributedConfig
 from mlx_gateway.supervisor.pool.handle import default_command, spec_for
+from mlx_gateway.supervisor.pool.memory import estimate_need
 
 
 def write(tmp_path: Path, model: str) -> Path:
@@ -88,3 +90,17 @@ def test_a_distributed_entry_becomes_an_mlx_launch_command(tmp_path: Path) -> No
 def test_a_wrong_distributed_block_is_named(tmp_path: Path, model: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, model))
+
+
+def test_only_this_machines_share_counts_against_its_budget(tiny_lm_path: Path) -> None:
+    model = str(tiny_lm_path)
+    whole = estimate_need(ModelConfig(model_path=model))
+    assert whole is not None and whole > 0
+
+    def need(hosts: list[str], per_host: int = 1) -> int | None:
+        spread = DistributedConfig(hosts=hosts, ranks_per_host=per_host)
+        return estimate_need(ModelConfig(model_path=model, distributed=spread))
+
+    assert need(["mac-1", "mac-2"]) == whole // 2
+    assert need(["mac-1", "mac-2", "mac-3", "mac-4"]) == whole // 4
+    assert need(["127.0.0.1"], per_host=2) == whole  # both shards on this machine
