@@ -11,6 +11,9 @@ load their shard, then replay each call on their own backend, so each
 rank's batch holds the same requests in the same order and every collective
 operation inside the model's forward pass meets its peers on the other ranks.
 
+While idle, rank 0 shares an ``idle`` call every :data:`IDLE_TICK` seconds and the
+others sleep through most of the tick instead of waiting inside a collective.
+
 What a follower emits is dropped: rank 0 answers the gateway. Decisions that
 depend on time (shutdown grace, when to stop) are rank 0's alone: the followers
 only ever see their outcome.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +36,15 @@ log = logging.getLogger(__name__)
 
 Call = tuple[Any, ...]
 """``("submit", request, payloads)``, ``("cancel", id)``, ``("cancel_all",)``,
-``("fail_active", message)``, ``("step",)`` or ``("exit",)``."""
+``("fail_active", message)``, ``("step",)``, ``("idle",)`` or ``("exit",)``."""
+
+IDLE_TICK = 0.1
+"""Seconds rank 0 waits for a request, while idle, before telling the others so."""
+IDLE_SLEEP = 0.9
+"""The part of a tick the other ranks sleep after an idle share. Waiting in a
+collective costs CPU (MLX's ring polls its sockets: about half a core), so an idle
+group would burn that on every rank but 0; sleeping costs a request that arrives
+while idle at most ``IDLE_TICK * IDLE_SLEEP`` seconds more before its first step."""
 
 
 def rank() -> int:
@@ -109,6 +121,12 @@ class Leader:
     def counts(self) -> tuple[int, int]:
         return self.backend.counts()
 
+    idle_interval = IDLE_TICK
+    """The serve loop ticks :meth:`idle_tick` this often while nothing happens."""
+
+    def idle_tick(self) -> None:
+        _share([("idle",)], self.backend)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -174,6 +192,11 @@ def _apply(backend: Backend, call: Call) -> bool:
                 # The same inputs fail on rank 0 too, which then sends fail_active;
                 # a broken ring fails the next share instead, and ends this rank.
                 log.exception("rank %d: step failed", rank())
+        case ("idle",):
+            # Rank 0 waits IDLE_TICK for a request before its next share: sleep
+            # through most of that instead of spinning in the collective (the ring
+            # backend polls its sockets while it waits).
+            time.sleep(IDLE_TICK * IDLE_SLEEP)
         case ("exit",):
             return True
     return False

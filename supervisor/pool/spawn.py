@@ -33,11 +33,6 @@ def worker_command(spec: WorkerSpec, endpoint: str, python: str | None = None) -
     ]
 
 
-MLX_LAUNCH = "from mlx._distributed_utils.launch import main; main()"
-"""``mlx.launch`` run by the interpreter itself (its module has no ``__main__`` guard,
-and the console script may not sit next to the interpreter)."""
-
-
 def distributed_command(
     spec: WorkerSpec, endpoint: str, spread: DistributedConfig, python: str | None = None
 ) -> list[str]:
@@ -47,7 +42,8 @@ def distributed_command(
     group here, so the handle's signals reach the local ones; it stops the others
     when one rank fails."""
     interpreter = python or sys.executable
-    launch = [interpreter, "-c", MLX_LAUNCH, "--backend", spread.backend]
+    # mlx.launch, waiting instead of spinning (see mlx_gateway.workers.launch)
+    launch = [interpreter, "-m", "mlx_gateway.workers.launch", "--backend", spread.backend]
     if spread.hostfile is not None:
         launch += ["--hostfile", spread.hostfile]
     else:

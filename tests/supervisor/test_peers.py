@@ -351,6 +351,7 @@ def test_each_request_goes_to_the_least_loaded_replica() -> None:
         assert chat(a, "alpha", "after").headers.get("x-mlx-gateway-peer") is None
 
 
+@pytest.mark.slow  # a gateway in its own process
 def test_failover_when_a_peer_is_killed(peer_process: Any) -> None:
     doomed = peer_process("alpha")
     with LiveGateway(alpha()) as c:
@@ -389,6 +390,7 @@ def test_failover_when_a_peer_is_killed(peer_process: Any) -> None:
             assert listed["peer"] == "c" and listed["peers"] == ["c"]
 
 
+@pytest.mark.slow  # a gateway in its own process
 def test_a_model_whose_only_peer_is_down_is_a_clear_503(peer_process: Any) -> None:
     doomed = peer_process("beta=fake/ok")
     peers = [PeerConfig(url=doomed.url, name="mac-2")]
@@ -422,6 +424,7 @@ def test_a_peer_that_comes_back_is_used_again() -> None:
 # --------------------------------------------------------------------------- keys
 
 
+@pytest.mark.slow  # a gateway in its own process
 def test_peer_keys(peer_process: Any) -> None:
     guarded = peer_process("alpha", api_keys=("peer-secret",))
     peers = [
