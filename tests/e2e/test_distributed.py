@@ -50,7 +50,7 @@ def gateway(tiny_lm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     gw.stop()
 
 
-def ask(gw: Gateway, model: str, text: str, max_tokens: int = 24) -> str:
+def ask(gw: Gateway, model: str, text: str, max_tokens: int = 24, **body: Any) -> str:
     reply = httpx.post(
         f"{gw.base_url}/v1/chat/completions",
         json={
@@ -58,6 +58,7 @@ def ask(gw: Gateway, model: str, text: str, max_tokens: int = 24) -> str:
             "messages": [{"role": "user", "content": text}],
             "max_tokens": max_tokens,
             "temperature": 0,
+            **body,
         },
         timeout=120,
     )
@@ -81,6 +82,11 @@ def ranks(gw: Gateway) -> dict[int, int]:
 def test_greedy_answers_equal_the_single_process_ones(gateway: Gateway) -> None:
     for prompt in PROMPTS:
         assert ask(gateway, "ring", prompt) == ask(gateway, "single", prompt)
+    # sampled with a seed: the same draws on every rank as in one process
+    sampled = {"temperature": 1.0, "seed": 7}
+    assert ask(gateway, "ring", PROMPTS[1], **sampled) == ask(
+        gateway, "single", PROMPTS[1], **sampled
+    )
     model = gateway.model("ring")
     assert model["state"] == "ready"
     assert sorted(ranks(gateway)) == [0, 1]
