@@ -53,6 +53,12 @@ class Memory(msgspec.Struct, omit_defaults=True):
     mlx_active: int = 0
     mlx_cache: int = 0
     mlx_peak: int = 0
+    kv_active: int = 0
+    """Bytes of KV cache held by the requests running now (language models)."""
+    kv_kept: int = 0
+    """Bytes of KV cache kept for later turns (the prompt cache)."""
+    kv_limit: int = 0
+    """Bytes of KV cache the worker admits requests against now (0: no limit)."""
 
 
 class ModelFacts(msgspec.Struct, omit_defaults=True):
@@ -189,6 +195,16 @@ class Shutdown(Message, tag="shutdown"):
 
 class Ping(Message, tag="ping"):
     """Ask for an immediate :class:`Heartbeat`."""
+
+
+class Limits(Message, tag="limits"):
+    """What the memory budget leaves this model's requests now: ``kv_free`` bytes of
+    KV cache (the budget minus the other resident models' needs and this model's
+    own weights and runtime). Sent when that changes; a language-model worker
+    keeps a queued request waiting while the running ones' reservations and its
+    own would exceed it (one request always runs)."""
+
+    kv_free: int = 0
 
 
 # ---------------------------------------------------------------- worker → gateway
@@ -331,7 +347,9 @@ class Error(Message, tag="error"):
     overflow: ContextOverflow | None = None
 
 
-Request = Generate | Embed | Transcribe | GenerateImage | CountTokens | Cancel | Shutdown | Ping
+Request = (
+    Generate | Embed | Transcribe | GenerateImage | CountTokens | Cancel | Shutdown | Ping | Limits
+)
 Reply = (
     Ready
     | Progress

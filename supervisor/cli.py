@@ -64,7 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
 def convert_whisper(args: argparse.Namespace) -> int:
     # Imported here: the converter is a worker-side module (numpy only, no MLX), and
     # `launch` must not pay for numpy.
-    from mlx_gateway.workers.convert_whisper import ConversionError, convert
+    try:
+        from mlx_gateway.workers.convert_whisper import ConversionError, convert
+    except ModuleNotFoundError as exc:
+        print(
+            f"mlx-gateway: convert-whisper needs the whisper extra ({exc.name} is missing): "
+            "pip install 'mlx-gateway[whisper]'",
+            file=sys.stderr,
+        )
+        return 1
 
     try:
         done = convert(args.src, args.dst, dtype=args.dtype)
@@ -102,7 +110,7 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
             served_model_name=args.served_model_name,
             **overrides,
         )
-    check_fits(config)  # a model that can never fit is a config error at launch
+    check_fits(config)  # warns about each model too big for the budget
     return config
 
 
@@ -111,13 +119,14 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
     from hypercorn.config import Config as HypercornConfig
 
     from mlx_gateway.supervisor.app import create_app
+    from mlx_gateway.supervisor.shutdown import graceful_timeout, shutdown_trigger
 
     host, port = config.server.host, config.server.port
     hconfig = HypercornConfig()
     hconfig.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hconfig.accesslog = None
     hconfig.errorlog = logging.getLogger("hypercorn.error")
-    hconfig.graceful_timeout = config.server.shutdown_grace
+    hconfig.graceful_timeout = graceful_timeout(config.server)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -141,7 +150,8 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
         loop.add_signal_handler(signal.SIGHUP, on_hup)
         if watch:
             tasks.add(asyncio.create_task(watch_file(config_path, app)))
-    await hypercorn_serve(app, hconfig, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+    trigger = shutdown_trigger(app, stop)
+    await hypercorn_serve(app, hconfig, shutdown_trigger=trigger)  # type: ignore[arg-type]
     for task in tasks:
         task.cancel()
     log.info("gateway stopped")

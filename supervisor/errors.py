@@ -100,10 +100,13 @@ class TooManyRequests(GatewayError):
     status = 429
     type = "rate_limit_error"
 
-    def __init__(self, name: str, max_queue: int, retry_after: int = 1) -> None:
+    def __init__(
+        self, name: str, max_concurrency: int, max_queue: int, retry_after: int = 1
+    ) -> None:
         super().__init__(
-            f"model '{name}' is at capacity: all slots are busy and {max_queue} requests "
-            "already wait (max_queue); retry later",
+            f"model '{name}' is at capacity: {max_concurrency + max_queue} requests are "
+            f"already running or waiting for it (max_concurrency {max_concurrency} + "
+            f"max_queue {max_queue}); retry later",
             code="model_at_capacity",
             headers={"Retry-After": str(retry_after)},
         )

@@ -2,7 +2,9 @@
 
 Reads ``GET /v1/models`` with the standard library (no HTTP client dependency in
 the gateway), and prints one row per model: name, state (with load progress),
-pid, in flight, waiting, memory, last used and the last error's first line.
+pid, in flight, waiting, memory (what the worker reports), need (what the memory
+budget counts, and whether it was measured, configured or estimated), last used
+and the last error's first line; then the budget, what is reserved and what is free.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from typing import Any
 
 from mlx_gateway.supervisor.config import GatewayConfig
 
-COLUMNS = ("MODEL", "STATE", "PID", "INFLIGHT", "WAITING", "MEMORY", "LAST USED", "ERROR")
+COLUMNS = (
+    "MODEL",
+    "STATE",
+    "PID",
+    "INFLIGHT",
+    "WAITING",
+    "MEMORY",
+    "NEED",
+    "LAST USED",
+    "ERROR",
+)
 ERROR_WIDTH = 60
 
 
@@ -42,6 +54,13 @@ def default_url(config: GatewayConfig | None) -> str:
 
 def fetch_models(url: str, key: str | None = None, timeout: float = 5.0) -> list[dict[str, Any]]:
     """The ``data`` of ``GET {url}/v1/models``."""
+    return fetch_listing(url, key, timeout)[0]
+
+
+def fetch_listing(
+    url: str, key: str | None = None, timeout: float = 5.0
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The ``data`` and the ``memory`` summary of ``GET {url}/v1/models``."""
     request = urllib.request.Request(url.rstrip("/") + "/v1/models")
     if key:
         request.add_header("Authorization", f"Bearer {key}")
@@ -58,7 +77,9 @@ def fetch_models(url: str, key: str | None = None, timeout: float = 5.0) -> list
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, list):
         raise StatusError(f"{url}/v1/models did not answer a model list")
-    return [entry for entry in data if isinstance(entry, dict)]
+    memory = body.get("memory")
+    entries = [entry for entry in data if isinstance(entry, dict)]
+    return entries, memory if isinstance(memory, dict) else None
 
 
 def _error_message(exc: urllib.error.HTTPError) -> str:
@@ -102,6 +123,30 @@ def _state(entry: Mapping[str, Any]) -> str:
     return state
 
 
+def _need(entry: Mapping[str, Any]) -> str:
+    size = human_bytes(entry.get("memory_need"))
+    source = entry.get("memory_need_source")
+    return f"{size} ({source})" if size != "-" and source else size
+
+
+def budget_line(memory: Mapping[str, Any] | None) -> str:
+    """``memory budget 24.0 GiB: 3.2 GiB reserved, 20.8 GiB free``; ``""`` when unknown."""
+    if not memory:
+        return ""
+    free = memory.get("free")
+    free_text = (
+        f"{human_bytes(free)} free"
+        if isinstance(free, int) and free > 0
+        else f"over by {human_bytes(-free)}"
+        if isinstance(free, int) and free < 0
+        else "0 free"
+    )
+    return (
+        f"memory budget {human_bytes(memory.get('budget'))}: "
+        f"{human_bytes(memory.get('reserved'))} reserved, {free_text}"
+    )
+
+
 def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
@@ -121,6 +166,7 @@ def rows(models: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...
                 _cell(entry.get("inflight", 0)),
                 _cell(entry.get("waiting", 0)),
                 human_bytes(entry.get("memory")),
+                _need(entry),
                 ago(entry.get("last_used"), now),
                 error_line or "-",
             )
@@ -164,9 +210,14 @@ def run(args: Any) -> int:
         key = config.server.api_keys[0]
     url = args.url or default_url(config)
     try:
-        models = fetch_models(url, key)
+        models, memory = fetch_listing(url, key)
     except StatusError as exc:
         print(f"mlx-gateway: status: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(models, indent=2) if args.json else table(models))
+    if args.json:
+        print(json.dumps(models, indent=2))
+    else:
+        print(table(models))
+        if line := budget_line(memory):
+            print(line)
     return 0

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 # Nothing may be downloaded during the tests; set before any hub library is imported.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 pytest_plugins = ["tests.fixtures.plugin", "tests.fixtures.whisper"]
+
+
+@pytest.fixture(autouse=True)
+def _own_needs_file(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test remembers measured memory needs in its own folder, never the user's
+    cache (a need measured by one test's fake worker must not leak into another)."""
+    monkeypatch.setenv("MLX_GATEWAY_CACHE_DIR", str(tmp_path_factory.mktemp("needs")))

@@ -12,7 +12,6 @@ every request it accepted with exactly one ``Done`` or ``Error``.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import queue
@@ -28,6 +27,7 @@ from mlx_gateway.protocol.messages import (
     Cancel,
     ContextOverflow,
     Error,
+    Limits,
     ModelFacts,
     Progress,
     Ready,
@@ -36,6 +36,7 @@ from mlx_gateway.protocol.messages import (
     Shutdown,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.extras import import_backend
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.memory import measure_memory
 
@@ -141,13 +142,14 @@ class Backend(Protocol):
 
 
 def create_backend(kind: str) -> Backend:
-    """The backend for a worker kind (imports its module)."""
+    """The backend for a worker kind (imports its module; a missing backend library
+    is a :class:`LoadError` that names the install command)."""
     try:
         module = BACKENDS[kind]
     except KeyError:
         known = ", ".join(sorted(BACKENDS))
         raise LoadError(f"unknown worker kind '{kind}' (known: {known})") from None
-    return importlib.import_module(module).create_backend()
+    return import_backend(kind, module).create_backend()
 
 
 class Abort:
@@ -175,6 +177,19 @@ class MLXThread(threading.Thread):
     def counts(self) -> tuple[int, int]:
         backend = self.backend
         return backend.counts() if backend is not None else (0, 0)
+
+    def kv_bytes(self) -> tuple[int, int, int]:
+        """The backend's KV cache bytes (running, kept, admission limit) where it
+        tracks them."""
+        read = getattr(self.backend, "kv_bytes", None)
+        if read is None:
+            return 0, 0, 0
+        try:
+            active, kept, limit = read()
+            return int(active), int(kept), int(limit)
+        except Exception:  # a figure for a heartbeat must never break the worker
+            log.debug("reading the KV cache size failed", exc_info=True)
+            return 0, 0, 0
 
     def emit(self, msg: Reply, payloads: Sequence[bytes | memoryview] = ()) -> None:
         """Send ``msg``, followed by binary ``payloads`` (e.g. an embedding matrix)."""
@@ -264,6 +279,10 @@ def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
                 drain_until = until if drain_until is None else min(drain_until, until)
             elif isinstance(request, Cancel):
                 backend.cancel(request.request_id)
+            elif isinstance(request, Limits):
+                apply_limits = getattr(backend, "set_limits", None)
+                if apply_limits is not None:
+                    apply_limits(request)
             elif drain_until is not None:
                 request_id = getattr(request, "request_id", "")
                 emit(

@@ -39,6 +39,8 @@ reused tokens. Options (``spec.options``): ``prompt_cache_bytes`` and
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,6 +58,7 @@ from mlx_gateway.protocol.messages import (
     CountTokens,
     Done,
     Generate,
+    Limits,
     ModelFacts,
     Progress,
     Request,
@@ -77,6 +80,7 @@ from mlx_gateway.workers.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
@@ -86,6 +90,7 @@ from mlx_gateway.workers.sampling import (
     make_request_sampler,
 )
 from mlx_gateway.workers.solo import SoloDecode, private_copy, supports_solo
+from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.tool_scan import ToolScan, make_tool_scan
 
 log = logging.getLogger(__name__)
@@ -117,6 +122,8 @@ class _Active(Active):
     """Set when the request asked for the tokenizer's own tool-call parsing."""
     solo: SoloDecode | None = None
     """Set while the request decodes alone, outside the batch."""
+    kv_reserved: int = 0
+    """KV cache bytes its prompt and completion budget may take (admission)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -142,6 +149,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self.solo_enabled = False
         """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
         self._solo: _Active | None = None
+        self.tool_prompt = ToolPrompt()
+        """Whether the chat template renders tools (else the worker does; see
+        :mod:`.tool_prompt`), found once at load."""
 
     # ------------------------------------------------------------ loading
 
@@ -171,13 +181,32 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 ),
             )
         self.model, self.tokenizer = model, tokenizer
+        self.kv = KvSettings.from_spec(spec)
+        self.kv.check_model(config)
+        self.kv_admission = KvAdmission.for_model(config, spec)
         self.context_length = spec.context_length or _context_length(config, tokenizer)
         # Made here, on the MLX thread: a stream belongs to the thread that made it
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
         self.grammars = Grammars(tokenizer)
-        self.solo_enabled = supports_solo(model)
+        if tokenizer.has_chat_template:
+
+            def render(messages: list[dict[str, Any]], **kwargs: Any) -> str:
+                return str(
+                    tokenizer.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=True, **kwargs
+                    )
+                )
+
+            self.tool_prompt = probe_tool_prompt(render, spec.served_model_name)
+        self.solo_enabled = supports_solo(model) and self.kv.max_size is None
+        if self.kv.bits is not None and not self.solo_enabled:
+            raise LoadError(
+                "kv_bits needs a model whose KV cache is a plain cache in every layer "
+                "(llama, qwen, mistral…) and no max_kv_size: mlx-lm quantizes only such "
+                "caches; remove kv_bits (or max_kv_size) from this model's entry"
+            )
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
         self.prompt_cache = PromptCache(
             _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
@@ -190,6 +219,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "vocab_size": str(config.get("vocab_size", "")),
                 "blas": blas_in_use(),
                 **template_facts(tokenizer),
+                "tool_prompt": self.tool_prompt.fact,
             },
         )
 
@@ -204,6 +234,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             prefill_batch_size=max(min(spec.prefill_batch_size, concurrency), 1),
             prefill_step_size=spec.prefill_step_size,
             stream=self._stream,
+            max_kv_size=self.kv.max_size,
         )
 
     # ------------------------------------------------------------ requests
@@ -221,6 +252,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         check_sampling(params)
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where)
+        max_tokens = self.kv_admission.admit(len(prompt), max_tokens, params.max_tokens is not None)
         assert self.tokenizer is not None
         processors = make_request_processors(params, len(prompt))
         if request.constraint is not None:
@@ -234,6 +266,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             processors=processors,
             stops=[s for s in params.stop if s],
             detokenizer=self.tokenizer.detokenizer,
+            kv_reserved=self.kv_admission.bytes_for(len(prompt) + max_tokens),
         )
         if request.logprobs is not None:
             active.logprobs = LogprobTrack(self.tokenizer, request.logprobs)
@@ -266,7 +299,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         tokenizer = self.tokenizer
         assert tokenizer is not None
         if request.messages is not None:
-            tokens = _chat_tokens(tokenizer, request.messages, request.chat_template_kwargs)
+            tokens = _chat_tokens(
+                tokenizer, request.messages, request.chat_template_kwargs, self.tool_prompt
+            )
             where = "messages"
         elif isinstance(request.prompt, str):
             bos = tokenizer.bos_token
@@ -308,6 +343,30 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
 
     def counts(self) -> tuple[int, int]:
         return len(self._by_uid) + (self._solo is not None), len(self._queue)
+
+    def set_limits(self, limits: Limits) -> None:
+        """The gateway says how much KV cache the budget leaves this model now."""
+        self.kv_admission = dataclasses.replace(self.kv_admission, free=max(limits.kv_free, 0))
+
+    def kv_bytes(self) -> tuple[int, int, int]:
+        """Bytes of KV cache held by the running requests and by the prompt cache,
+        and the limit requests are admitted against (0: none).
+
+        Read from the worker's main thread for heartbeats: array sizes only (no
+        evaluation); a figure read while a step replaces a cache may be a step old."""
+        active = 0
+        solo = self._solo
+        if solo is not None and solo.solo is not None:
+            active += cache_bytes(solo.solo.cache)
+        generator = self._generator
+        for part in ("_generation_batch", "_prompt_batch"):  # mlx-lm's own batches
+            batch = getattr(generator, part, None)
+            with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
+                active += cache_bytes(getattr(batch, "prompt_cache", None))
+        kept = self.prompt_cache.nbytes if self.prompt_cache is not None else 0
+        admission = self.kv_admission
+        limits = [x for x in (admission.budget, admission.free) if x is not None]
+        return active, kept, min(limits) if limits else 0
 
     # ------------------------------------------------------------ generation
 
@@ -375,6 +434,11 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             self._start_solo(self._queue.popleft())
             return True
         while self._queue and len(self._by_uid) < max(self._spec.max_concurrency, 1):
+            reserved = sum(a.kv_reserved for a in self._by_uid.values())
+            if self._by_uid and not self.kv_admission.fits_beside(
+                reserved, self._queue[0].kv_reserved
+            ):
+                break  # it waits until running requests free their KV cache
             active = self._queue.popleft()
             hit = self.prompt_cache.fetch(active.prompt) if self.prompt_cache.enabled else None
             if hit is None:
@@ -417,6 +481,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             sampler=active.sampler,
             processors=active.processors,
             prefill_step_size=self._spec.prefill_step_size,
+            quantize=self.kv.quantize if self.kv.bits is not None else None,
         )
         self._solo = active
 
@@ -465,7 +530,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             logprobs_out = active.logprobs.release(len(text), final=finish is not None)
         calls: list[tuple[str, str]] = []
         if active.tools is not None:
-            text, calls = active.tools.feed(text, final=finish is not None)
+            final = finish is not None
+            text, calls = active.tools.feed(text, final=final, cut=finish == "length")
         if not text and not logprobs_out and not calls:
             return None
         chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)
@@ -555,7 +621,10 @@ def _flatten_content(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chat_tokens(
-    tokenizer: TokenizerWrapper, messages: list[dict[str, Any]], kwargs: dict[str, Any]
+    tokenizer: TokenizerWrapper,
+    messages: list[dict[str, Any]],
+    kwargs: dict[str, Any],
+    tool_prompt: ToolPrompt,
 ) -> list[int]:
     if not tokenizer.has_chat_template:
         raise RequestError(
@@ -565,6 +634,9 @@ def _chat_tokens(
         )
     flat = [_flatten_content(m) for m in messages]
     extra = {k: v for k, v in kwargs.items() if k not in _TEMPLATE_RESERVED}
+    if tool_prompt.fallback and extra.get("tools"):
+        tools = extra.pop("tools")
+        flat = tool_prompt.messages(flat, tools if isinstance(tools, list) else [tools])
 
     def render(conversation: list[dict[str, Any]]) -> str:
         return str(

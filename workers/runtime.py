@@ -207,7 +207,8 @@ def _malformed(dealer: zmq.Socket, frames: list[bytes], exc: Exception) -> None:
 
 def _heartbeat(dealer: zmq.Socket, mlx: MLXThread) -> None:
     running, queued = mlx.counts()
-    dealer.send_multipart(pack(Heartbeat(inflight=running, queued=queued, memory=measure_memory())))
+    memory = measure_memory(mlx.kv_bytes())
+    dealer.send_multipart(pack(Heartbeat(inflight=running, queued=queued, memory=memory)))
     # While the MLX thread is inside a hub download, this thread reports its bytes.
     if moved := DOWNLOAD.take():
         fraction, detail = describe(*moved)

@@ -20,13 +20,14 @@ Only models whose cache is a plain ``KVCache`` per layer (llama, qwen, mistral,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, TokenBuffer, make_prompt_cache
 
+from mlx_gateway.workers.kv import dequantized
 from mlx_gateway.workers.prompt_cache import LayerCaches, is_trimmable
 from mlx_gateway.workers.sampling import LogitsProcessor, Sampler
 
@@ -82,6 +83,7 @@ class SoloDecode:
         sampler: Sampler,
         processors: Sequence[LogitsProcessor],
         prefill_step_size: int,
+        quantize: Callable[[LayerCaches], None] | None = None,
     ) -> None:
         if not prompt:
             raise ValueError("a solo request needs at least one prompt token to prefill")
@@ -99,6 +101,8 @@ class SoloDecode:
         """The sampled token that comes next (not yet returned, not yet in the cache)
         and its log-probabilities."""
         self._returned = 0
+        self._quantize = quantize
+        """Quantizes the cache once it holds enough tokens (``kv_bits``, see :mod:`.kv`)."""
 
     @property
     def prefilling(self) -> bool:
@@ -110,6 +114,8 @@ class SoloDecode:
             if self._next is None and len(self._rest) > 1:
                 part = self._rest[: min(self._step_size, len(self._rest) - 1)]
                 self.model(mx.array(part)[None], cache=self.cache)
+                if self._quantize is not None:
+                    self._quantize(self.cache)
                 mx.eval([layer.state for layer in self.cache])
                 self.fed.extend(part)
                 if self._context is not None:
@@ -137,17 +143,17 @@ class SoloDecode:
         that was already sampled (the caller takes it like any generated token; if
         that token ends the request, the handover is not used)."""
         if self._next is None:
-            return Handover(self._rest, self.cache, list(self.fed)), None
+            return Handover(self._rest, dequantized(self.cache), list(self.fed)), None
         token, logprobs = self._next
         self._next = None
         value = int(cast(int, token.item()))
-        return Handover([value], self.cache, list(self.fed)), (value, logprobs)
+        return Handover([value], dequantized(self.cache), list(self.fed)), (value, logprobs)
 
     def finished_cache(self) -> tuple[list[int], LayerCaches]:
         """The tokens in the cache and the cache cut to them (for the prompt cache)."""
         tokens = len(self.fed)
         kept = []
-        for layer in self.cache:
+        for layer in dequantized(self.cache):
             copy = KVCache()
             # Contiguous copies: a slice would keep the whole (step-rounded) buffer alive.
             copy.keys = mx.contiguous(layer.keys[..., :tokens, :])
@@ -157,6 +163,8 @@ class SoloDecode:
         return list(self.fed), kept
 
     def _forward(self, tokens: mx.array) -> tuple[mx.array, mx.array]:
+        if self._quantize is not None:
+            self._quantize(self.cache)
         logits = self.model(tokens[None], cache=self.cache)[:, -1, :]
         if self._context is not None:
             context = self._context.update_and_fetch(tokens)

@@ -7,7 +7,7 @@ parser for it (``tokenizer.tool_parser``) with the markers around a call
 the output). :class:`ToolScan` runs on a request's outgoing text: text outside the
 markers passes (less what may be the start of a marker), a call's text is held
 until it closes and then handed to that parser; a call that does not parse goes out
-as text.
+as text, unless the token limit cut it off (then it is dropped).
 """
 
 from __future__ import annotations
@@ -48,24 +48,28 @@ class ToolScan:
         self._buffer = ""
         self._inside = False
 
-    def feed(self, text: str, final: bool) -> tuple[str, list[ToolCallPair]]:
-        """The text that may go out now and the calls completed by ``text``."""
+    def feed(self, text: str, final: bool, cut: bool = False) -> tuple[str, list[ToolCallPair]]:
+        """The text that may go out now and the calls completed by ``text``.
+
+        ``cut`` (with ``final``): the token limit ended the output, so an open call
+        was cut off midway; it is dropped rather than sent as text, as is a held
+        start of a marker (a call with no end marker still counts if it parses)."""
         self._buffer += text
         out: list[str] = []
         calls: list[ToolCallPair] = []
         while self._buffer:
             if self._inside:
-                cut = self._buffer.find(self._end) if self._end else -1
-                if cut < 0:
+                at = self._buffer.find(self._end) if self._end else -1
+                if at < 0:
                     break
-                body, self._buffer = self._buffer[:cut], self._buffer[cut + len(self._end) :]
+                body, self._buffer = self._buffer[:at], self._buffer[at + len(self._end) :]
                 self._inside = False
                 self._call(body, out, calls)
                 continue
-            cut = self._buffer.find(self._start)
-            if cut >= 0:
-                out.append(self._buffer[:cut])
-                self._buffer = self._buffer[cut + len(self._start) :]
+            at = self._buffer.find(self._start)
+            if at >= 0:
+                out.append(self._buffer[:at])
+                self._buffer = self._buffer[at + len(self._start) :]
                 self._inside = True
                 continue
             keep = _held(self._buffer, self._start)
@@ -76,19 +80,29 @@ class ToolScan:
             rest, self._buffer = self._buffer, ""
             if self._inside:
                 self._inside = False
-                self._call(rest, out, calls)
+                if cut and self._end:
+                    log.info("the token limit cut a tool call; dropped %r", rest[:80])
+                else:
+                    self._call(rest, out, calls, keep=not cut)
+            elif cut and rest and _held(rest, self._start) == len(rest):
+                log.info("the token limit cut a tool-call marker; dropped %r", rest)
             else:
                 out.append(rest)
         return "".join(out), calls
 
-    def _call(self, body: str, out: list[str], calls: list[ToolCallPair]) -> None:
+    def _call(
+        self, body: str, out: list[str], calls: list[ToolCallPair], keep: bool = True
+    ) -> None:
         try:
             parsed = self._parse(body, self._tools)
             items = parsed if isinstance(parsed, list) else [parsed]
             found = [(str(c["name"]), _arguments(c.get("arguments"))) for c in items]
         except Exception as exc:  # the parsers raise anything on text that is no call
-            log.info("a tool call did not parse (%s); sent as text", exc)
-            out.append(self._start + body + self._end)
+            if keep:
+                log.info("a tool call did not parse (%s); sent as text", exc)
+                out.append(self._start + body + self._end)
+            else:
+                log.info("the token limit cut a tool call; dropped %r", body[:80])
             return
         calls.extend(found)
 

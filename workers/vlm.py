@@ -65,7 +65,9 @@ from mlx_gateway.workers.batch_requests import (
 )
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
+from mlx_gateway.workers.kv import KvSettings
 from mlx_gateway.workers.row_sampler import argmax_sampler, row_processors
+from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.vlm_images import DETAILS, ImageLimits, decode_image
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,8 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         self._stream: mx.Stream | None = None
         self._prefix_cache: apc.APCManager | None = None
         self._vision_cache = VisionFeatureCache(max_size=VISION_CACHE_SIZE)
+        self.tool_prompt = ToolPrompt()
+        """Whether the chat template renders tools (see :mod:`.tool_prompt`)."""
 
     # ------------------------------------------------------------ loading
 
@@ -145,6 +149,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         if spec.chat_template_file:
             _set_chat_template(self.processor, spec.chat_template_file)
         config = _config_dict(self.model.config)
+        KvSettings.from_spec(spec).check_model(config)  # kv_bits: mlx-vlm applies it
         self.context_length = spec.context_length or _context_length(config)
         # A stream belongs to the thread that made it: this one, the MLX thread.
         self._stream = mx.new_stream(mx.default_device())
@@ -152,12 +157,14 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             # In memory only: mlx-vlm's disk tier would write under ~/.cache.
             self._prefix_cache = apc.from_env(overrides={"enabled": True, "disk_enabled": False})
         self._generator = self._new_generator()
+        self.tool_prompt = probe_tool_prompt(self._render, spec.served_model_name)
         return ModelFacts(
             context_length=self.context_length,
             model_type=config.get("model_type"),
             extra={
                 "batching": "continuous" if spec.max_concurrency > 1 else "queue",
                 "prefix_cache": "on" if self._prefix_cache is not None else "off",
+                "tool_prompt": self.tool_prompt.fact,
             },
         )
 
@@ -174,6 +181,10 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             compute_logprobs=False,
             stream=self._stream,
             apc_manager=self._prefix_cache,
+            # KV cache quantization (kv_bits), mlx-vlm's own batch-quantized cache.
+            kv_bits=spec.options.get("kv_bits"),
+            kv_group_size=int(spec.options.get("kv_group_size", 64)),
+            quantized_kv_start=int(spec.options.get("quantized_kv_start", 0)),
         )
 
     # ------------------------------------------------------------ requests
@@ -281,18 +292,19 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         self, messages: list[dict[str, Any]], images: int, kwargs: dict[str, Any]
     ) -> str:
         extra = {k: v for k, v in kwargs.items() if k not in _RESERVED_TEMPLATE_KWARGS}
+        if self.tool_prompt.fallback and extra.get("tools"):
+            tools = extra.pop("tools")
+            messages = self.tool_prompt.messages(
+                messages, tools if isinstance(tools, list) else [tools]
+            )
 
         def render(conversation: list[dict[str, Any]]) -> str:
-            text = apply_chat_template(
-                self.processor, self.model.config, conversation, num_images=images, **extra
-            )
+            text = self._render(conversation, num_images=images, **extra)
             return text if isinstance(text, str) else ""
 
         messages = system_turns.for_template(messages, render)
         try:
-            text = apply_chat_template(
-                self.processor, self.model.config, messages, num_images=images, **extra
-            )
+            text = self._render(messages, num_images=images, **extra)
         except Exception as exc:
             # Jinja templates reject conversations with raise_exception(…): a client error.
             raise RequestError(
@@ -304,6 +316,10 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                 param="messages",
             )
         return text
+
+    def _render(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+        """mlx-vlm's chat template (with the generation prompt) applied to ``messages``."""
+        return apply_chat_template(self.processor, self.model.config, messages, **kwargs)
 
     def _processed(self, text: str, images: list[Image.Image]) -> dict[str, Any]:
         """The processor's output: token ids, and pixels when there are images."""

@@ -74,6 +74,7 @@ def _check_peers(ctx: _Ctx, config: GatewayConfig) -> None:
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
     _check_peers(ctx, config)
+    _check_groups(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):
         here: _KeyPath = ("models", i)
@@ -82,6 +83,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         _check_kind(ctx, here, model)
         _check_paths(ctx, here, model)
         _check_image(ctx, here, model)
+        _check_kv(ctx, here, model)
         _check_parsers(ctx, here, model)
         _check_distributed(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
@@ -132,6 +134,25 @@ def _check_distributed(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
                 "(relative paths start from the config file's folder)",
             )
         spread.hostfile = resolved
+
+
+def _check_groups(ctx: _Ctx, config: GatewayConfig) -> None:
+    """Two ``on_demand: false`` models in one group cannot both be kept running:
+    say so (the last one started evicts the other, which then loads on demand)."""
+    kept: dict[str, list[str]] = {}
+    for model in config.models:
+        if model.group is not None and not model.on_demand:
+            kept.setdefault(model.group, []).append(model.served_model_name)
+    for group, names in kept.items():
+        if len(names) > 1:
+            log.warning(
+                "%sgroup %r: %s are all on_demand: false, but one model of a group is "
+                "resident at a time; only one of them stays loaded (set on_demand: true "
+                "on the others, or put them in different groups)",
+                f"{ctx.file}: " if ctx.file else "",
+                group,
+                ", ".join(repr(n) for n in names),
+            )
 
 
 def _name_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> list[tuple[_KeyPath, str]]:
@@ -243,6 +264,30 @@ def _check_parsers(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
             ", ".join(choices),
         )
         setattr(model, key, "auto")
+
+
+def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """KV cache settings only where a backend applies them."""
+    kind = model.worker_kind
+    for key in ("kv_bits", "max_kv_size"):
+        if getattr(model, key) is not None and kind not in ("lm", "vlm"):
+            raise ctx.error(
+                (*here, key),
+                f"{key} applies to language and vision models, not to model_type "
+                f"{model.model_type!r}; remove it",
+            )
+    if model.max_kv_size is not None and kind == "vlm":
+        raise ctx.error(
+            (*here, "max_kv_size"),
+            "mlx-vlm's batch generator has no bounded KV cache; remove max_kv_size "
+            "(kv_bits shrinks a vision model's cache instead)",
+        )
+    if model.max_kv_size is not None and model.kv_bits is not None:
+        raise ctx.error(
+            (*here, "kv_bits"),
+            "kv_bits and max_kv_size together: mlx-lm quantizes only unbounded caches; "
+            "keep one of them",
+        )
 
 
 def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:

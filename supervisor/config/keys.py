@@ -57,6 +57,7 @@ _MODEL_RENAMES = {
     "batch_prefill_step_size": "prefill_step_size",
     "prompt_cache_size": "prompt_cache_entries",
     "prompt_cache_max_bytes": "prompt_cache_bytes",
+    "queue_size": "max_queue",
 }
 # Keys handled one by one in _normalize_model.
 _MODEL_SPECIAL = frozenset(
@@ -65,8 +66,6 @@ _MODEL_SPECIAL = frozenset(
 # mlx-openai-server per-model keys accepted and ignored (with a warning) for now.
 _MODEL_IGNORED = frozenset(
     {
-        "queue_timeout",
-        "queue_size",
         "lora_paths_str",
         "lora_scales_str",
         "disable_auto_resize",
@@ -77,15 +76,11 @@ _MODEL_IGNORED = frozenset(
         "prompt_cache_dir",
         "draft_model_path",
         "num_draft_tokens",
-        "kv_bits",
-        "kv_group_size",
-        "quantized_kv_start",
         "default_presence_penalty",
         "default_xtc_probability",
         "default_xtc_threshold",
         "default_seed",
         "default_repetition_context_size",
-        "group",
         "default",
         "is_default_model",
         "host",

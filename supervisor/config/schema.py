@@ -125,9 +125,10 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds a worker may take to send ``Ready`` (first downloads can be long)."""
     shutdown_grace: _Seconds = 5.0
     """Seconds in-flight work may take to finish when stopping, before signals."""
-    memory_budget: str | float = 0.75
-    """Memory all workers together may use: a fraction of RAM (``0.75``) or a size
-    (``48GB``, ``512MiB``). Starting a model that does not fit evicts idle ones."""
+    memory_budget: str | float = "auto"
+    """Memory all workers together may use: ``auto`` (on Apple silicon MLX's
+    recommended working set, else 0.75 of RAM), a fraction of RAM (``0.75``) or a
+    size (``48GB``, ``512MiB``). Starting a model that does not fit evicts idle ones."""
     queue_timeout: _PositiveSeconds = 300.0
     """Seconds a request may wait for its model to load or for a free slot → 503."""
     hang_timeout: _PositiveSeconds = 120.0
@@ -195,6 +196,16 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prompt_cache_bytes: str | int = "512MiB"
     """Language models: bytes of KV cache kept after requests end, to reuse the
     longest common token prefix of later prompts (``512MiB``, ``2GB``; 0: off)."""
+    kv_bits: Literal[4, 8] | None = None
+    """Language and vision models: quantize the KV cache to this many bits (8 halves
+    it, 4 quarters it) once a sequence holds ``quantized_kv_start`` tokens."""
+    kv_group_size: Literal[32, 64, 128] = 64
+    """Elements sharing one scale and bias in the quantized KV cache."""
+    quantized_kv_start: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Tokens a sequence holds before its KV cache is quantized (0: from the start)."""
+    max_kv_size: Annotated[int, msgspec.Meta(ge=16)] | None = None
+    """Language and vision models: keep at most this many tokens of KV cache per
+    sequence (a rotating window: older tokens are dropped)."""
     prompt_cache_entries: Annotated[int, msgspec.Meta(ge=0)] = 32
     """Language models: most KV caches kept in the prompt cache (0: off)."""
     stream_interval: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.02

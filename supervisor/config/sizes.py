@@ -36,8 +36,20 @@ def parse_size(value: str | int | float) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
-def budget_bytes(budget: str | float, total: int | None = None) -> int:
-    """The memory budget in bytes: a fraction of RAM (``0 < x ≤ 1``) or a size."""
+AUTO_FRACTION = 0.75
+"""``memory_budget: auto`` where MLX recommends no working set (Linux): this much RAM."""
+
+
+def budget_bytes(
+    budget: str | float, total: int | None = None, recommended: int | None = None
+) -> int:
+    """The memory budget in bytes: ``auto`` (MLX's ``recommended`` working set when
+    known, else :data:`AUTO_FRACTION` of RAM), a fraction of RAM (``0 < x ≤ 1``) or
+    a size."""
+    if isinstance(budget, str) and budget.strip().lower() == "auto":
+        if recommended:
+            return recommended
+        budget = AUTO_FRACTION
     if isinstance(budget, float | int) and not isinstance(budget, bool) and 0 < budget <= 1:
         return int(budget * (total if total is not None else psutil.virtual_memory().total))
     if isinstance(budget, float) and not budget.is_integer():

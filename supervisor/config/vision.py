@@ -22,4 +22,8 @@ def worker_options(model: ModelConfig) -> dict[str, Any]:
         options["resize_shape"] = [shape[0], shape[-1]]  # one number: a square
     if model.max_pixels is not None:
         options["max_pixels"] = model.max_pixels
+    if model.kv_bits is not None:
+        options["kv_bits"] = model.kv_bits
+        options["kv_group_size"] = model.kv_group_size
+        options["quantized_kv_start"] = model.quantized_kv_start
     return options

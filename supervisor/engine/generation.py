@@ -1,27 +1,32 @@
 """One generation on a worker, from the worker's first reply to its last.
 
-The model's session (which counts the request in flight and cancels it on the
-worker when left early) is entered in :meth:`Generation.start` and held until
-:meth:`Generation.aclose`, so it spans both the wait for the first reply, which
-decides between an HTTP error and a stream, and the stream itself.
+The generation's :class:`~mlx_gateway.supervisor.pool.worker_call.WorkerCall` (which
+holds the model's session and cancels the request on the worker when left early) is
+opened in :meth:`Generation.start` and closed by :meth:`Generation.aclose`, so it
+spans both the wait for the first reply, which decides between an HTTP error and a
+stream, and the stream itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-import anyio
-
-from mlx_gateway.protocol.messages import Chunk, Done, Error, Generate, Started
-from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable, from_reply
+from mlx_gateway.protocol.messages import Chunk, Done, Generate, Started
+from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 
 
-def _raise_error(reply: Error) -> None:
-    raise from_reply(reply)
+class ReplySource(Protocol):
+    """What a generation reads its replies from (a :class:`WorkerCall`)."""
+
+    async def next(self) -> Any: ...
+
+    def take_ready(self) -> Any | None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class Generation:
@@ -31,9 +36,8 @@ class Generation:
     iteration raises :class:`GatewayError` when the request fails on the worker.
     Always :meth:`aclose` it: leaving before ``Done`` cancels the request."""
 
-    def __init__(self, stack: contextlib.AsyncExitStack, stream: Any, first: Any) -> None:
-        self._stack = stack
-        self._stream = stream
+    def __init__(self, call: ReplySource, first: Any) -> None:
+        self._call = call
         self._pending: Any = first
         self._failure: GatewayError | None = None
         self.stream_interval = 0.0
@@ -61,26 +65,8 @@ class Generation:
         Raises the request's :class:`GatewayError` (e.g. 400 context too long, 503
         model failed to load) with nothing left open."""
         recorder.note_model(handle.name)
-        stack = contextlib.AsyncExitStack()
-        try:
-            session = await stack.enter_async_context(handle.session())
-            if prepare is not None:
-                msg = prepare(msg)
-            if payloads:
-                stream = session.call(msg, msg.request_id, payloads)
-            else:
-                stream = session.generate(msg)
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                stack.push_async_callback(aclose)
-            first = await _next(stream)
-            if isinstance(first, Error):
-                _raise_error(first)
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await stack.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        generation = cls(stack, stream, first)
+        call = WorkerCall(handle, msg, payloads, prepare=prepare)
+        generation = cls(call, await call.first())
         generation.stream_interval = handle.config.stream_interval
         return generation
 
@@ -96,7 +82,7 @@ class Generation:
                 reply, self._pending = self._pending, None
             else:
                 try:
-                    reply = await _next(self._stream)
+                    reply = await self._call.next()
                 except GatewayError:
                     recorder.note_outcome("error")
                     raise
@@ -111,14 +97,13 @@ class Generation:
         A stream that fell behind the worker writes them all at once instead of
         one write per generation step. A failure among them is kept for the next
         iteration, so the chunks before it still reach the client."""
-        take = getattr(self._stream, "take_ready", None)
         replies: list[Chunk | Done] = []
         try:
-            while take is not None and not self._finished and self._failure is None:
+            while not self._finished and self._failure is None:
                 if self._pending is not None:
                     reply, self._pending = self._pending, None
                 else:
-                    reply = take()
+                    reply = self._call.take_ready()
                     if reply is None:
                         break
                 accepted = self._accept(reply)
@@ -141,9 +126,6 @@ class Generation:
                     reply.finish_reason, usage.prompt_tokens, usage.completion_tokens
                 )
                 return reply
-            case Error():
-                recorder.note_outcome("error")
-                _raise_error(reply)
             case Started():
                 recorder.note_started(reply.prompt_tokens)
             # Anything else carries nothing for the client.
@@ -166,14 +148,4 @@ class Generation:
         self._closed = True
         if not self._finished:
             recorder.note_outcome("client_left")
-        with anyio.CancelScope(shield=True):
-            await self._stack.aclose()
-
-
-async def _next(stream: Any) -> Any:
-    try:
-        return await anext(stream)
-    except StopAsyncIteration:
-        raise ModelUnavailable(
-            "The worker ended the request without a result.", code="incomplete_generation"
-        ) from None
+        await self._call.aclose()

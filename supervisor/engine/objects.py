@@ -1,4 +1,6 @@
-"""OpenAI response objects as msgspec Structs, encoded straight to JSON.
+"""OpenAI response objects shared by the surfaces, as msgspec Structs encoded
+straight to JSON: usage, legacy completions and the error event. (The chat
+completion objects are :mod:`mlx_gateway.supervisor.api.chat.objects`.)
 
 Fields OpenAI always sends are always present (``null`` included). ``usage`` on
 stream chunks is :data:`msgspec.UNSET` (left out) unless the client asked for
@@ -36,53 +38,6 @@ def usage_from(usage: wire.Usage) -> Usage:
         total_tokens=usage.prompt_tokens + usage.completion_tokens,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
     )
-
-
-# ---------------------------------------------------------------- chat
-
-
-class AssistantMessage(Struct):
-    content: str
-    role: Literal["assistant"] = "assistant"
-
-
-class ChatChoice(Struct):
-    index: int
-    message: AssistantMessage
-    finish_reason: FinishReason | None
-    logprobs: None = None
-
-
-class ChatCompletion(Struct):
-    id: str
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-    object: Literal["chat.completion"] = "chat.completion"
-
-
-class Delta(Struct, omit_defaults=True):
-    """A streamed message delta; unset keys are left out (``{}`` on the last chunk)."""
-
-    role: str | None = None
-    content: str | None = None
-
-
-class ChunkChoice(Struct):
-    index: int
-    delta: Delta
-    finish_reason: FinishReason | None = None
-    logprobs: None = None
-
-
-class ChatCompletionChunk(Struct):
-    id: str
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    usage: Usage | UnsetType | None = UNSET
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
 
 
 # ---------------------------------------------------------------- completions

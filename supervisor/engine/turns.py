@@ -318,6 +318,19 @@ class Turn:
             await generation.aclose()
 
 
+def finish_reason(done: Done | None, matched: str | None, calls: int) -> str:
+    """A choice's finish: the token limit wins (``length``, also after complete
+    calls: a call it cut off was dropped), then ``tool_calls`` when it made any,
+    then ``stop`` for a stop sequence, else what the worker said."""
+    if matched is None and done is not None and done.finish_reason == "length":
+        return "length"
+    if calls:
+        return "tool_calls"
+    if matched is not None:
+        return "stop"
+    return done.finish_reason if done else "stop"
+
+
 class _ChoiceParser:
     """The parsers of one choice, from worker chunks to :data:`TurnEvent`\\ s."""
 
@@ -372,20 +385,15 @@ class _ChoiceParser:
             pieces = self.splitter.feed(tail) + self.splitter.finish()
         for event in self._route(pieces):
             yield event
+        matched = self.stopper.matched if self.stopper else None
+        cut = matched is None and done is not None and done.finish_reason == "length"
         if self.calls:
-            for event in self._calls(self.calls.finish()):
+            for event in self._calls(self.calls.finish(cut=cut)):
                 yield event
         if self.logprobs:
             yield TextDelta("", self._take_logprobs())
-        matched = self.stopper.matched if self.stopper else None
         usage = done.usage if done else Usage(self.prompt_tokens, generated)
-        if self.made:
-            reason = "tool_calls"
-        elif matched is not None:
-            reason = "stop"
-        else:
-            reason = done.finish_reason if done else "stop"
-        yield Finished(reason, usage, matched, reasoning_tokens)
+        yield Finished(finish_reason(done, matched, self.made), usage, matched, reasoning_tokens)
 
     def _take_logprobs(self) -> list[TokenLogprob]:
         taken, self.logprobs = self.logprobs, []

@@ -25,9 +25,10 @@ class LogHub(logging.Handler):
     def __init__(self, capacity: int = 1000) -> None:
         super().__init__(level=logging.DEBUG)
         self.recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=capacity)
-        self._subscribers: set[tuple[asyncio.AbstractEventLoop, asyncio.Queue[dict[str, Any]]]] = (
-            set()
-        )
+        self._subscribers: set[
+            tuple[asyncio.AbstractEventLoop, asyncio.Queue[dict[str, Any] | None]]
+        ] = set()
+        self.closed = False
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -47,10 +48,22 @@ class LogHub(logging.Handler):
             with contextlib.suppress(RuntimeError):  # that loop is closed
                 loop.call_soon_threadsafe(_offer, queue, entry)
 
+    def close(self) -> None:
+        """The gateway stops: every subscriber's queue gets ``None`` (its end), so
+        live log streams finish instead of holding the server's shutdown."""
+        self.closed = True
+        for loop, queue in list(self._subscribers):
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_end, queue)
+
     @contextlib.contextmanager
-    def subscribe(self) -> Iterator[asyncio.Queue[dict[str, Any]]]:
-        """A queue of every record logged from now on, while the block runs."""
-        item = (asyncio.get_running_loop(), asyncio.Queue[dict[str, Any]](SUBSCRIBER_QUEUE))
+    def subscribe(self) -> Iterator[asyncio.Queue[dict[str, Any] | None]]:
+        """A queue of every record logged from now on, while the block runs; a
+        ``None`` in it means the hub closed (also at once if it already had)."""
+        queue = asyncio.Queue[dict[str, Any] | None](SUBSCRIBER_QUEUE)
+        if self.closed:
+            queue.put_nowait(None)
+        item = (asyncio.get_running_loop(), queue)
         self._subscribers.add(item)
         try:
             yield item[1]
@@ -58,6 +71,15 @@ class LogHub(logging.Handler):
             self._subscribers.discard(item)
 
 
-def _offer(queue: asyncio.Queue[dict[str, Any]], entry: dict[str, Any]) -> None:
+def _offer(queue: asyncio.Queue[dict[str, Any] | None], entry: dict[str, Any]) -> None:
     with contextlib.suppress(asyncio.QueueFull):
         queue.put_nowait(entry)
+
+
+def _end(queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+    while True:  # make room: the end must get through even to a full queue
+        try:
+            queue.put_nowait(None)
+            return
+        except asyncio.QueueFull:
+            queue.get_nowait()

@@ -1,8 +1,10 @@
 """The gateway's middleware stack, from the configuration.
 
-Outermost first: observing (so 401s and 413s are counted and timed too), API keys
-(so an unauthenticated client cannot make the gateway read a large body), then the
-body cap.
+Outermost first: observing (so 401s and 413s are counted and timed too), closing
+the connection after an answer sent before the body was read (so a client's next
+request does not land on a connection with an unread body), API keys (so an
+unauthenticated client cannot make the gateway read a large body), then the body
+cap.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from mlx_gateway.supervisor.http.auth import AuthMiddleware
 from mlx_gateway.supervisor.http.limits import MIB, BodyLimitMiddleware
 from mlx_gateway.supervisor.http.observe import ObserveMiddleware
 from mlx_gateway.supervisor.http.recorder import Recorder
+from mlx_gateway.supervisor.http.unread_body import CloseUnreadBodyMiddleware
 
 FORM_OVERHEAD = 64 * 1024
 """Room beyond the files for a form's other fields and part headers (as the
@@ -38,13 +41,11 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
     audio = largest(("whisper",), lambda m: m.max_upload_mb)
     if audio is not None:
         limits["/v1/audio/"] = int(audio * MIB) + FORM_OVERHEAD
-    edits = largest(("image",), lambda m: getattr(m, "max_image_mb", 0.0))
+    edits = largest(("image",), lambda m: m.max_image_mb)
     if edits:
         limits["/v1/images/edits"] = int(edits * MIB) * EDIT_FILES + FORM_OVERHEAD
     # A chat request carries its images inline as base64 data URLs (4 bytes per 3).
-    vision = largest(
-        ("vlm",), lambda m: getattr(m, "max_image_mb", 0.0) * getattr(m, "max_images", 0)
-    )
+    vision = largest(("vlm",), lambda m: m.max_image_mb * m.max_images)
     if vision:
         limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
     return limits
@@ -53,7 +54,10 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
 def middleware_for(config: GatewayConfig, recorder: Recorder) -> list[Middleware]:
     server = config.server
     max_body = int(server.max_body_mb * MIB)
-    stack = [Middleware(ObserveMiddleware, recorder=recorder)]
+    stack = [
+        Middleware(ObserveMiddleware, recorder=recorder),
+        Middleware(CloseUnreadBodyMiddleware),
+    ]
     if server.api_keys or server.admin_keys:
         stack.append(
             Middleware(AuthMiddleware, api_keys=server.api_keys, admin_keys=server.admin_keys)

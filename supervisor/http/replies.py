@@ -1,15 +1,17 @@
-"""Response classes: JSON encoded by msgspec, and SSE streams that own a generation."""
+"""Response classes: JSON encoded by msgspec, and SSE streams that own their work
+(a generation, a transcription, an image job)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Protocol
 
 import msgspec
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.objects import ErrorBody, ErrorEvent
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
@@ -36,16 +38,43 @@ def error_event(exc: GatewayError) -> bytes:
     return sse.data(ErrorEvent(ErrorBody(exc.message, exc.type, exc.param, exc.code)))
 
 
-class EventStream(StreamingResponse):
-    """A ``text/event-stream`` response that closes its :class:`Generation` however
-    the response ends: finished, failed, client gone, or never iterated at all."""
+class Closable(Protocol):
+    """Work a stream owns: a generation, a transcription, an image job."""
 
-    def __init__(self, events: AsyncIterator[bytes], generation: Generation) -> None:
+    async def aclose(self) -> None: ...
+
+
+async def ended(
+    events: AsyncGenerator[bytes, None], work: Closable, log: logging.Logger, what: str = "stream"
+) -> AsyncIterator[bytes]:
+    """``events`` and then ``[DONE]``, closing ``work`` however they end. A failure
+    after the stream started ends it with an error event (then ``[DONE]``), logged
+    to ``log`` as ``what`` failing."""
+    try:
+        async with contextlib.aclosing(events):
+            async for event in events:
+                yield event
+    except GatewayError as exc:
+        log.warning("%s failed after it started: %s", what, exc.message)
+        yield error_event(exc)
+    except Exception:
+        log.exception("%s failed after it started", what)
+        yield error_event(GatewayError("The server had an error while streaming the response."))
+    finally:
+        await work.aclose()
+    yield sse.DONE
+
+
+class EventStream(StreamingResponse):
+    """A ``text/event-stream`` response that closes its ``work`` however the
+    response ends: finished, failed, client gone, or never iterated at all."""
+
+    def __init__(self, events: AsyncIterator[bytes], work: Closable) -> None:
         super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
-        self.generation = generation
+        self.work = work
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.generation.aclose()
+            await self.work.aclose()

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -34,6 +34,7 @@ from mlx_gateway.protocol.messages import (
     Progress,
     Ready,
     Reply,
+    Request,
     Shutdown,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
@@ -52,8 +53,9 @@ from mlx_gateway.supervisor.errors import (
 )
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
-from mlx_gateway.supervisor.pool.memory import local_ranks, measured_need
+from mlx_gateway.supervisor.pool.memory import Need, local_ranks, measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
+from mlx_gateway.supervisor.pool.room import Room
 from mlx_gateway.supervisor.pool.spawn import (
     WorkerCommand,
     describe_exit,
@@ -61,9 +63,6 @@ from mlx_gateway.supervisor.pool.spawn import (
     worker_command,
 )
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
-
-if TYPE_CHECKING:
-    from mlx_gateway.supervisor.pool.placement import Placement
 
 log = logging.getLogger("mlx_gateway.worker")
 
@@ -127,6 +126,7 @@ class _Process:
     kill_reason: str | None = None
     stop_reason: str = ""
     stop_requested: bool = False
+    stop_error: GatewayError | None = None  # what its unfinished requests fail with
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -202,13 +202,12 @@ class WorkerHandle:
         self.progress: Progress | None = None
         self.last_error: str | None = None
         self.failures = 0
-        self.placement: Placement | None = None  # set by the registry
-        self.reserved = False  # the placement granted it room; it is about to start
-        self.draining = False  # takes no new requests until stopped (see placement)
+        self.placement: Room | None = None  # set by the registry
+        self._pinned: bool | None = None  # set at run time by an admin
+        self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
-        self.measured_bytes = 0  # what the worker last reported (kept after a stop)
-        self.estimated_bytes: int | None = None
+        self.measured_bytes = 0  # the most its workers reported (kept after a stop)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._state_changed = asyncio.Event()
         self._recent_crashes: list[float] = []
@@ -288,13 +287,14 @@ class WorkerHandle:
             "context_length": self.facts.context_length if self.facts else None,
             "memory": memory.rss if memory else None,
             "memory_detail": msgspec.structs.asdict(memory) if memory else None,
-            "memory_need": self.measured_bytes or self.estimated_bytes,
+            **self._need_status(),
             "load_progress": progress,
-            "pinned": self.config.pinned,
+            "pinned": self.pinned,
             "draining": self.draining,
             "crashes": self.crashes,
             "evictions": self.evictions,
             "blas": self.facts.extra.get("blas") if self.facts else None,
+            "tool_prompt": self.facts.extra.get("tool_prompt") if self.facts else None,
         }
 
     @contextlib.asynccontextmanager
@@ -303,13 +303,20 @@ class WorkerHandle:
 
         Admission: at most ``max_concurrency`` requests hold a slot; up to
         ``max_queue`` more wait (for a slot, for room in the memory budget, for the
-        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429.
+        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429
+        (requests waiting for a load count too: before the worker is ready, at most
+        ``max_concurrency + max_queue`` are taken).
         While waiting or holding a slot the request keeps the worker from being
         reaped or evicted, and ``last_used`` is stamped when the request *ends* —
         streams included. A client that leaves while a load runs only for it
         stops that load."""
-        if self.waiting >= self.config.max_queue and self._slots.locked():
-            raise TooManyRequests(self.name, self.config.max_queue)
+        if self.closing:
+            raise self._closing_error()
+        limit = self.config.max_concurrency + self.config.max_queue
+        if self.inflight + self.waiting >= limit:
+            # Counted whatever they wait for (a slot, the load, room in the budget):
+            # a burst at a model that is still loading is held to the same bound.
+            raise TooManyRequests(self.name, self.config.max_concurrency, self.config.max_queue)
         timeout = self.config.effective_queue_timeout(self._server)
         self.waiting += 1
         acquired = admitted = False
@@ -374,9 +381,69 @@ class WorkerHandle:
                     await self._state_changed.wait()
             finally:
                 self.held_back -= 1
+        if self.state is WorkerState.FAILED and (wait := self._backoff_left()) > 0:
+            # Refused before the placement: a start that cannot happen claims no
+            # room and evicts nobody (a reservation would hold the group).
+            raise self._unavailable(f" (next attempt in {wait:.0f} s)")
         if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
             await self.placement.make_room(self, deadline)
         await self.ensure_ready()
+
+    def _need_status(self) -> dict[str, Any]:
+        if self.placement is not None:
+            need = self.placement.need(self)
+        elif self.measured_bytes:
+            need = Need(self.measured_bytes, "measured")
+        else:
+            need = Need(0, "unknown")
+        return {
+            "memory_need": need.bytes or None,
+            "memory_need_source": need.source,
+            "memory_need_parts": need.parts or None,
+        }
+
+    def post(self, msg: Request) -> None:
+        """Send a control message to the running worker, without waiting (dropped
+        when none runs)."""
+        if self._proc is not None and self.state is WorkerState.READY:
+            self._relay.post(self._proc.worker_id, msg)
+
+    @property
+    def pinned(self) -> bool:
+        """Never evicted: the config's ``pinned``, or what an admin set at run time."""
+        return self.config.pinned if self._pinned is None else self._pinned
+
+    def pin(self, pinned: bool) -> None:
+        """Pin or unpin at run time (``POST /v1/models/{id}/pin``), until the gateway
+        restarts or a config reload replaces this entry."""
+        self._pinned = pinned
+        log.info("[%s] %s by an admin request", self.name, "pinned" if pinned else "unpinned")
+        if self.placement is not None:
+            self.placement.notify()  # a model waiting for room may now evict this one
+
+    @property
+    def reserved(self) -> bool:
+        """The placement granted it room; it is about to start."""
+        return self.placement is not None and self.placement.is_reserved(self)
+
+    @property
+    def draining(self) -> bool:
+        """It takes no new requests until stopped: another model waits for room."""
+        return self.placement is not None and self.placement.is_draining(self)
+
+    def _release_room(self) -> None:
+        """Its reservation and drain end (it stopped, or will not start now)."""
+        if self.placement is not None:
+            self.placement.released(self)
+
+    def _measured(self, memory: Memory) -> None:
+        # rank 0 of a sharded model measures itself: its peers on this machine hold as much
+        need = measured_need(memory) * local_ranks(self.config)
+        if need <= 0:
+            return
+        if self.placement is not None:
+            need = self.placement.measured(self, need)
+        self.measured_bytes = max(self.measured_bytes, need)
 
     def _changed(self) -> None:
         if self.placement is not None:
@@ -456,7 +523,7 @@ class WorkerHandle:
         if new is WorkerState.READY:
             self.ready_since = self.last_heartbeat = time.monotonic()
         elif new in (WorkerState.STOPPED, WorkerState.FAILED):
-            self.reserved = self.draining = False
+            self._release_room()
             self.ready_since = None
         self._state_changed.set()
         self._state_changed = asyncio.Event()
@@ -465,6 +532,12 @@ class WorkerHandle:
             self._on_state(self, old, new)
 
     async def _on_ensure_ready(self, future: asyncio.Future[None]) -> None:
+        if self.closing:  # no start (nor restart after a stop) while the gateway stops
+            if self.reserved and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
+                self._release_room()
+                self._changed()
+            _fail(future, self._closing_error())
+            return
         match self.state:
             case WorkerState.READY:
                 _resolve(future)
@@ -475,8 +548,11 @@ class WorkerHandle:
                 self._ready_waiters.append(future)
                 await self._spawn()
             case WorkerState.FAILED:
-                wait = self._failed_at + failure_backoff(self.failures) - time.monotonic()
+                wait = self._backoff_left()
                 if wait > 0:
+                    if self.reserved:  # the room granted for this start is not used
+                        self._release_room()
+                        self._changed()
                     _fail(future, self._unavailable(f" (next attempt in {wait:.0f} s)"))
                 else:
                     self._ready_waiters.append(future)
@@ -492,10 +568,20 @@ class WorkerHandle:
                 assert self._proc is not None
                 log.info("[%s] stopping: %s", self.name, reason)
                 self._stop_waiters.append(future)
-                self._fail_ready_waiters(ModelUnavailable(f"model '{self.name}' was stopped"))
+                self._fail_ready_waiters(
+                    ModelUnavailable(
+                        f"model '{self.name}' was stopped while loading: {reason}",
+                        code="model_stopped",
+                    )
+                )
                 self._set_state(WorkerState.STOPPING)
                 self._proc.stop_requested = True
                 self._proc.stop_reason = reason
+                self._proc.stop_error = ModelUnavailable(
+                    f"model '{self.name}' was stopped before the request finished: {reason}",
+                    code="model_stopped",
+                )
+                self._relay.stopping(self._proc.worker_id, self._proc.stop_error)
                 self._proc.tasks.append(asyncio.create_task(self._escalate_stop(self._proc)))
 
     def _on_reply(self, reply: Reply) -> None:
@@ -504,8 +590,7 @@ class WorkerHandle:
             case Ready(facts=facts, memory=memory):
                 if self.state is WorkerState.STARTING:
                     self.facts, self.memory, self.progress = facts, memory, None
-                    measured = measured_need(memory) * local_ranks(self.config)
-                    self.measured_bytes = measured or self.measured_bytes
+                    self._measured(memory)
                     self.failures, self.last_error = 0, None
                     self.last_used, self.last_used_wall = time.monotonic(), time.time()
                     self._set_state(WorkerState.READY)
@@ -517,9 +602,8 @@ class WorkerHandle:
             case Heartbeat(memory=memory):
                 self.memory = memory
                 self.last_heartbeat = time.monotonic()
-                if self.state is WorkerState.READY and measured_need(memory) > 0:
-                    # rank 0 measures itself: its peers on this machine hold as much
-                    self.measured_bytes = measured_need(memory) * local_ranks(self.config)
+                if self.state is WorkerState.READY:
+                    self._measured(memory)
             case Error(message=message):
                 # A worker-level error: the model could not load; the exit follows.
                 self._proc.load_error = message
@@ -533,7 +617,9 @@ class WorkerHandle:
         expected = proc.stop_requested
         reason = self._exit_reason(proc, returncode)
         crash = WorkerCrashed(f"model '{self.name}' worker {reason}")
-        self._relay.detach(proc.worker_id, crash)
+        self._relay.detach(
+            proc.worker_id, proc.stop_error if expected and proc.stop_error else crash
+        )
         if expected:
             log.info("[%s] worker pid %d stopped (%s)", self.name, proc.proc.pid, reason)
             self._set_state(WorkerState.STOPPED)
@@ -579,6 +665,16 @@ class WorkerHandle:
             reason += "; last log lines:\n" + "\n".join(tail)
         return reason
 
+    def _closing_error(self) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"model '{self.name}' cannot take requests: the gateway is shutting down",
+            code="shutting_down",
+        )
+
+    def _backoff_left(self) -> float:
+        """Seconds until a FAILED worker may be tried again (≤ 0: now)."""
+        return self._failed_at + failure_backoff(self.failures) - time.monotonic()
+
     def _unavailable(self, suffix: str = "") -> ModelUnavailable:
         return ModelUnavailable(
             f"model '{self.name}' is unavailable: {self.last_error or 'unknown error'}{suffix}",
@@ -601,6 +697,11 @@ class WorkerHandle:
         worker_id = f"{self.name[:180]}#{generation}-{uuid.uuid4().hex[:6]}"
         beat = min(2.0, self._server.hang_timeout / 4)
         spec = spec_for(self.config, worker_id, heartbeat_interval=beat)
+        kv_budget = None
+        if self.placement is not None and self.config.worker_kind == LM_KIND:
+            kv_budget = self.placement.kv_budget(self)
+        if kv_budget is not None:
+            spec.options["kv_budget_bytes"] = kv_budget  # per-request admission
         argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
         if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:

@@ -1,29 +1,94 @@
-"""Memory accounting for the budget: sizes, the budget, and each model's need.
+"""Memory accounting for the budget: sizes, and each model's *need*.
 
-Pure functions plus a look at the disk (weight files); no MLX. A model's need is
-first *estimated* (weights on disk times a factor for its kind, plus an allowance for
-the KV cache of ``max_concurrency`` full contexts), then replaced by what its worker
-*measured* once it reported (see :func:`measured_need`).
+Pure functions plus a look at the disk (weight files, ``config.json``); no MLX.
+Before a model ever ran its need is *estimated* as the sum of
+
+* its weights: the weight files' bytes (MLX holds them as loaded, quantized or not);
+* a runtime overhead per kind: the interpreter, MLX, the tokenizer or processor,
+  and working buffers that do not scale with the weights (see :data:`KIND_PROFILES`);
+* for language and vision models, a KV *working set*: the KV cache of
+  :data:`KV_WORKING_TOKENS` tokens shared by the concurrent requests (bounded by
+  ``max_concurrency`` times the context, or ``max_kv_size``), at the cache's element
+  size (``kv_bits`` quantizes it); and the activations of one prefill chunk.
+
+The worst case (every slot holding a full context) is not reserved: a request's own
+KV cache is admitted by its worker against what the budget can give the model
+(``kv_budget_bytes``, see ``workers/kv.py``). Once a
+worker reported its memory, the largest figure it reported replaces the estimate
+(:func:`measured_need`), and it is remembered across restarts (:mod:`.needs`).
+See docs/design.md ("The memory need") for the arithmetic on real models.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mlx_gateway.protocol.messages import Memory
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 
-KIND_FACTOR = {"lm": 1.15, "vlm": 1.25, "embeddings": 1.5, "whisper": 1.5, "image": 1.4}
-"""Resident memory per byte of weights on disk, before any request (runtime, buffers)."""
+MB = 1000**2
+GB = 1000**3
+
+
+@dataclass(frozen=True)
+class KindProfile:
+    """What a worker of one kind holds besides its KV cache."""
+
+    weight_factor: float
+    """Resident bytes per byte of weights on disk."""
+    runtime: int
+    """Fixed bytes: interpreter, MLX, tokenizer/processor, libraries, buffers."""
+    activations: int = 0
+    """Fixed bytes of working memory while a request runs (an image's latents and
+    VAE decode, an audio window's encoder pass)."""
+
+
+KIND_PROFILES = {
+    "lm": KindProfile(1.0, 200 * MB),
+    "vlm": KindProfile(1.0, 450 * MB, activations=600 * MB),  # the vision tower's pass
+    "embeddings": KindProfile(1.0, 200 * MB, activations=100 * MB),
+    "whisper": KindProfile(1.0, 300 * MB, activations=400 * MB),
+    "image": KindProfile(1.05, 500 * MB, activations=2 * GB),  # 1024² latents + VAE
+}
+DEFAULT_PROFILE = KindProfile(1.05, 300 * MB, activations=500 * MB)
+
+KV_WORKING_TOKENS = 4096
+"""Tokens of KV cache a language model's need reserves, shared by its concurrent
+requests (one 4k conversation, or several short ones). Longer work is admitted
+per request against what the budget has free."""
 KV_BYTES_PER_ELEMENT = 2  # fp16/bf16 KV cache
+ACTIVATION_FACTOR = 4
+"""Live copies of the widest activation (2 bytes each) per prefill token."""
 WEIGHT_SUFFIXES = (".safetensors", ".npz", ".bin", ".gguf")
+KV_KINDS = ("lm", "vlm")
+
+
+@dataclass(frozen=True)
+class Need:
+    """A model's memory need and where the figure comes from."""
+
+    bytes: int
+    source: str
+    """``measured`` (its worker reported it, maybe in an earlier run),
+    ``configured`` (the entry's ``memory_estimate``), ``estimated`` (the model's
+    files), or ``unknown`` (not downloaded yet: counts as 0)."""
+    parts: dict[str, int] = field(default_factory=dict)
+    """For an estimate: weights, runtime, kv, activations."""
+
+    def public(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"bytes": self.bytes, "source": self.source}
+        if self.parts:
+            out["parts"] = dict(self.parts)
+        return out
 
 
 def format_size(n: int) -> str:
-    for unit, scale in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+    for unit, scale in (("GB", GB), ("MB", MB), ("kB", 1000)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} B"
@@ -49,6 +114,8 @@ def model_dir(model_path: str) -> Path | None:
 
 
 def weights_on_disk(directory: Path) -> int:
+    """Bytes of weight files under ``directory`` (the size the file claims: a sparse
+    file counts fully, as it would once read)."""
     total = 0
     for path in directory.rglob("*"):
         if path.suffix in WEIGHT_SUFFIXES and path.is_file():
@@ -56,35 +123,123 @@ def weights_on_disk(directory: Path) -> int:
     return total
 
 
-def kv_allowance(directory: Path, config: ModelConfig) -> int:
-    """Bytes of KV cache for ``max_concurrency`` sequences of the full context."""
+def text_config(directory: Path) -> dict[str, Any]:
+    """The language part of the model's ``config.json`` (``{}`` when there is none)."""
     try:
         meta = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError):
-        return 0
-    meta = meta.get("text_config", meta)
-    layers = meta.get("num_hidden_layers") or 0
-    heads = meta.get("num_attention_heads") or 0
-    kv_heads = meta.get("num_key_value_heads") or heads
-    hidden = meta.get("hidden_size") or 0
-    head_dim = meta.get("head_dim") or (hidden // heads if heads else 0)
-    context = config.context_length or meta.get("max_position_embeddings") or 0
-    per_token = 2 * layers * kv_heads * head_dim * KV_BYTES_PER_ELEMENT
-    return int(per_token * context * config.max_concurrency)
+        return {}
+    if not isinstance(meta, dict):
+        return {}
+    inner = meta.get("text_config") or meta.get("llm_config")
+    return {**meta, **inner} if isinstance(inner, dict) else meta
 
 
-def estimate_need(config: ModelConfig) -> int | None:
-    """The model's memory need before it ever ran, or ``None`` when unknown (not
-    downloaded yet and no ``memory_estimate`` in its entry)."""
+def kv_element_bytes(bits: int | None, group_size: int) -> float:
+    """Bytes per cached key/value element: 2 (fp16), or ``bits``/8 plus one fp16
+    scale and one fp16 bias per ``group_size`` elements when quantized."""
+    if bits is None:
+        return float(KV_BYTES_PER_ELEMENT)
+    return bits / 8 + 4 / group_size
+
+
+def kv_bytes_per_token(
+    meta: dict[str, Any], config: ModelConfig, layers: int | None = None
+) -> float:
+    """KV cache bytes one token takes in ``layers`` layers (default: all of them),
+    keys and values."""
+    if layers is None:
+        layers = _int(meta.get("num_hidden_layers"))
+    heads = _int(meta.get("num_attention_heads"))
+    kv_heads = _int(meta.get("num_key_value_heads")) or heads
+    hidden = _int(meta.get("hidden_size"))
+    head_dim = _int(meta.get("head_dim")) or (hidden // heads if heads else 0)
+    element = kv_element_bytes(config.kv_bits, config.kv_group_size)
+    return 2 * layers * kv_heads * head_dim * element
+
+
+def sliding_layers(meta: dict[str, Any]) -> tuple[int, int]:
+    """``(layers, window)``: how many layers attend only to the last ``window``
+    tokens (Gemma 3, gpt-oss…); their KV cache never grows past it."""
+    window = _int(meta.get("sliding_window"))
+    layers = _int(meta.get("num_hidden_layers"))
+    if not window or not layers:
+        return 0, 0
+    kinds = meta.get("layer_types")
+    if isinstance(kinds, list):
+        return sum(1 for kind in kinds if kind == "sliding_attention"), window
+    pattern = _int(meta.get("sliding_window_pattern"))
+    if pattern > 1:  # every pattern-th layer attends globally
+        return layers - layers // pattern, window
+    return 0, 0
+
+
+def context_of(meta: dict[str, Any], config: ModelConfig) -> int:
+    return config.context_length or _int(meta.get("max_position_embeddings")) or KV_WORKING_TOKENS
+
+
+def kv_working_tokens(meta: dict[str, Any], config: ModelConfig) -> int:
+    """Tokens of KV cache in the working set: :data:`KV_WORKING_TOKENS`, at most
+    ``max_concurrency`` sequences of the context (or of ``max_kv_size``)."""
+    per_sequence = context_of(meta, config)
+    if config.max_kv_size is not None:
+        per_sequence = min(per_sequence, config.max_kv_size)
+    return min(KV_WORKING_TOKENS, per_sequence * config.max_concurrency)
+
+
+def kv_working_set(meta: dict[str, Any], config: ModelConfig) -> int:
+    tokens = kv_working_tokens(meta, config)
+    sliding, window = sliding_layers(meta)
+    full = _int(meta.get("num_hidden_layers")) - sliding
+    windowed = min(tokens, window * config.max_concurrency)
+    return int(
+        kv_bytes_per_token(meta, config, full) * tokens
+        + kv_bytes_per_token(meta, config, sliding) * windowed
+    )
+
+
+def prefill_activations(meta: dict[str, Any], config: ModelConfig) -> int:
+    """Working memory of one prefill chunk: a few live copies of its widest
+    activation (the MLP's intermediate, or the hidden state)."""
+    widest = max(
+        _int(meta.get("intermediate_size")),
+        _int(meta.get("moe_intermediate_size")) * _int(meta.get("num_experts_per_tok")),
+        _int(meta.get("hidden_size")),
+    )
+    return config.prefill_step_size * widest * 2 * ACTIVATION_FACTOR
+
+
+def estimate(config: ModelConfig) -> Need:
+    """The model's need before it ever ran: the entry's ``memory_estimate``, else
+    the sum described in the module docstring, else ``unknown`` (0)."""
     if config.memory_estimate is not None:
-        return parse_size(config.memory_estimate)
+        return Need(parse_size(config.memory_estimate), "configured")
     directory = model_dir(config.model_path)
     if directory is None:
-        return None
-    weights = weights_on_disk(directory)
-    factor = KIND_FACTOR.get(config.worker_kind, 1.3)
-    kv = kv_allowance(directory, config) if config.worker_kind in ("lm", "vlm") else 0
-    return int((weights * factor + kv) * local_ranks(config) / total_ranks(config))
+        return Need(0, "unknown")
+    kind = config.worker_kind
+    profile = KIND_PROFILES.get(kind, DEFAULT_PROFILE)
+    parts = {
+        "weights": int(weights_on_disk(directory) * profile.weight_factor),
+        "runtime": profile.runtime,
+        "kv": 0,
+        "activations": profile.activations,
+    }
+    if kind in KV_KINDS:
+        meta = text_config(directory)
+        parts["kv"] = kv_working_set(meta, config)
+        parts["activations"] += prefill_activations(meta, config)
+    if config.distributed is not None:
+        parts = _this_machines_share(parts, config)
+    return Need(sum(parts.values()), "estimated", parts)
+
+
+def _this_machines_share(parts: dict[str, int], config: ModelConfig) -> dict[str, int]:
+    """A sharded model: each rank holds an equal share of the weights, KV cache and
+    activations, and its own runtime; only the ranks on this machine count here."""
+    here, total = local_ranks(config), total_ranks(config)
+    shared = {key: value * here // total for key, value in parts.items() if key != "runtime"}
+    return {**shared, "runtime": parts["runtime"] * here}
 
 
 def total_ranks(config: ModelConfig) -> int:
@@ -94,9 +249,7 @@ def total_ranks(config: ModelConfig) -> int:
 
 
 def local_ranks(config: ModelConfig) -> int:
-    """Those of them on this machine (the first host, rank 0's): each holds an
-    equal share of the weights and KV cache, which counts against this budget; the
-    other hosts' shares do not."""
+    """Those of them on this machine (the first host's, rank 0's among them)."""
     spread = config.distributed
     if spread is None:
         return 1
@@ -107,3 +260,7 @@ def measured_need(memory: Memory) -> int:
     """What a running worker uses: its RSS, or MLX's own figures where larger
     (on Apple silicon MLX buffers are not all counted in RSS)."""
     return max(memory.rss, memory.mlx_active + memory.mlx_cache)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

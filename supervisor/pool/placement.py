@@ -19,33 +19,25 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mlx_gateway.supervisor.config import ConfigError, GatewayConfig, ServerConfig
-from mlx_gateway.supervisor.config.sizes import budget_bytes
+from mlx_gateway.protocol.messages import Limits
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.errors import ModelUnavailable
+from mlx_gateway.supervisor.pool.budget import resolve_budget
+from mlx_gateway.supervisor.pool.eviction import (
+    Decision,
+    Newcomer,
+    Resident,
+    decide,
+    never_fits,
+)
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
-from mlx_gateway.supervisor.pool.memory import estimate_need, format_size
+from mlx_gateway.supervisor.pool.memory import Need, estimate, format_size
+from mlx_gateway.supervisor.pool.needs import NeedBook, key_of
 from mlx_gateway.supervisor.pool.state import WorkerState
 
 log = logging.getLogger("mlx_gateway.placement")
 
 RESIDENT = frozenset({WorkerState.STARTING, WorkerState.READY, WorkerState.STOPPING})
-
-
-def is_resident(handle: WorkerHandle) -> bool:
-    return handle.reserved or handle.state in RESIDENT
-
-
-def need_of(handle: WorkerHandle) -> int:
-    """Measured once the worker reported, else the estimate (0 when unknown)."""
-    if handle.measured_bytes > 0:
-        return handle.measured_bytes
-    if handle.estimated_bytes is None:
-        handle.estimated_bytes = estimate_need(handle.config)
-    return handle.estimated_bytes or 0
-
-
-def evictable(handle: WorkerHandle) -> bool:
-    return handle.state is WorkerState.READY and handle.idle and not handle.config.pinned
 
 
 @dataclass
@@ -59,24 +51,115 @@ class Plan:
 
 
 class Placement:
-    def __init__(self, handles: Sequence[WorkerHandle], server: ServerConfig) -> None:
+    """The memory budget of one registry (implements :class:`~.room.Room`)."""
+
+    def __init__(
+        self,
+        handles: Sequence[WorkerHandle],
+        server: ServerConfig,
+        needs: NeedBook | None = None,
+    ) -> None:
         self.handles = handles
         self.server = server
-        self.budget = budget_bytes(server.memory_budget)
+        self.budget = resolve_budget(server)
+        self.needs = needs if needs is not None else NeedBook()
+        self._reserved: set[WorkerHandle] = set()
+        self._draining: set[WorkerHandle] = set()
+        self._estimates: dict[str, Need] = {}
+        self._limits_sent: dict[WorkerHandle, int] = {}
         self._lock = asyncio.Lock()
         self._changed = asyncio.Event()
 
+    # ------------------------------------------------------------ Room
+
     def notify(self) -> None:
-        """Something changed (a state, a request ended): waiters re-plan."""
+        """Something changed (a state, a request ended): waiters re-plan, and the
+        running language models hear what the budget leaves them now."""
         self._changed.set()
         self._changed = asyncio.Event()
+        self._send_limits()
+
+    def is_reserved(self, handle: WorkerHandle) -> bool:
+        return handle in self._reserved
+
+    def is_draining(self, handle: WorkerHandle) -> bool:
+        return handle in self._draining
+
+    def released(self, handle: WorkerHandle) -> None:
+        self._reserved.discard(handle)
+        self._draining.discard(handle)
+        self._limits_sent.pop(handle, None)
+
+    def measured(self, handle: WorkerHandle, need: int) -> int:
+        return self.needs.record(handle.config, need)
+
+    # ------------------------------------------------------------ needs
+
+    def need(self, handle: WorkerHandle) -> Need:
+        """Measured (this run or an earlier one) when known, else the estimate."""
+        if handle.measured_bytes > 0:
+            return Need(handle.measured_bytes, "measured")
+        if remembered := self.needs.remembered(handle.config):
+            return Need(remembered, "measured")
+        return self._estimate(handle)
+
+    def _estimate(self, handle: WorkerHandle) -> Need:
+        key = f"{handle.name}|{key_of(handle.config)}|{handle.config.memory_estimate}"
+        if key not in self._estimates or self._estimates[key].source == "unknown":
+            self._estimates[key] = estimate(handle.config)
+        return self._estimates[key]
+
+    def _own_without_kv(self, handle: WorkerHandle) -> int | None:
+        """The model's need beside its requests' KV cache (``None``: unknown)."""
+        estimated = self._estimate(handle)
+        if estimated.source == "estimated":
+            return estimated.bytes - estimated.parts.get("kv", 0)
+        if estimated.source == "configured":
+            return estimated.bytes
+        return None
+
+    def kv_budget(self, handle: WorkerHandle) -> int | None:
+        own = self._own_without_kv(handle)
+        return None if own is None else max(0, self.budget - own)
+
+    def kv_free(self, handle: WorkerHandle) -> int | None:
+        """What the budget leaves ``handle``'s requests now: the budget minus the
+        other resident models' needs and its own weights and runtime."""
+        own = self._own_without_kv(handle)
+        if own is None:
+            return None
+        return max(0, self.budget - self.used(excluding=handle) - own)
+
+    def _send_limits(self) -> None:
+        for handle in self.handles:
+            if handle.state is not WorkerState.READY or handle.config.worker_kind != "lm":
+                continue
+            free = self.kv_free(handle)
+            if free is not None and self._limits_sent.get(handle) != free:
+                self._limits_sent[handle] = free
+                handle.post(Limits(kv_free=free))
+
+    def need_of(self, handle: WorkerHandle) -> int:
+        return self.need(handle).bytes
+
+    def is_resident(self, handle: WorkerHandle) -> bool:
+        return handle in self._reserved or handle.state in RESIDENT
 
     def used(self, excluding: WorkerHandle | None = None) -> int:
-        return sum(need_of(h) for h in self.handles if h is not excluding and is_resident(h))
+        return sum(
+            self.need_of(h) for h in self.handles if h is not excluding and self.is_resident(h)
+        )
+
+    def summary(self) -> dict[str, int]:
+        """The budget as /health, /v1/models, /metrics and ``status`` show it:
+        ``reserved`` is the sum of the needs of the models resident (or about to
+        start), ``free`` what is left of the budget (negative when over it)."""
+        reserved = self.used()
+        return {"budget": self.budget, "reserved": reserved, "free": self.budget - reserved}
 
     def never_fits(self, handle: WorkerHandle) -> str | None:
-        need = need_of(handle)
-        if need > self.budget:
+        need = self.need_of(handle)
+        if never_fits(Newcomer(handle.name, need), self.budget):
             return (
                 f"model '{handle.name}' needs about {format_size(need)}, more than the whole "
                 f"memory_budget of {format_size(self.budget)}; raise server.memory_budget or "
@@ -84,30 +167,28 @@ class Placement:
             )
         return None
 
+    def resident_record(self, handle: WorkerHandle) -> Resident:
+        return Resident(
+            name=str(id(handle)),
+            need=self.need_of(handle),
+            idle=handle.state is WorkerState.READY and handle.idle,
+            pinned=handle.pinned,
+            group=handle.config.group,
+            last_used=handle.last_used or 0.0,
+        )
+
     def plan(self, handle: WorkerHandle) -> Plan:
         """What must go for ``handle`` to start: idle workers to evict (LRU first), or
-        the busy ones that stand in the way."""
-        plan = Plan()
-        others = [h for h in self.handles if h is not handle and is_resident(h)]
-        group = handle.config.group
-        for other in others:
-            if group is not None and other.config.group == group:
-                (plan.evict if evictable(other) else plan.blockers).append(other)
-        free = self.budget - sum(need_of(h) for h in others if h not in plan.evict)
-        need = need_of(handle)
-        if free < need:
-            idle = sorted(
-                (h for h in others if h not in plan.evict and evictable(h)),
-                key=lambda h: h.last_used or 0.0,
-            )
-            for victim in idle:
-                if free >= need:
-                    break
-                plan.evict.append(victim)
-                free += need_of(victim)
-            if free < need:
-                plan.blockers += [h for h in others if h not in plan.evict and h not in idle]
-        return plan
+        the busy ones that stand in the way (see :func:`.eviction.decide`)."""
+        others = {str(id(h)): h for h in self.handles if h is not handle and self.is_resident(h)}
+        newcomer = Newcomer(str(id(handle)), self.need_of(handle), handle.config.group)
+        decision: Decision = decide(
+            [self.resident_record(h) for h in others.values()], newcomer, self.budget
+        )
+        return Plan(
+            evict=[others[name] for name in decision.evict],
+            blockers=[others[name] for name in decision.blockers],
+        )
 
     async def make_room(self, handle: WorkerHandle, deadline: float) -> None:
         """Return once ``handle`` may start (it is then *reserved*); raise
@@ -117,12 +198,12 @@ class Placement:
         while True:
             changed = self._changed
             async with self._lock:
-                if is_resident(handle):
+                if self.is_resident(handle):
                     return
                 plan = self.plan(handle)
                 if plan.fits:
                     if await self._evict(plan.evict, handle):
-                        handle.reserved = True
+                        self._reserved.add(handle)
                         return
                     continue  # a request reached a victim meanwhile: plan again
                 self._drain_long_residents(plan.blockers)
@@ -139,7 +220,7 @@ class Placement:
             log.info(
                 "[%s] evicting (idle, %s) to make room for '%s'",
                 victim.name,
-                format_size(need_of(victim)),
+                format_size(self.need_of(victim)),
                 newcomer.name,
             )
         results = await asyncio.gather(
@@ -156,7 +237,7 @@ class Placement:
         waits = [
             (b.ready_since or now) + self.server.min_resident_seconds - now
             for b in blockers
-            if not b.draining and not b.config.pinned and b.state is WorkerState.READY
+            if b not in self._draining and not b.pinned and b.state is WorkerState.READY
         ]
         return max(0.05, min(waits)) if waits else float("inf")
 
@@ -165,8 +246,8 @@ class Placement:
         for blocker in blockers:
             resident_for = now - (blocker.ready_since or now)
             if (
-                not blocker.draining
-                and not blocker.config.pinned
+                blocker not in self._draining
+                and not blocker.pinned
                 and blocker.state is WorkerState.READY
                 and resident_for >= self.server.min_resident_seconds
             ):
@@ -175,36 +256,54 @@ class Placement:
                     blocker.name,
                     resident_for,
                 )
-                blocker.draining = True
+                self._draining.add(blocker)
 
     def blocked(self, handle: WorkerHandle) -> ModelUnavailable:
         """The 503 for a request that waited in vain for room for ``handle``."""
         plan = self.plan(handle)
         busy = ", ".join(
-            f"'{h.name}' ({format_size(need_of(h))}, {h.inflight} in flight"
-            + (", pinned" if h.config.pinned else "")
+            f"'{h.name}' ({format_size(self.need_of(h))}, {h.inflight} in flight"
+            + (", pinned" if h.pinned else "")
             + ")"
             for h in plan.blockers
         )
         return ModelUnavailable(
-            f"model '{handle.name}' (about {format_size(need_of(handle))}) could not be "
+            f"model '{handle.name}' (about {format_size(self.need_of(handle))}) could not be "
             f"started within its queue_timeout: the memory_budget of "
             f"{format_size(self.budget)} is held by busy models: {busy or 'none'}",
             code="no_capacity",
         )
 
 
-def check_fits(config: GatewayConfig) -> None:
-    """At launch: refuse a model whose known need exceeds the whole budget."""
-    budget = budget_bytes(config.server.memory_budget)
+def refusals(config: GatewayConfig, needs: NeedBook | None = None) -> list[str]:
+    """The models that can never start under ``config``'s budget (their need, measured
+    in an earlier run or estimated, exceeds the whole budget), one message each."""
+    budget = resolve_budget(config.server)
+    book = needs if needs is not None else NeedBook()
+    out = []
     for i, model in enumerate(config.models):
-        need = estimate_need(model)
-        if need is not None and need > budget:
-            raise ConfigError(
-                f"models[{i}] ('{model.served_model_name}') needs about {format_size(need)} "
-                f"(weights on disk and KV cache for {model.max_concurrency} full contexts), "
-                f"more than server.memory_budget ({format_size(budget)}); raise the budget, "
-                "lower context_length or max_concurrency, or set memory_estimate",
-                key=f"models[{i}]",
-                model_index=i,
+        remembered = book.remembered(model)
+        need = Need(remembered, "measured") if remembered else estimate(model)
+        if need.bytes > budget:
+            why = {
+                "measured": "as its worker measured it",
+                "configured": "its memory_estimate",
+            }.get(need.source, _estimate_words(need))
+            out.append(
+                f"models[{i}] ('{model.served_model_name}') needs about "
+                f"{format_size(need.bytes)} ({why}), more than server.memory_budget "
+                f"({format_size(budget)}); it will answer 503 insufficient_memory. Raise the "
+                "budget, serve a smaller (quantized) model, or lower its memory_estimate"
             )
+    return out
+
+
+def _estimate_words(need: Need) -> str:
+    return ", ".join(f"{name} {format_size(size)}" for name, size in need.parts.items() if size)
+
+
+def check_fits(config: GatewayConfig, needs: NeedBook | None = None) -> None:
+    """At launch and reload: warn about each model that can never start. The others
+    are served: one model too big for this machine does not stop the gateway."""
+    for message in refusals(config, needs):
+        log.warning("%s", message)

@@ -20,6 +20,8 @@ from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 
 log = logging.getLogger("mlx_gateway.registry")
 
+SHUTDOWN_REASON = "the gateway is shutting down"
+
 
 class Registry:
     """Owns every model's :class:`WorkerHandle`."""
@@ -37,12 +39,18 @@ class Registry:
         self._runtime_dir, self._owns_runtime_dir = make_runtime_dir(config.server.runtime_dir)
         self.relay = Relay(f"ipc://{self._runtime_dir / 'gateway.sock'}")
         self.handles: list[WorkerHandle] = []
-        self.placement = Placement(self.handles, config.server)
+        # What the placement counts: the served handles and the retiring ones (a
+        # replaced worker finishing its requests still holds memory and its group).
+        self._placed: list[WorkerHandle] = []
+        self._retired: set[WorkerHandle] = set()
+        self.placement = Placement(self._placed, config.server)
         self.handles += [self._new_handle(model) for model in config.models]
+        self._sync_placed()
         self._by_name: dict[str, WorkerHandle] = {}
         self._index()
         self._tasks: list[asyncio.Task[None]] = []
         self._retiring: set[asyncio.Task[None]] = set()
+        self._stopping: asyncio.Future[list[BaseException | None]] | None = None
         self._closed = False
 
     def _new_handle(self, model: ModelConfig) -> WorkerHandle:
@@ -51,6 +59,9 @@ class Registry:
         )
         handle.placement = self.placement
         return handle
+
+    def _sync_placed(self) -> None:
+        self._placed[:] = [*self.handles, *(h for h in self._retired if h not in self.handles)]
 
     def _index(self) -> None:
         self._by_name = {name: h for h in self.handles for name in h.config.names}
@@ -136,7 +147,8 @@ class Registry:
             self._retire(gone)
         # The server section (ports, budget…) needs a restart; only models reload.
         self.config = GatewayConfig(server=self.config.server, models=new.models)
-        self.handles[:] = handles  # the placement shares this list
+        self.handles[:] = handles
+        self._sync_placed()
         self._index()
         log.info(
             "config reloaded: %s",
@@ -153,21 +165,48 @@ class Registry:
                 await asyncio.sleep(0.1)
             await handle.close()
 
+        def done(task: asyncio.Task[None]) -> None:
+            self._retiring.discard(task)
+            self._retired.discard(handle)
+            self._sync_placed()
+            self.placement.notify()
+
+        self._retired.add(handle)
         task = asyncio.create_task(run())
         self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        task.add_done_callback(done)
+
+    def begin_shutdown(self) -> None:
+        """The gateway stops: refuse new requests and tell every worker to stop
+        now, so in-flight requests get ``shutdown_grace`` and then fail with
+        "the gateway is shutting down" (see :mod:`..shutdown`). Idempotent."""
+        if self._stopping is not None:
+            return
+        log.info(
+            "shutting down: stopping every worker (grace %g s)", self.config.server.shutdown_grace
+        )
+        everyone = list(self._placed)  # retiring handles too
+        for handle in everyone:
+            handle.closing = True
+        self._stopping = asyncio.gather(
+            *(handle.stop(SHUTDOWN_REASON) for handle in everyone), return_exceptions=True
+        )
 
     async def close(self) -> None:
         """Stop every worker (in parallel) and release the socket and directory."""
         if self._closed:
             return
         self._closed = True
+        everyone = list(self._placed)  # before the retiring tasks end (and drop theirs)
+        self.begin_shutdown()
         for task in [*self._tasks, *self._retiring]:
             task.cancel()
         for task in [*self._tasks, *self._retiring]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await asyncio.gather(*(handle.close() for handle in self.handles), return_exceptions=True)
+        if self._stopping is not None:
+            await self._stopping
+        await asyncio.gather(*(handle.close() for handle in everyone), return_exceptions=True)
         await self.relay.close()
         if self._owns_runtime_dir:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)

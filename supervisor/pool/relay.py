@@ -68,6 +68,7 @@ class Relay:
         self._queues: dict[str, asyncio.Queue[RequestItem]] = {}
         self._owner: dict[str, str] = {}  # request_id → worker_id
         self._by_worker: dict[str, set[str]] = {}
+        self._stopping: dict[str, BaseException] = {}  # worker_id → why it stops
         self._reader: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -88,9 +89,18 @@ class Relay:
         self._handlers[worker_id] = handler
         self._by_worker.setdefault(worker_id, set())
 
+    def stopping(self, worker_id: str, reason: BaseException) -> None:
+        """The gateway is stopping this worker: a request the worker ends with
+        ``Done("cancelled")`` (its grace ran out) fails with ``reason`` instead,
+        so the client learns why rather than seeing a quiet cancellation.
+        (A request the client left is already closed: its late replies are dropped.)"""
+        if worker_id in self._handlers:
+            self._stopping[worker_id] = reason
+
     def detach(self, worker_id: str, reason: BaseException) -> None:
         """The worker is gone: fail all its requests with ``reason`` at once."""
         self._handlers.pop(worker_id, None)
+        self._stopping.pop(worker_id, None)
         for request_id in self._by_worker.pop(worker_id, set()):
             queue = self._queues.get(request_id)
             if queue is not None:
@@ -157,6 +167,8 @@ class Relay:
             case Batch(chunks=chunks):
                 for chunk in chunks:
                     self._deliver(chunk.request_id, chunk)
+            case Done(finish_reason="cancelled") if worker_id in self._stopping:
+                self._deliver(reply.request_id, self._stopping[worker_id])
             case Started() | Chunk() | Embeddings() | Transcript() | ImageStep() | Image() | Done():
                 item = WithPayloads(reply, payloads) if payloads else reply
                 self._deliver(reply.request_id, item)

@@ -320,6 +320,26 @@ async def test_unexpected_error_mid_stream(http: httpx.AsyncClient, handle: Fake
     assert handle.inflight == 0
 
 
+@pytest.mark.parametrize(
+    ("content", "code"), [("crash a b c", "worker_crashed"), ("boom a b", None)]
+)
+async def test_a_failure_mid_stream_with_several_choices_ends_with_error_and_done(
+    http: httpx.AsyncClient, handle: FakeHandle, content: str, code: str | None
+) -> None:
+    """The full chat stream (here: ``n`` 2, not the plain path) ends the same way."""
+    messages = [{"role": "user", "content": content}]
+    body = {"model": "a", "messages": messages, "n": 2, "stream": True}
+    r = await http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200
+    data = events(r.content)
+    assert data[-1] == "[DONE]"
+    assert data[-2]["error"]["type"] == "server_error"
+    assert data[-2]["error"]["code"] == code
+    assert "unexpected" not in data[-2]["error"]["message"]  # no internals leak
+    assert {d["choices"][0]["index"] for d in data[:-2]} == {0, 1}
+    assert handle.inflight == 0 and len(handle.cancelled) == 2  # both generations closed
+
+
 async def test_unknown_path_and_method_are_openai_shaped(http: httpx.AsyncClient) -> None:
     r = await http.get("/v1/nothing")
     assert r.status_code == 404

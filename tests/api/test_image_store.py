@@ -36,11 +36,11 @@ def test_store_keeps_images_until_they_expire() -> None:
     item = store.get(key)
     assert item is not None and (item.data, item.media_type) == (b"png bytes", "image/png")
     clock.now += 59
-    assert store.remaining(item) == pytest.approx(1)
+    assert store.expires_in(key) == pytest.approx(1)
     assert store.get(key) is not None
     clock.now += 1
     assert store.get(key) is None and store.get(other) is None
-    assert (len(store), store.size) == (0, 0)
+    assert (len(store), store.bytes) == (0, 0)
     assert store.get("unknown") is None
 
 
@@ -51,7 +51,7 @@ def test_store_drops_the_oldest_when_full() -> None:
     third = store.put(b"cccc", "image/png")  # 12 bytes > 10: the first goes
     assert store.get(first) is None
     assert store.get(second) is not None and store.get(third) is not None
-    assert store.size == 8
+    assert store.bytes == 8
     huge = store.put(b"x" * 50, "image/png")  # bigger than the store: kept alone
     assert store.get(huge) is not None and len(store) == 1
 

@@ -5,25 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
 import pytest
 from msgspec import UNSET
 
-from mlx_gateway.protocol.messages import Chunk, Done, Error, Started, Usage
+from mlx_gateway.protocol.messages import Cancel, Chunk, Done, Error, Started, Usage
+from mlx_gateway.supervisor.api.chat.objects import ChatChunkOut, ChunkChoiceOut, DeltaOut
 from mlx_gateway.supervisor.api.chat.routes import ChatEvents
 from mlx_gateway.supervisor.api.completions.routes import CompletionEvents
 from mlx_gateway.supervisor.engine.generation import Generation
-from mlx_gateway.supervisor.engine.objects import (
-    ChatCompletionChunk,
-    ChunkChoice,
-    Completion,
-    CompletionChoice,
-    Delta,
-)
+from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice
 from mlx_gateway.supervisor.engine.streaming import relay
 from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 
 TEXTS = ["", "hé", 'say "hi"\n\\ok', "\u2028 line sep", "🦊", "\x00"]
 
@@ -33,11 +30,11 @@ TEXTS = ["", "hé", 'say "hi"\n\\ok', "\u2028 line sep", "🦊", "\x00"]
 def test_chat_content_event_equals_the_encoded_object(text: str, include_usage: bool) -> None:
     events = ChatEvents("chatcmpl-1", 7, "org/m", include_usage)
     expected = sse.data(
-        ChatCompletionChunk(
+        ChatChunkOut(
             id="chatcmpl-1",
             created=7,
             model="org/m",
-            choices=[ChunkChoice(index=0, delta=Delta(content=text))],
+            choices=[ChunkChoiceOut(index=0, delta=DeltaOut(content=text))],
             usage=None if include_usage else UNSET,
         )
     )
@@ -105,10 +102,29 @@ def payloads(writes: list[bytes]) -> list[list[Any]]:
     return out
 
 
+class OneCall:
+    """A handle whose session's one call answers with ``replies``."""
+
+    def __init__(self, replies: Any) -> None:
+        self.replies = replies
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[OneCall]:
+        yield self
+
+    def call(self, msg: Any, request_id: str, payloads: Sequence[Any] = ()) -> Any:
+        return self.replies
+
+
+async def generation_of(replies: Any) -> Generation:
+    """A generation reading ``replies`` through a real worker call, past its Started."""
+    call = WorkerCall(OneCall(replies), Cancel(request_id="r"))
+    await call.open()
+    return Generation(call, Started(request_id="r", prompt_tokens=3))
+
+
 async def collect(stream: PiledUp, include_usage: bool = True) -> list[bytes]:
-    stack = contextlib.AsyncExitStack()
-    stack.push_async_callback(stream.aclose)
-    generation = Generation(stack, stream, Started(request_id="r", prompt_tokens=3))
+    generation = await generation_of(stream)
     events = ChatEvents("chatcmpl-1", 7, "m", include_usage)
     return [write async for write in relay(generation, events)]
 
@@ -176,8 +192,7 @@ class Dripping:
 async def test_writes_keep_the_stream_interval(interval: float, contents: list[str]) -> None:
     done = Done(request_id="r", finish_reason="stop", usage=Usage(3, 3))
     stream = Dripping(chunk("a"), chunk("b"), chunk("c"), done)
-    stack = contextlib.AsyncExitStack()
-    generation = Generation(stack, stream, Started(request_id="r", prompt_tokens=3))
+    generation = await generation_of(stream)
     generation.stream_interval = interval
     events = ChatEvents("chatcmpl-1", 7, "m", include_usage=False)
     writes = [write async for write in relay(generation, events)]

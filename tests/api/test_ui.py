@@ -169,6 +169,13 @@ def test_ui_models_chat_logs_and_admin_actions(
         "document.querySelector('tr[data-model=\"chat-model\"] .state').textContent === 'unloaded'",
         timeout=20_000,
     )
+    # Pin (admin key): the model is pinned at run time and the table says so.
+    page.locator('tr[data-model="slow-model"] button[data-action="pin"]').click()
+    page.wait_for_function(
+        "document.querySelector('tr[data-model=\"slow-model\"]').textContent.includes('pinned')",
+        timeout=10_000,
+    )
+    assert gateway.registry.resolve("slow-model").pinned
     page.close()
 
 

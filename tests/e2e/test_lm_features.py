@@ -194,6 +194,135 @@ async def test_forced_tool_call_on_a_random_model(sdk: openai.AsyncOpenAI) -> No
         assert arguments["unit"] in ("C", "F")
 
 
+async def test_tools_reach_a_template_that_ignores_them(
+    sdk: openai.AsyncOpenAI, http: httpx.AsyncClient
+) -> None:
+    # The tiny llama's template renders no tools: its worker writes them into the
+    # system prompt (the forced calls above were parsed as tool_calls through it).
+    bare = await sdk.chat.completions.create(model=TINY, messages=ask("weather?"), max_tokens=1)
+    tooled = await sdk.chat.completions.create(
+        model=TINY,
+        messages=ask("weather?"),
+        tools=[WEATHER],  # type: ignore[list-item]
+        max_tokens=1,
+    )
+    assert bare.usage is not None and tooled.usage is not None
+    assert tooled.usage.prompt_tokens > bare.usage.prompt_tokens + 100
+    entry = (await http.get(f"/v1/models/{TINY}")).json()
+    assert entry["tool_prompt"] == "fallback"
+
+
+CUT = 40
+"""Too few tokens for a whole forced call (about 90 here): the limit cuts its JSON."""
+
+
+def no_call_text(text: str | None) -> None:
+    """Nothing of a half call reached the client as words."""
+    assert not text or ("<" not in text and "get_weather" not in text), text
+
+
+@pytest.mark.parametrize(("stream", "cut"), [(False, CUT), (False, 8), (True, CUT)])
+async def test_a_call_cut_by_max_tokens_is_length_on_chat(
+    sdk: openai.AsyncOpenAI, stream: bool, cut: int
+) -> None:
+    body: Any = {
+        "model": TINY,
+        "messages": ask("weather?"),
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_tokens": cut,  # 8: inside "<tool_call>" itself
+        "seed": 3,
+    }
+    if not stream:
+        reply = await sdk.chat.completions.create(**body)
+        (choice,) = reply.choices
+        assert choice.finish_reason == "length"
+        assert not choice.message.tool_calls
+        no_call_text(choice.message.content)
+        assert reply.usage is not None and reply.usage.completion_tokens == cut
+        return
+    chunks = [c async for c in await sdk.chat.completions.create(**body, stream=True)]
+    deltas = [c.choices[0] for c in chunks if c.choices]
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["length"]
+    assert not any(d.delta.tool_calls for d in deltas)
+    no_call_text("".join(d.delta.content or "" for d in deltas))
+
+
+async def test_complete_calls_stay_when_the_limit_cuts_the_next(sdk: openai.AsyncOpenAI) -> None:
+    # Forced parallel calls: the grammar lets the model go on with more calls; with
+    # this seed the random model does (about 90 tokens a call) until the limit.
+    reply = await sdk.chat.completions.create(
+        model=TINY,
+        messages=ask("weather?"),
+        tools=[WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        max_tokens=150,
+        seed=1,
+    )
+    (choice,) = reply.choices
+    assert choice.finish_reason == "length"
+    (call,) = choice.message.tool_calls or []
+    assert set(json.loads(call.function.arguments)) == {"city", "unit"}
+    no_call_text(choice.message.content)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_cut_by_max_output_tokens_is_incomplete_on_responses(
+    sdk: openai.AsyncOpenAI, stream: bool
+) -> None:
+    body: Any = {
+        "model": TINY,
+        "input": "weather?",
+        "tools": [{"type": "function", **WEATHER["function"]}],
+        "tool_choice": "required",
+        "max_output_tokens": CUT,
+    }
+    if stream:
+        events = [e async for e in await sdk.responses.create(**body, stream=True)]
+        assert events[-1].type == "response.incomplete"
+        assert not any(e.type.startswith("response.function_call") for e in events)
+        response = events[-1].response
+    else:
+        response = await sdk.responses.create(**body)
+    assert response.status == "incomplete"
+    assert response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert not [item for item in response.output if item.type == "function_call"]
+    no_call_text(response.output_text)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_cut_by_max_tokens_is_max_tokens_on_anthropic(
+    app: Starlette, stream: bool
+) -> None:
+    client = anthropic.AsyncAnthropic(
+        base_url="http://gw",
+        api_key="unused",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://gw"),
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    function = WEATHER["function"]
+    body: Any = {
+        "model": TINY,
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [{"name": function["name"], "input_schema": function["parameters"]}],
+        "tool_choice": {"type": "any"},
+        "max_tokens": CUT,
+    }
+    if stream:
+        async with client.messages.stream(**body) as events:
+            kinds = [e.type async for e in events]
+            message = await events.get_final_message()
+        assert "message_stop" in kinds
+    else:
+        message = await client.messages.create(**body)
+    assert message.stop_reason == "max_tokens"
+    assert not [b for b in message.content if b.type == "tool_use"]
+    no_call_text("".join(b.text for b in message.content if b.type == "text"))
+    assert message.usage.output_tokens == CUT
+
+
 async def test_invalid_schema_is_400(http: httpx.AsyncClient) -> None:
     body = {
         "model": TINY,

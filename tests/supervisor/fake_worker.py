@@ -9,6 +9,10 @@ behaviour at start comes from the last segment of the spec's ``model_path``:
 * ``fake/die-on-load``: dies by SIGKILL while loading.
 * ``fake/no-ready``: never sends Ready (start timeout).
 * ``fake/ignore-sigterm``: ignores Shutdown and SIGTERM (needs SIGKILL).
+
+On ``Shutdown(grace)`` it behaves as the real serve loop: running requests go on
+until the grace ends, then each still running ends with ``Done("cancelled")`` and
+the process exits.
 * ``fake/reasoner``: like ``ok``, and its Ready reports thinking markers
   (``<think>``/``</think>``) and the ``json_tools`` tool-call format, as a real
   worker does for a Qwen3 model.
@@ -177,6 +181,14 @@ def main() -> None:
                 print(f"malformed message ignored: {exc}", flush=True)
                 continue
             match request:
+                case Generate() if shutting_down_at is not None:
+                    send(
+                        Error(
+                            request_id=request.request_id,
+                            status=503,
+                            message="the worker is shutting down",
+                        )
+                    )
                 case Generate():
                     text = text_of(request)
                     behaviour = text.strip().split()[0] if text.strip() else ""
@@ -234,13 +246,24 @@ def main() -> None:
                             usage=Usage(item.prompt_tokens, item.sent),
                         )
                     )
-                case Shutdown() if mode != "ignore-sigterm":
-                    shutting_down_at = time.monotonic()
+                case Shutdown(grace=grace) if mode != "ignore-sigterm":
+                    # As the real serve loop: running work may finish within the
+                    # grace, then whatever is left ends with Done("cancelled").
+                    until = time.monotonic() + max(grace, 0.0)
+                    shutting_down_at = min(shutting_down_at or until, until)
                 case Ping():
                     send(Heartbeat(inflight=len(active)))
                 case _:
                     pass
-        if shutting_down_at is not None and not active:
+        if shutting_down_at is not None and (not active or time.monotonic() >= shutting_down_at):
+            for item in active.values():
+                send(
+                    Done(
+                        request_id=item.request_id,
+                        finish_reason="cancelled",
+                        usage=Usage(item.prompt_tokens, item.sent),
+                    )
+                )
             print("shutdown", flush=True)
             return
         chunks, finished = [], []

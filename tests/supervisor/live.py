@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig
+from mlx_gateway.supervisor.shutdown import graceful_timeout, shutdown_trigger
 
 from .fakes import fake_command, fake_config
 
@@ -52,9 +53,14 @@ class LiveGateway:
             raise self._error
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def signal_stop(self) -> None:
+        """What SIGTERM does to ``mlx-gateway launch``: begin the shutdown (the
+        server then drains its connections; ``__exit__`` waits for the end)."""
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
+
+    def __exit__(self, *exc: object) -> None:
+        self.signal_stop()
         self._thread.join(30)
         # Hypercorn's server closed the listening socket (it shares our fd): only
         # forget the fd here, so a later socket reusing its number is not closed.
@@ -86,7 +92,7 @@ class LiveGateway:
         config = Config()
         config.bind = [f"fd://{self._sock.fileno()}"]
         config.accesslog = None
-        config.graceful_timeout = 2.0
+        config.graceful_timeout = graceful_timeout(self.config.server)
         config.keep_alive_timeout = 30.0
 
         async def started() -> None:
@@ -97,6 +103,8 @@ class LiveGateway:
 
         waiter = asyncio.create_task(started())
         try:
-            await serve(self.app, config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
+            # The gateway's own trigger, as `mlx-gateway launch` uses it on SIGTERM.
+            trigger = shutdown_trigger(self.app, self._stop)
+            await serve(self.app, config, shutdown_trigger=trigger)  # type: ignore[arg-type]
         finally:
             waiter.cancel()

@@ -674,7 +674,9 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     assert (qwen.max_tokens, qwen.temperature, qwen.top_p) == (4096, 0.6, 0.95)
     assert (qwen.top_k, qwen.min_p, qwen.repetition_penalty) == (20, 0.0, 1.05)
     assert qwen.max_concurrency == 16  # batch_completion_size
+    assert (qwen.queue_timeout, qwen.max_queue) == (600, 50)  # queue_size
     assert (qwen.prefill_batch_size, qwen.prefill_step_size) == (4, 1024)
+    assert (qwen.kv_bits, qwen.kv_group_size, qwen.quantized_kv_start) == (8, 64, 1024)
     assert llama.served_model_name == "llama-1b"  # model_id
     assert llama.max_concurrency == 1  # disable_batching: true
     assert tiny.model_path == str(DATA / "models" / "tiny-lm")
@@ -684,6 +686,24 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     assert "max_loaded_models (line 11)" in text
     assert "enable_auto_tool_choice (line 24)" in text
     assert "draft_model_path (line 55)" in text
+    assert "kv_bits" not in text  # used now: KV cache quantization
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "words"),
+    [
+        ("model_type: whisper\n    kv_bits: 8", "kv_bits", "applies to language and vision"),
+        ("model_type: vlm\n    max_kv_size: 4096", "max_kv_size", "no bounded KV cache"),
+        ("kv_bits: 8\n    max_kv_size: 4096", "kv_bits", "keep one of them"),
+        ("kv_bits: 6", "kv_bits", ""),
+    ],
+)
+def test_kv_cache_settings_only_where_a_backend_applies_them(
+    tmp_path: Path, entry: str, key: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"models:\n  - model_path: org/m\n    {entry}\n")
+    assert key in str(info.value) and words in str(info.value)
 
 
 def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) -> None:
@@ -698,6 +718,8 @@ def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) ->
     assert (qwen.served_model_name, qwen.on_demand, qwen.idle_timeout) == ("qwen-small", True, 600)
     assert qwen.max_concurrency == 2
     assert (gemma.served_model_name, gemma.on_demand) == ("gemma", False)
+    assert qwen.group == gemma.group == "small"  # kept: one of them resident at a time
+    assert qwen.queue_timeout == 300
     assert "groups" in caplog.text
     assert "model_starting_port" in caplog.text
 
@@ -836,3 +858,20 @@ def test_gateway_config_never_imports_mlx() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_two_kept_models_in_one_group_are_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="mlx_gateway.supervisor.config"):
+        config = load(
+            tmp_path,
+            """
+            models:
+              - {model_path: org/a, served_model_name: a, group: g, on_demand: false}
+              - {model_path: org/b, served_model_name: b, group: g, on_demand: false}
+              - {model_path: org/c, served_model_name: c, group: g}
+            """,
+        )
+    assert [m.group for m in config.models] == ["g", "g", "g"]
+    assert "group 'g': 'a', 'b' are all on_demand: false" in caplog.text

@@ -10,7 +10,7 @@ from mlx_gateway.protocol.spec import decode_spec
 from mlx_gateway.supervisor.config import ConfigError, ModelConfig, load_config
 from mlx_gateway.supervisor.config.schema import DistributedConfig
 from mlx_gateway.supervisor.pool.handle import default_command, spec_for
-from mlx_gateway.supervisor.pool.memory import estimate_need
+from mlx_gateway.supervisor.pool.memory import estimate
 
 
 def write(tmp_path: Path, model: str) -> Path:
@@ -94,13 +94,17 @@ def test_a_wrong_distributed_block_is_named(tmp_path: Path, model: str, message:
 
 def test_only_this_machines_share_counts_against_its_budget(tiny_lm_path: Path) -> None:
     model = str(tiny_lm_path)
-    whole = estimate_need(ModelConfig(model_path=model))
-    assert whole is not None and whole > 0
+    whole = estimate(ModelConfig(model_path=model)).parts
+    assert whole["weights"] > 0 and whole["runtime"] > 0
 
-    def need(hosts: list[str], per_host: int = 1) -> int | None:
+    def share(hosts: list[str], per_host: int = 1) -> dict[str, int]:
         spread = DistributedConfig(hosts=hosts, ranks_per_host=per_host)
-        return estimate_need(ModelConfig(model_path=model, distributed=spread))
+        return estimate(ModelConfig(model_path=model, distributed=spread)).parts
 
-    assert need(["mac-1", "mac-2"]) == whole // 2
-    assert need(["mac-1", "mac-2", "mac-3", "mac-4"]) == whole // 4
-    assert need(["127.0.0.1"], per_host=2) == whole  # both shards on this machine
+    two = share(["mac-1", "mac-2"])
+    assert two["weights"] == whole["weights"] // 2 and two["kv"] == whole["kv"] // 2
+    assert two["runtime"] == whole["runtime"]  # one process here, with its own runtime
+    four = share(["mac-1", "mac-2", "mac-3", "mac-4"])
+    assert four["weights"] == whole["weights"] // 4
+    local = share(["127.0.0.1"], per_host=2)  # both ranks on this machine
+    assert local["weights"] == whole["weights"] and local["runtime"] == 2 * whole["runtime"]

@@ -155,6 +155,15 @@ def test_parser_choice() -> None:
     assert resolve_tool_format("auto", {}) is TOOL_FORMATS["hermes"]
     assert resolve_tool_format("llama3", {}) is TOOL_FORMATS["llama3_json"]
     assert resolve_tool_format("none", {"tool_parser": "json_tools"}) is None
+    # A worker that writes the fallback tool prompt asked for Hermes calls.
+    fallback = {"tool_prompt": "fallback"}
+    assert resolve_tool_format("qwen3_coder", fallback) is TOOL_FORMATS["hermes"]
+    assert (
+        resolve_tool_format("auto", {**fallback, "tool_parser": "kimi_k2"})
+        is TOOL_FORMATS["hermes"]
+    )
+    assert resolve_tool_format("none", fallback) is None
+    assert resolve_tool_format("auto", {"tool_prompt": "template"}) is TOOL_FORMATS["hermes"]
     think = {"think_start": "<think>", "think_end": "</think>"}
     assert resolve_reasoning(None, think) == REASONING_PARSERS["think"]
     assert resolve_reasoning("auto", {}) is None
@@ -184,3 +193,56 @@ def test_config_knows_exactly_the_engines_parser_names() -> None:
 
     assert sorted(TOOL_PARSER_NAMES) == sorted(TOOL_PARSER_CHOICES)
     assert sorted(REASONING_PARSER_NAMES) == sorted(REASONING_CHOICES)
+
+
+def run_cut(fmt: str, text: str, size: int) -> tuple[str, list[ParsedCall], bool]:
+    """``text`` as an output the token limit ended: its parse, and whether a call was cut."""
+    stream = ToolCallStream(TOOL_FORMATS[fmt], TOOLS)
+    events = [e for piece in pieces(text, size) for e in stream.feed(piece)]
+    events += stream.finish(cut=True)
+    text_out = "".join(e for e in events if isinstance(e, str))
+    return text_out, [e for e in events if isinstance(e, ParsedCall)], stream.cut_call
+
+
+@pytest.mark.parametrize("size", [1, 3, 1000])
+@pytest.mark.parametrize("fmt", list(CALLS))
+def test_a_call_cut_by_the_token_limit_is_dropped(fmt: str, size: int) -> None:
+    text, before = CALLS[fmt]
+    opening = len(text) - len(text[len(before) :].lstrip())  # where the call begins
+    for end in range(opening + 1, len(text)):
+        content, calls, cut = run_cut(fmt, text[:end], size)
+        where = f"{fmt} cut after {text[:end]!r}"
+        assert calls == [], where
+        assert content.strip() == before.strip(), where  # not a character of the call
+        assert cut, where
+    content, calls, cut = run_cut(fmt, text, size)  # the whole call came: not cut
+    assert [c.name for c in calls] == ["get_weather"] and not cut
+
+
+def test_complete_calls_stay_when_a_later_one_is_cut() -> None:
+    one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "A"}}\n</tool_call>'
+    content, calls, cut = run_cut("hermes", one + "\n" + one[:30], 4)
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "A"}]
+    assert content == "" and cut
+    # A call needing no end marker counts when the limit came right after it.
+    llama = '{"name": "get_weather", "parameters": {"city": "A"}}'
+    content, calls, cut = run_cut("llama3_json", llama, 5)
+    assert [c.name for c in calls] == ["get_weather"] and content == "" and not cut
+
+
+def test_text_cut_by_the_token_limit_keeps_all_but_a_marker_start() -> None:
+    assert run_cut("hermes", "Hello <tool_ca", 3) == ("Hello ", [], True)
+    assert run_cut("hermes", "Hello <b>", 3) == ("Hello <b>", [], False)
+    assert run_cut("hermes", "Hello <", 3) == ("Hello ", [], True)
+    assert run_cut("hermes", 'Sure.\n\n<tool_call>\n{"na', 1) == ("Sure.", [], True)
+    assert run_cut("llama3_json", "Plain answer {not", 3) == ("Plain answer {not", [], False)
+    # A Llama 3 answer that is JSON but no call stays text when cut.
+    assert run_cut("llama3_json", '{"answer": 42, "why": "bec', 3) == (
+        '{"answer": 42, "why": "bec',
+        [],
+        False,
+    )
+    assert run_cut("llama3_json", ' { "name": "get_wea', 3) == ("", [], True)
+    # Without the limit a broken or unfinished section is still the model's text.
+    assert run_tools("hermes", "Hello <tool_ca", 3) == ("Hello <tool_ca", [])
+    assert run_tools("hermes", '<tool_call>\n{"na', 3) == ('<tool_call>\n{"na', [])

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_status_table_of_a_running_gateway(capsys: pytest.CaptureFixture[str]) -> None:
-    with LiveGateway({"model_path": "fake/ok"}, {"model_path": "fake/load-error"}) as gw:
+    fake = {"model_path": "fake/ok", "worker_env": {"FAKE_RSS": str(300 * 2**20)}}
+    failing = {"model_path": "fake/load-error", "memory_estimate": "1GiB"}
+    with LiveGateway(fake, failing, memory_budget="4GiB") as gw:
         body = {"model": "fake/ok", "messages": [{"role": "user", "content": "hi"}]}
         assert httpx.post(f"{gw.url}/v1/chat/completions", json=body).status_code == 200
         r = httpx.post(f"{gw.url}/v1/completions", json={"model": "fake/load-error", "prompt": "x"})
@@ -28,14 +30,19 @@ def test_status_table_of_a_running_gateway(capsys: pytest.CaptureFixture[str]) -
         assert main(["status", "--url", gw.url]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert lines[0].split() == [
-            "MODEL", "STATE", "PID", "INFLIGHT", "WAITING", "MEMORY", "LAST", "USED", "ERROR"
+            "MODEL", "STATE", "PID", "INFLIGHT", "WAITING", "MEMORY", "NEED", "LAST", "USED",
+            "ERROR",
         ]  # fmt: skip
         ok = lines[1].split()
         assert ok[:5] == ["fake/ok", "ready", str(pid), "0", "0"]
+        assert ok[5:10] == ["300.0", "MiB", "300.0", "MiB", "(measured)"]
         assert "s ago" in lines[1]
         failed = lines[2]
         assert failed.split()[:3] == ["fake/load-error", "failed", "-"]
         assert "download failed: offline" in failed
+        assert "1.0 GiB (configured)" in failed
+        # Only the ready model holds memory; the failed one reserves nothing.
+        assert lines[3] == "memory budget 4.0 GiB: 300.0 MiB reserved, 3.7 GiB free"
 
         assert main(["status", "--url", gw.url, "--json"]) == 0
         entries = json.loads(capsys.readouterr().out)
@@ -79,6 +86,8 @@ def test_table_cells() -> None:
                 "inflight": 2,
                 "waiting": 5,
                 "memory": {"rss": 3 * 2**30},
+                "memory_need": 4 * 2**30,
+                "memory_need_source": "estimated",
                 "last_used": now - 125,
                 "error": "first line\nsecond line",
             }
@@ -86,8 +95,8 @@ def test_table_cells() -> None:
         now=now,
     )
     row = text.splitlines()[1]
-    assert row.split() == ["m", "loading", "42%", "7", "2", "5", "3.0", "GiB", "2m", "ago", "first",
-                           "line"]  # fmt: skip
+    assert row.split() == ["m", "loading", "42%", "7", "2", "5", "3.0", "GiB", "4.0", "GiB",
+                           "(estimated)", "2m", "ago", "first", "line"]  # fmt: skip
     assert human_bytes(None) == "-" and human_bytes(512) == "512 B"
     assert human_bytes(1536 * 2**20) == "1.5 GiB"
     assert ago(None, now) == "-" and ago(now - 3 * 86400, now) == "3d ago"

@@ -21,6 +21,7 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.lm import LmBackend
+from mlx_gateway.workers.tool_prompt import TOOL_SECTION, ToolPrompt
 from tests.fixtures.tiny_models import build_tiny_lm
 
 pytestmark = pytest.mark.slow
@@ -114,3 +115,143 @@ def test_calls_parsed_by_the_tokenizer(hermes: Any) -> None:
     assert isinstance(done, Done) and done.finish_reason == "stop"
     started = next(r for r in replies if isinstance(r, Started))
     assert started.reasoning is False
+
+
+def test_a_call_cut_by_max_tokens_is_dropped_by_the_tokenizer_parser(hermes: Any) -> None:
+    backend, replies, _ = hermes
+    call = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+    # The call takes about 60 tokens here (the constrained random model writes it
+    # nearly a character a token): cut inside its start marker, its JSON, its end marker.
+    for max_tokens in (8, 30, 60):
+        request = Generate(
+            request_id=f"cut{max_tokens}",
+            messages=[{"role": "user", "content": "go"}],
+            sampling=SamplingParams(max_tokens=max_tokens),
+            chat_template_kwargs={"tools": TOOLS},
+            constraint=Constraint('start: "Sure. " ' + json.dumps(call)),
+            parse_tools=True,
+        )
+        replies.clear()
+        backend.submit(request, [])
+        run(backend)
+        chunks = [c for r in replies if isinstance(r, Batch) for c in r.chunks]
+        assert "".join(c.text for c in chunks) == "Sure. "
+        assert not [tc for c in chunks for tc in c.tool_calls]
+        done = replies[-1]
+        assert isinstance(done, Done) and done.finish_reason == "length"
+        assert done.usage.completion_tokens == max_tokens
+
+
+# ------------------------------------------------- templates that ignore tools
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_lm_path: Path) -> tuple[LmBackend, list[Reply], Any]:
+    """The tiny llama's own template renders role and content, nothing of tools."""
+    return load(tiny_lm_path)
+
+
+def rendered(backend: LmBackend, messages: list[dict[str, Any]], tools: Any = None) -> str:
+    kwargs = {"tools": tools} if tools else {}
+    request = Generate(request_id="r", messages=messages, chat_template_kwargs=kwargs)
+    tokens, _ = backend._prompt_tokens(request)
+    assert backend.tokenizer is not None
+    return backend.tokenizer.decode(tokens)
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": "weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+]
+
+
+def test_tools_reach_a_template_that_ignores_them(plain: Any) -> None:
+    backend, _, facts = plain
+    assert facts.extra["tool_prompt"] == "fallback"
+    ask = [{"role": "user", "content": "weather in Paris?"}]
+    without, with_tools = rendered(backend, ask), rendered(backend, ask, [WEATHER])
+    assert without == "<|im_start|>user\nweather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+    section = TOOL_SECTION.format(tools=json.dumps(WEATHER))
+    assert with_tools == f"<|im_start|>system\n{section}<|im_end|>\n" + without
+    assert '{"name": "<function name>", "arguments": {' in section  # Hermes calls
+
+    # The earlier call and its result are written out; a system prompt gets the section.
+    history = rendered(backend, [{"role": "system", "content": "Be brief."}, *HISTORY], [WEATHER])
+    assert history == (
+        f"<|im_start|>system\nBe brief.\n\n{section}<|im_end|>\n"
+        "<|im_start|>user\nweather in Paris?<|im_end|>\n"
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '{"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_a_template_that_renders_tools_is_unchanged(hermes: Any) -> None:
+    backend, _, facts = hermes
+    assert facts.extra["tool_prompt"] == "template"
+    assert backend.tokenizer is not None
+    expected = backend.tokenizer.apply_chat_template(
+        HISTORY, tools=[WEATHER], tokenize=False, add_generation_prompt=True
+    )
+    text = rendered(backend, HISTORY, [WEATHER])
+    assert text == expected and "# Tools" not in text and '{"type": "function"' in text
+
+
+# Fails on a system message and on tools, as some older templates do.
+STRICT_TEMPLATE = (
+    "{% if tools %}{{ raise_exception('tools are not supported') }}{% endif %}"
+    "{% for m in messages %}{% if m['role'] not in ('user', 'assistant') %}"
+    "{{ raise_exception('roles must be user or assistant') }}{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_without_system_role_gets_the_tools_in_the_first_user_turn(
+    tmp_path: Path,
+) -> None:
+    backend, _, facts = load(tiny_with_template(tmp_path / "strict", STRICT_TEMPLATE))
+    assert facts.extra["tool_prompt"] == "fallback"
+    section = TOOL_SECTION.format(tools=json.dumps(WEATHER))
+    text = rendered(backend, HISTORY, [WEATHER])
+    assert text.startswith(f"<|im_start|>user\n{section}\n\nweather in Paris?<|im_end|>\n")
+    assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>" in text
+
+
+def test_the_fallback_section_is_documented_verbatim() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
+    block = docs.split("  ```text\n", 1)[1].split("\n  ```", 1)[0]
+    unindented = "\n".join(line.removeprefix("  ") for line in block.split("\n"))
+    assert unindented == TOOL_SECTION.format(tools="{tools}")
+
+
+def test_the_section_joins_content_part_lists_as_a_part() -> None:
+    parts = [{"type": "image"}, {"type": "text", "text": "what is this?"}]
+    section = TOOL_SECTION.format(tools=json.dumps(WEATHER))
+    no_system = ToolPrompt(fallback=True, system_role=False)
+    (user,) = no_system.messages([{"role": "user", "content": parts}], [WEATHER])
+    assert user["content"] == [{"type": "text", "text": f"{section}\n\n"}, *parts]
+    system = [{"role": "system", "content": [{"type": "text", "text": "Be brief."}]}]
+    (first,) = ToolPrompt(fallback=True).messages(system, [WEATHER])
+    assert first["content"][-1] == {"type": "text", "text": f"\n\n{section}"}
+    assert ToolPrompt().messages(system, [WEATHER]) is system  # the template renders tools

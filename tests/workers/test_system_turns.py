@@ -45,7 +45,7 @@ def backend_with(
 
 def rendered(backend: LmBackend, messages: list[dict[str, Any]]) -> str:
     assert backend.tokenizer is not None
-    tokens = _chat_tokens(backend.tokenizer, messages, {})
+    tokens = _chat_tokens(backend.tokenizer, messages, {}, backend.tool_prompt)
     return str(backend.tokenizer.decode(tokens))
 
 

@@ -5,10 +5,12 @@ cache and the request checks."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from PIL import Image
 
@@ -24,8 +26,10 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import RequestError
+from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.workers.tool_prompt import TOOL_SECTION
 from mlx_gateway.workers.vlm import VlmBackend
-from tests.fixtures.tiny_vlm import PATCH
+from tests.fixtures.tiny_vlm import PATCH, build_tiny_qwen2_vl
 
 pytestmark = pytest.mark.slow
 
@@ -326,6 +330,14 @@ def test_unsupported_options_are_refused(run: Run) -> None:
     assert run.backend.counts() == (0, 0)
 
 
+def test_kv_bits_reach_mlx_vlm_and_a_group_that_does_not_fit_is_refused(
+    tiny_vlm_path: Path,
+) -> None:
+    # The tiny model's heads are 16 wide: no kv_group_size (32, 64, 128) divides them.
+    with pytest.raises(LoadError, match="kv_group_size 32 does not divide"):
+        Run(tiny_vlm_path, options={"kv_bits": 8, "kv_group_size": 32})
+
+
 def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> None:
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
@@ -347,3 +359,46 @@ def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> N
     assert run.backend._apply_template(messages, 0, {}).startswith(
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
     )
+
+
+def test_tools_reach_a_template_that_ignores_them(run: Run) -> None:
+    # The tiny model's template renders role and content only: the worker writes
+    # the tools into a system message itself (see workers/tool_prompt.py).
+    assert run.backend.tool_prompt.fallback
+    tool = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object"}},
+    }
+    plain = ask("plain", images=0, text="weather?")
+    run.submit(plain)
+    run.submit(
+        msgspec.structs.replace(plain, request_id="tools", chat_template_kwargs={"tools": [tool]})
+    )
+    run.drain()
+    assert run.started("tools").prompt_tokens > run.started("plain").prompt_tokens + 50
+    text = run.backend._apply_template(plain.messages or [], 0, {"tools": [tool]})
+    section = TOOL_SECTION.format(tools=json.dumps(tool))
+    assert text.startswith(f"<|im_start|>system\n{section}<|im_end|>\n<|im_start|>user\nweather?")
+
+
+@pytest.fixture(scope="module")
+def wide_head_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen2-VL with 2 heads of 32: a KV group of 32 fits its heads."""
+    return build_tiny_qwen2_vl(tmp_path_factory.mktemp("vl32") / "vl", heads=2)
+
+
+def test_kv_bits_quantize_mlx_vlm_batch_cache(wide_head_vlm: Path) -> None:
+    image = encode(Image.new("RGB", (56, 56), (200, 30, 30)))
+    texts, caches = [], []
+    for options in ({}, {"kv_bits": 8, "kv_group_size": 32}):
+        run = Run(wide_head_vlm, options=options)
+        run.submit(ask("a", text="describe this image " * 20, max_tokens=16), [image])
+        for _ in range(4):
+            run.backend.step()
+        batch = run.backend._generator._generation_batch  # mlx-vlm's running batch
+        caches.append(type(batch.prompt_cache[0]).__name__)
+        run.drain()
+        texts.append(run.text("a"))
+        assert run.done("a").usage.completion_tokens == 16
+    assert caches == ["BatchKVCache", "BatchQuantizedKVCache"]
+    assert texts[1] == texts[0]  # seen equal; 8-bit keys and values barely move greedy

@@ -32,6 +32,7 @@ from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 
 logger = logging.getLogger(__name__)
 
@@ -193,9 +194,8 @@ async def count_tokens(request: Request) -> Response:
 
     async def count() -> int:
         tokens: int | None = None
-        async with handle.session() as session:
-            # Read to the end: the call's generator closes its request when it returns.
-            async for reply in session.call(msg, msg.request_id):
+        async with WorkerCall(handle, msg) as call:
+            async for reply in call:
                 if isinstance(reply, Done):
                     tokens = reply.usage.prompt_tokens
         if tokens is None:

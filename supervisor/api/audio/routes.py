@@ -9,12 +9,11 @@ any response starts, streamed or not.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from uuid import uuid4
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Transcribe
 from mlx_gateway.supervisor.api.audio.formats import (
@@ -32,12 +31,13 @@ from mlx_gateway.supervisor.api.audio.formats import (
     verbose_body,
 )
 from mlx_gateway.supervisor.api.audio.transcription import Transcription
+from mlx_gateway.supervisor.api.audio.upload import UploadTooLarge, read_upload
 from mlx_gateway.supervisor.engine.kinds import require_kind
-from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.multipart import MIB, UploadTooLarge, read_upload
-from mlx_gateway.supervisor.http.replies import SSE_HEADERS, JSONResponse, error_event
+from mlx_gateway.supervisor.http.multipart import MIB
+from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, ended
 
 logger = logging.getLogger(__name__)
 
@@ -46,20 +46,6 @@ ENDPOINTS = {"transcribe": "transcriptions", "translate": "translations"}
 DEFAULT_LIMIT_MB = 100.0
 """The upload limit when no speech-to-text model is configured (the request then
 fails on its model anyway, but only after the form was read)."""
-
-
-class TranscriptStream(StreamingResponse):
-    """An SSE response that closes its :class:`Transcription` however it ends."""
-
-    def __init__(self, events: AsyncIterator[bytes], transcription: Transcription) -> None:
-        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
-        self.transcription = transcription
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.transcription.aclose()
 
 
 async def create_transcription(request: Request) -> Response:
@@ -111,7 +97,7 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     )
     upload.file = None  # the worker has decoded it; do not hold it for the response
     if transcribing and form.stream:
-        return TranscriptStream(_events(transcription), transcription)
+        return EventStream(_events(transcription), transcription)
     try:
         transcript = await unless_disconnected(request, transcription.result())
     finally:
@@ -130,25 +116,19 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     return JSONResponse(TextBody(text=text))
 
 
-async def _events(transcription: Transcription) -> AsyncIterator[bytes]:
+def _events(transcription: Transcription) -> AsyncIterator[bytes]:
     """``transcript.text.delta`` per window, then ``transcript.text.done`` and
     ``[DONE]``; a failure after the start ends the stream with an error event."""
-    try:
-        leading = True
-        async for text in transcription.deltas():
-            if leading:  # Whisper's text starts with a space; the whole text does not
-                text = text.lstrip()
-                leading = not text
-            if text:
-                yield sse.data(TextDelta(delta=text))
-        assert transcription.transcript is not None
-        yield sse.data(TextDone(text=transcription.transcript.text.strip()))
-    except GatewayError as exc:
-        logger.warning("transcription stream failed after it started: %s", exc.message)
-        yield error_event(exc)
-    except Exception:
-        logger.exception("transcription stream failed after it started")
-        yield error_event(GatewayError("The server had an error while streaming the response."))
-    finally:
-        await transcription.aclose()
-    yield sse.DONE
+    return ended(_deltas(transcription), transcription, logger, "transcription stream")
+
+
+async def _deltas(transcription: Transcription) -> AsyncGenerator[bytes, None]:
+    leading = True
+    async for text in transcription.deltas():
+        if leading:  # Whisper's text starts with a space; the whole text does not
+            text = text.lstrip()
+            leading = not text
+        if text:
+            yield sse.data(TextDelta(delta=text))
+    assert transcription.transcript is not None
+    yield sse.data(TextDone(text=transcription.transcript.text.strip()))

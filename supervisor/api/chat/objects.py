@@ -1,6 +1,7 @@
-"""Chat-completion response objects with tool calls, reasoning and log-probabilities.
+"""Chat-completion response objects: whole answers and stream chunks, with tool
+calls, reasoning and log-probabilities (the one family; plain text answers and
+streams use it too, the unused keys left out or ``null``).
 
-The plain shapes (:mod:`.objects`) serve text-only answers; these carry the rest.
 ``reasoning_content`` is the field vLLM and most OpenAI-compatible servers use for a
 model's thinking; the OpenAI SDK keeps unknown fields, so clients read it as
 ``message.reasoning_content``.

@@ -15,6 +15,7 @@ from mlx_gateway.supervisor.api.chat.objects import (
     ChatCompletionOut,
     ChatMessageOut,
     ChoiceLogprobs,
+    DeltaOut,
     FunctionOut,
     ToolCallOut,
     logprobs_out,
@@ -23,13 +24,7 @@ from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
-from mlx_gateway.supervisor.engine.objects import (
-    ChatCompletionChunk,
-    ChunkChoice,
-    Delta,
-    Usage,
-    usage_from,
-)
+from mlx_gateway.supervisor.engine.objects import usage_from
 from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, messages_to_builtins
 from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
@@ -49,48 +44,23 @@ from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 
-class ChatEvents:
-    """The ``chat.completion.chunk`` events of one stream."""
+class ChatEvents(ChatStream):
+    """The ``chat.completion.chunk`` events of a plain text stream (one choice; no
+    tools, reasoning or log-probabilities), as :func:`~...engine.streaming.relay`
+    writes them: the content event is a template filled with each text."""
 
     def __init__(self, id: str, created: int, model: str, include_usage: bool) -> None:
-        self.id, self.created, self.model = id, created, model
-        self.include_usage = include_usage
-        self._content = sse.Template(
-            ChatCompletionChunk(
-                id=id,
-                created=created,
-                model=model,
-                choices=[ChunkChoice(index=0, delta=Delta(content=sse.HOLE))],
-                usage=None if include_usage else UNSET,
-            )
-        )
-
-    def _chunk(self, delta: Delta, finish_reason: str | None = None) -> bytes:
-        return sse.data(
-            ChatCompletionChunk(
-                id=self.id,
-                created=self.created,
-                model=self.model,
-                choices=[ChunkChoice(index=0, delta=delta, finish_reason=finish_reason)],
-                usage=None if self.include_usage else UNSET,
-            )
-        )
+        super().__init__(id, created, model, include_usage, logprobs=False)
+        self._content = sse.Template(self.chunk_object(0, DeltaOut(content=sse.HOLE)))
 
     def opening(self) -> bytes:
-        return self._chunk(Delta(role="assistant", content=""))
+        return self.chunk(0, DeltaOut(role="assistant", content=""))
 
     def content(self, text: str) -> bytes:
         return self._content.fill(text)
 
     def finish(self, finish_reason: str) -> bytes:
-        return self._chunk(Delta(), finish_reason)
-
-    def usage(self, usage: Usage) -> bytes:
-        return sse.data(
-            ChatCompletionChunk(
-                id=self.id, created=self.created, model=self.model, choices=[], usage=usage
-            )
-        )
+        return self.chunk(0, DeltaOut(), finish_reason)
 
 
 async def create_chat_completion(request: Request) -> Response:

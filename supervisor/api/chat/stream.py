@@ -13,7 +13,7 @@ choices carries the usage of the whole turn.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from msgspec import UNSET
 
@@ -27,7 +27,7 @@ from mlx_gateway.supervisor.api.chat.objects import (
     ToolCallDelta,
     logprobs_out,
 )
-from mlx_gateway.supervisor.engine.objects import usage_from
+from mlx_gateway.supervisor.engine.objects import Usage, usage_from
 from mlx_gateway.supervisor.engine.turns import (
     Finished,
     ReasoningDelta,
@@ -35,9 +35,8 @@ from mlx_gateway.supervisor.engine.turns import (
     ToolCallMade,
     Turn,
 )
-from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
-from mlx_gateway.supervisor.http.replies import error_event
+from mlx_gateway.supervisor.http.replies import ended
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +63,21 @@ class ChatStream:
         self.include_usage = include_usage
         self.logprobs = logprobs
 
+    def chunk_object(
+        self,
+        index: int,
+        delta: DeltaOut,
+        finish_reason: str | None = None,
+        logprobs: ChoiceLogprobs | None = None,
+    ) -> ChatChunkOut:
+        return ChatChunkOut(
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=[ChunkChoiceOut(index, delta, finish_reason, logprobs)],
+            usage=None if self.include_usage else UNSET,
+        )
+
     def chunk(
         self,
         index: int,
@@ -71,64 +85,46 @@ class ChatStream:
         finish_reason: str | None = None,
         logprobs: ChoiceLogprobs | None = None,
     ) -> bytes:
+        return sse.data(self.chunk_object(index, delta, finish_reason, logprobs))
+
+    def usage(self, usage: Usage) -> bytes:
+        """The last chunk, with no choices and the usage of the whole request."""
         return sse.data(
             ChatChunkOut(
-                id=self.id,
-                created=self.created,
-                model=self.model,
-                choices=[ChunkChoiceOut(index, delta, finish_reason, logprobs)],
-                usage=None if self.include_usage else UNSET,
+                id=self.id, created=self.created, model=self.model, choices=[], usage=usage
             )
         )
 
-    def usage(self, usage: WireUsage) -> bytes:
-        return sse.data(
-            ChatChunkOut(
-                id=self.id,
-                created=self.created,
-                model=self.model,
-                choices=[],
-                usage=usage_from(usage),
-            )
-        )
-
-    async def events(self, turn: Turn) -> AsyncIterator[bytes]:
+    def events(self, turn: Turn) -> AsyncIterator[bytes]:
         """Every event of ``turn``, then ``[DONE]``; a failure after the start ends
         the stream with an error event and ``[DONE]``."""
+        return ended(self._events(turn), turn, logger)
+
+    async def _events(self, turn: Turn) -> AsyncGenerator[bytes, None]:
         usages: list[WireUsage] = []
-        try:
-            for index in range(turn.request.n):
-                yield self.chunk(index, DeltaOut(role="assistant", content=""))
-            async for index, event in turn.merged():
-                match event:
-                    case ReasoningDelta(text=text):
-                        yield self.chunk(index, DeltaOut(reasoning_content=text))
-                    case TextDelta(text=text, logprobs=entries):
-                        if not text and not entries:
-                            continue
-                        logprobs = ChoiceLogprobs(logprobs_out(entries)) if self.logprobs else None
-                        yield self.chunk(index, DeltaOut(content=text), logprobs=logprobs)
-                    case ToolCallMade():
-                        yield self.chunk(index, DeltaOut(tool_calls=[_call_head(event)]))
-                        arguments = FunctionDelta(arguments=event.arguments)
-                        yield self.chunk(
-                            index,
-                            DeltaOut(tool_calls=[ToolCallDelta(event.index, function=arguments)]),
-                        )
-                    case Finished(reason=reason, usage=usage):
-                        usages.append(usage)
-                        yield self.chunk(index, DeltaOut(), reason)
-            if self.include_usage:
-                yield self.usage(total_usage(usages))
-        except GatewayError as exc:
-            logger.warning("stream failed after it started: %s", exc.message)
-            yield error_event(exc)
-        except Exception:
-            logger.exception("stream failed after it started")
-            yield error_event(GatewayError("The server had an error while streaming the response."))
-        finally:
-            await turn.aclose()
-        yield sse.DONE
+        for index in range(turn.request.n):
+            yield self.chunk(index, DeltaOut(role="assistant", content=""))
+        async for index, event in turn.merged():
+            match event:
+                case ReasoningDelta(text=text):
+                    yield self.chunk(index, DeltaOut(reasoning_content=text))
+                case TextDelta(text=text, logprobs=entries):
+                    if not text and not entries:
+                        continue
+                    logprobs = ChoiceLogprobs(logprobs_out(entries)) if self.logprobs else None
+                    yield self.chunk(index, DeltaOut(content=text), logprobs=logprobs)
+                case ToolCallMade():
+                    yield self.chunk(index, DeltaOut(tool_calls=[_call_head(event)]))
+                    arguments = FunctionDelta(arguments=event.arguments)
+                    yield self.chunk(
+                        index,
+                        DeltaOut(tool_calls=[ToolCallDelta(event.index, function=arguments)]),
+                    )
+                case Finished(reason=reason, usage=usage):
+                    usages.append(usage)
+                    yield self.chunk(index, DeltaOut(), reason)
+        if self.include_usage:
+            yield self.usage(usage_from(total_usage(usages)))
 
 
 def _call_head(call: ToolCallMade) -> ToolCallDelta:

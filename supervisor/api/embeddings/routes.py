@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import array
 import base64
-import contextlib
 import sys
 from typing import Any
 from uuid import uuid4
@@ -34,7 +33,7 @@ from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
-from mlx_gateway.supervisor.pool.relay import WithPayloads
+from mlx_gateway.supervisor.pool.worker_call import WorkerCall, unwrap
 
 ENDPOINT = "/v1/embeddings"
 INLINE_VALUES = 1 << 16
@@ -84,15 +83,12 @@ async def embed(handle: ModelHandle, msg: Embed) -> tuple[Embeddings, bytes, int
     cancelled (the client left) the worker is told to drop the request."""
     result: tuple[Embeddings, bytes] | None = None
     recorder.note_handle(handle)
-    async with (
-        handle.session() as session,
-        contextlib.aclosing(session.call(msg, msg.request_id)) as replies,
-    ):
-        async for item in replies:
-            match item:
-                case WithPayloads(reply=Embeddings() as header, payloads=[matrix, *_]):
+    async with WorkerCall(handle, msg) as call:
+        async for item in call:
+            match unwrap(item):
+                case Embeddings() as header, [matrix, *_]:
                     result = header, matrix
-                case Done(usage=usage) | WithPayloads(reply=Done(usage=usage)):
+                case Done(usage=usage), _:
                     if result is not None:
                         recorder.note_done("stop", usage.prompt_tokens, 0)
                         return result[0], result[1], usage.prompt_tokens

@@ -1,28 +1,20 @@
 """Read the ``multipart/form-data`` body of ``/v1/images/edits`` within a size limit.
 
 The form carries text fields and files: ``image`` (or ``image[]``, repeated, as the
-OpenAI SDK sends a list) and an optional ``mask``. The body is bounded before it is
-parsed to the end: a declared ``Content-Length`` over the limit is refused before
-anything is read, and the bytes are counted as they arrive, so a chunked or lying
-body is cut off too. Both answer 413.
+OpenAI SDK sends a list) and an optional ``mask``. The body is read within its limit
+by :mod:`mlx_gateway.supervisor.http.multipart` (413 beyond it).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.http.multipart import FORM_OVERHEAD, MIB, read_form
 
-MIB = 1 << 20
-FORM_OVERHEAD = 64 * 1024
-"""Bytes allowed beyond the files for the text fields and the part headers."""
 MAX_FILES = 17
-MAX_FIELDS = 64
 IMAGE_FIELDS = ("image", "image[]")
 
 
@@ -59,62 +51,34 @@ class EditForm:
                 raise ImageTooLarge(limit, name)
 
 
-async def _counted(
-    stream: AsyncIterator[bytes], limit: int, file_limit: int
-) -> AsyncGenerator[bytes, None]:
-    received = 0
-    async for chunk in stream:
-        received += len(chunk)
-        if received > limit:
-            raise ImageTooLarge(file_limit)
-        yield chunk
-
-
 async def read_edit_form(request: Request, file_limit: int, max_images: int) -> EditForm:
     """The form of ``request``: at most ``max_images`` images and a mask, each at
     most ``file_limit`` bytes (the body as a whole is bounded by their sum).
 
     Raises :class:`BadRequest` for a body that is not a well-formed multipart form
     or a file under another name, :class:`ImageTooLarge` beyond the limit."""
-    content_type = request.headers.get("content-type", "")
-    if not content_type.lower().startswith("multipart/form-data"):
-        raise BadRequest(
-            "The request must be multipart/form-data, with the picture in the 'image' field.",
-            param="image",
-        )
-    body_limit = file_limit * (max_images + 1) + FORM_OVERHEAD
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > body_limit:
-        raise ImageTooLarge(file_limit)
-    parser = MultiPartParser(
-        request.headers,
-        _counted(request.stream(), body_limit, file_limit),
+    form = await read_form(
+        request,
+        body_limit=file_limit * (max_images + 1) + FORM_OVERHEAD,
+        too_large=lambda: ImageTooLarge(file_limit),
         max_files=MAX_FILES,
-        max_fields=MAX_FIELDS,
+        file_field="image",
+        content="the picture",
     )
-    try:
-        form = await parser.parse()
-    except MultiPartException as exc:
-        raise BadRequest(f"The multipart form cannot be read: {exc.message}") from None
-    out = EditForm()
-    try:
-        for name, value in form.multi_items():
-            if not isinstance(value, UploadFile):
-                out.fields.setdefault(name, []).append(value)
-            elif name in IMAGE_FIELDS:
-                out.images.append(await value.read())
-            elif name == "mask":
-                if out.mask is not None:
-                    raise BadRequest("Only one 'mask' file may be sent.", param="mask")
-                out.mask = await value.read()
-            else:
-                raise BadRequest(
-                    f"Unexpected file field '{name}'; send the picture as 'image' and the "
-                    "optional mask as 'mask'.",
-                    param=name,
-                )
-    finally:
-        await form.close()
+    out = EditForm(form.fields)
+    for part in form.files:
+        if part.field in IMAGE_FIELDS:
+            out.images.append(part.data)
+        elif part.field == "mask":
+            if out.mask is not None:
+                raise BadRequest("Only one 'mask' file may be sent.", param="mask")
+            out.mask = part.data
+        else:
+            raise BadRequest(
+                f"Unexpected file field '{part.field}'; send the picture as 'image' and the "
+                "optional mask as 'mask'.",
+                param=part.field,
+            )
     if not out.images:
         raise BadRequest(
             "Missing required parameter: 'image' (the picture to edit).", param="image"

@@ -1,10 +1,10 @@
 """One image request on an image worker, from the prompt to the last picture.
 
-Like :class:`~.generation.Generation`, the model's session (in-flight accounting,
+Like :class:`~.generation.Generation`, the job's worker call (the model's session,
 ``Cancel`` when left early, which stops the diffusion loop at its next step) is
-entered in :meth:`ImageJob.start` and held until :meth:`ImageJob.aclose`, so it
-spans the worker's checks, which decide between an HTTP error and a result, and
-every picture after them.
+opened in :meth:`ImageJob.start` and closed by :meth:`ImageJob.aclose`, so it spans
+the worker's checks, which decide between an HTTP error and a result, and every
+picture after them.
 
 While it runs, :attr:`ImageJob.progress` says how far it got; the job registers
 itself in :data:`RUNNING` under its model's name so that ``/v1/models`` can show it.
@@ -12,19 +12,16 @@ itself in :data:`RUNNING` under its model's name so that ``/v1/models`` can show
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-
 from mlx_gateway.protocol.messages import Done, GenerateImage, Image, ImageStep, Started
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
-from mlx_gateway.supervisor.pool.relay import WithPayloads
+from mlx_gateway.supervisor.pool.worker_call import WorkerCall, unwrap
 
 
 @dataclass(frozen=True)
@@ -56,15 +53,9 @@ class ImageJob:
     when the request fails on the worker. Always :meth:`aclose` it: leaving early
     cancels the work."""
 
-    def __init__(
-        self,
-        stack: contextlib.AsyncExitStack,
-        replies: AsyncIterator[Any],
-        msg: GenerateImage,
-        model: str,
-    ) -> None:
-        self._stack = stack
-        self._replies = replies
+    def __init__(self, call: WorkerCall[GenerateImage], model: str) -> None:
+        self._call = call
+        msg = call.msg
         self._model = model
         self.request_id = msg.request_id
         self.started = time.time()
@@ -89,24 +80,15 @@ class ImageJob:
         Raises the request's error (400 bad size for this model, 503 the model
         failed to load, …) with nothing left open."""
         recorder.note_handle(handle)
-        stack = contextlib.AsyncExitStack()
-        try:
-            session = await stack.enter_async_context(handle.session())
-            replies = session.call(msg, msg.request_id, files)
-            stack.push_async_callback(replies.aclose)
-            while not isinstance((await _next(replies))[0], Started):
-                pass
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await stack.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        return cls(stack, replies, msg, model)
+        call = WorkerCall(handle, msg, files, what="image request")
+        await call.first(until=Started)
+        return cls(call, model)
 
     async def updates(self) -> AsyncIterator[Picture | ImageStep]:
         """Step progress, previews and finished pictures, in the order the worker
         sent them; ends after the worker's ``Done``, with :attr:`finish_reason` set."""
         while True:
-            reply, payloads = await _next(self._replies)
+            reply, payloads = unwrap(await self._call.next())
             match reply:
                 case ImageStep(index=index, step=step, steps=steps):
                     self.progress.update(image=index + 1, step=step, steps=steps)
@@ -148,18 +130,4 @@ class ImageJob:
         jobs.pop(self.request_id, None)
         if not jobs:
             RUNNING.pop(self._model, None)
-        with anyio.CancelScope(shield=True):
-            await self._stack.aclose()
-
-
-async def _next(replies: AsyncIterator[Any]) -> tuple[Any, list[bytes]]:
-    try:
-        reply = await anext(replies)
-    except StopAsyncIteration:
-        raise ModelUnavailable(
-            "The worker ended the image request without a result.",
-            code="incomplete_generation",
-        ) from None
-    if isinstance(reply, WithPayloads):
-        return reply.reply, reply.payloads
-    return reply, []
+        await self._call.aclose()

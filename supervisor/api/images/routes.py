@@ -18,12 +18,11 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from uuid import uuid4
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import GenerateImage, ImageStep
 from mlx_gateway.supervisor.api.images.form import MIB, read_edit_form
@@ -48,7 +47,7 @@ from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.replies import SSE_HEADERS, JSONResponse, error_event
+from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, ended
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 logger = logging.getLogger(__name__)
@@ -60,20 +59,6 @@ MAX_EDIT_IMAGES = 4
 DEFAULT_IMAGE_MB = 20.0
 """The per-file upload limit when no edit model is configured (the request then
 fails on its model anyway, but only after the form was read)."""
-
-
-class ImageStream(StreamingResponse):
-    """An SSE response that closes its :class:`ImageJob` however it ends."""
-
-    def __init__(self, events: AsyncIterator[bytes], job: ImageJob) -> None:
-        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
-        self.job = job
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.job.aclose()
 
 
 async def create_image(request: Request) -> Response:
@@ -125,7 +110,7 @@ async def get_image_file(request: Request) -> Response:
             type="invalid_request_error",
             code="image_not_found",
         )
-    age = int(store.remaining(item))
+    age = int(store.expires_in(key))
     return Response(
         item.data, media_type=item.media_type, headers={"Cache-Control": f"private, max-age={age}"}
     )
@@ -185,7 +170,7 @@ async def _serve(
     job = await unless_disconnected(request, ImageJob.start(handle, handle.name, msg, files))
     created = int(time.time())
     if req.stream:
-        return ImageStream(_events(job, req, msg, edit), job)
+        return EventStream(_events(job, req, msg, edit), job)
     try:
         pictures = await unless_disconnected(request, job.collect())
     finally:
@@ -206,29 +191,23 @@ async def _serve(
     )
 
 
-async def _events(
+def _events(
     job: ImageJob, req: ImageFields, msg: GenerateImage, edit: bool
 ) -> AsyncIterator[bytes]:
     """Partial and completed events, a comment per step, ``[DONE]``; a failure
     after the start ends the stream with an error event."""
+    return ended(_updates(job, req, msg, edit), job, logger, "image stream")
+
+
+async def _updates(
+    job: ImageJob, req: ImageFields, msg: GenerateImage, edit: bool
+) -> AsyncGenerator[bytes, None]:
     partial_type, completed_type = event_types(edit)
-    try:
-        async for update in job.updates():
-            if isinstance(update, ImageStep):
-                yield sse.comment(
-                    f"image {update.index + 1}/{msg.n} step {update.step}/{update.steps}"
-                )
-                continue
-            yield sse.data(_event(update, req, partial_type, completed_type))
-    except GatewayError as exc:
-        logger.warning("image stream failed after it started: %s", exc.message)
-        yield error_event(exc)
-    except Exception:
-        logger.exception("image stream failed after it started")
-        yield error_event(GatewayError("The server had an error while streaming the response."))
-    finally:
-        await job.aclose()
-    yield sse.DONE
+    async for update in job.updates():
+        if isinstance(update, ImageStep):
+            yield sse.comment(f"image {update.index + 1}/{msg.n} step {update.step}/{update.steps}")
+            continue
+        yield sse.data(_event(update, req, partial_type, completed_type))
 
 
 def _event(

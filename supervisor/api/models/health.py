@@ -7,12 +7,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor.api.models.routes import memory_summary
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.blas import find_openblas
 
 
 async def health(request: Request) -> Response:
-    """``{"status": "ok", "blas": {...}, "models": {name: status}}``; 200 while the
+    """``{"status": "ok", "blas": {...}, "memory": {...}, "models": {name: status}}``;
+    ``memory`` is the budget, reserved and free bytes (each model's status has its
+    ``memory_need`` and ``memory_need_source``). 200 while the
     gateway runs, whatever the models' states (a failed model shows ``"state":
     "failed"``). ``blas`` tells whether workers get OpenBLAS preloaded (the path
     found, ``null`` when none is or the switch is off); each ready model's
@@ -24,6 +27,7 @@ async def health(request: Request) -> Response:
     body: dict[str, Any] = {
         "status": "ok",
         "blas": _gateway_blas(registry),
+        "memory": memory_summary(registry),
         "models": {h.name: h.status() for h in handles},
     }
     directory = getattr(request.app.state, "peers", None)
@@ -33,6 +37,5 @@ async def health(request: Request) -> Response:
 
 
 def _gateway_blas(registry: Any) -> dict[str, Any]:
-    config = getattr(registry, "config", None)
-    preload = config.server.preload_openblas if config is not None else True
+    preload = registry.config.server.preload_openblas
     return {"preload_openblas": preload, "openblas": find_openblas() if preload else None}

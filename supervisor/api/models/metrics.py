@@ -18,6 +18,7 @@ import psutil
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor.api.models.routes import memory_summary
 from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.metrics import CONTENT_TYPE, counter_of, gauge
 from mlx_gateway.supervisor.pool.state import WorkerState
@@ -54,17 +55,30 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         "mlx_gateway_model_queue_depth",
         "Requests waiting in the gateway for the model to load or for a free slot.",
         ("model",),
-        each(lambda h: getattr(h, "waiting", 0)),
+        each(lambda h: h.waiting),
     )
     yield from gauge(
         "mlx_gateway_model_memory_bytes",
-        "Memory the model's worker last reported: rss, MLX active and MLX cache.",
+        "Memory the model's worker last reported: rss, MLX active and MLX cache, and "
+        "the KV cache of its running requests (kv_active) and of its prompt cache "
+        "(kv_kept), and the KV bytes it admits requests against (kv_limit).",
         ("model", "kind"),
         (
             ((h.name, kind), float(getattr(h.memory, kind)))
             for h in handles
             if h.memory is not None
-            for kind in ("rss", "mlx_active", "mlx_cache")
+            for kind in ("rss", "mlx_active", "mlx_cache", "kv_active", "kv_kept", "kv_limit")
+        ),
+    )
+    yield from gauge(
+        "mlx_gateway_model_memory_need_bytes",
+        "The model's memory need as the budget counts it, by source: measured "
+        "(its worker reported it), configured (memory_estimate) or estimated.",
+        ("model", "source"),
+        (
+            ((h.name, status["memory_need_source"]), float(status["memory_need"]))
+            for h in handles
+            if (status := h.status()).get("memory_need")
         ),
     )
     yield from gauge(
@@ -77,14 +91,28 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         "mlx_gateway_model_crashes_total",
         "Worker exits the gateway did not ask for (the next request restarts it).",
         ("model",),
-        each(lambda h: getattr(h, "crashes", 0)),
+        each(lambda h: h.crashes),
     )
     yield from counter_of(
         "mlx_gateway_model_evictions_total",
         "Times the model was stopped to make room for another one.",
         ("model",),
-        each(lambda h: getattr(h, "evictions", 0)),
+        each(lambda h: h.evictions),
     )
+
+
+def budget_lines(summary: dict[str, int] | None) -> Iterator[str]:
+    """The memory budget: the whole, what resident models reserve, what is free."""
+    if summary is None:
+        return
+    for key, help_text in (
+        ("budget", "The memory budget all workers together may use (server.memory_budget)."),
+        ("reserved", "Memory needs of the models resident now or about to start."),
+        ("free", "Budget minus reserved (negative when over the budget)."),
+    ):
+        yield from gauge(
+            f"mlx_gateway_memory_{key}_bytes", help_text, (), [((), float(summary[key]))]
+        )
 
 
 def open_connections(port: int | None) -> int | None:
@@ -135,15 +163,26 @@ def gateway_lines(recorder: Recorder, port: int | None) -> Iterator[str]:
     )
 
 
-def render(recorder: Recorder, handles: Iterable[Any], port: int | None) -> str:
+def render(
+    recorder: Recorder,
+    handles: Iterable[Any],
+    port: int | None,
+    memory: dict[str, int] | None = None,
+) -> str:
     """The whole exposition."""
     request_lines = (line for family in recorder.families() for line in family.render())
-    lines = itertools.chain(model_lines(handles), request_lines, gateway_lines(recorder, port))
+    lines = itertools.chain(
+        model_lines(handles),
+        budget_lines(memory),
+        request_lines,
+        gateway_lines(recorder, port),
+    )
     return "\n".join(lines) + "\n"
 
 
 async def metrics(request: Request) -> Response:
     """Every metric in Prometheus text format (an admin endpoint)."""
     state = request.app.state
-    body = render(state.metrics, state.registry.handles, getattr(state, "http_port", None))
+    port = getattr(state, "http_port", None)
+    body = render(state.metrics, state.registry.handles, port, memory_summary(state.registry))
     return Response(body, media_type=CONTENT_TYPE)

@@ -141,6 +141,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         extra={"application/json": {"schema": _MODEL}},
         statuses=(400, 404, 409),
     ),
+    ("POST", "/v1/models/{model_id}/pin"): Operation(
+        "pinModel",
+        "Pin (never evict) or unpin the model at run time (an admin endpoint).",
+        request="api.models.admin:PinOptions",
+        optional_body=True,
+        extra={"application/json": {"schema": _MODEL}},
+        statuses=(400, 404),
+    ),
     ("GET", "/v1/models"): Operation(
         "listModels",
         "Every served model with its live state.",
@@ -188,12 +196,31 @@ _HAND_WRITTEN: dict[str, dict[str, Any]] = {
             "created": {"type": "integer"},
             "owned_by": {"type": "string"},
             "state": {"type": "string"},
+            "memory_need": {"type": ["integer", "null"]},
+            "memory_need_source": {
+                "enum": ["measured", "configured", "estimated", "unknown"],
+            },
         },
     },
     "ModelList": {
         "type": "object",
         "required": ["object", "data"],
-        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": _MODEL}},
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": _MODEL},
+            "memory": {"$ref": REF.format(name="MemoryBudget")},
+        },
+    },
+    "MemoryBudget": {
+        "type": "object",
+        "description": "Bytes: the memory budget, the needs of the resident models, "
+        "and what is left (negative when over).",
+        "required": ["budget", "reserved", "free"],
+        "properties": {
+            "budget": {"type": "integer"},
+            "reserved": {"type": "integer"},
+            "free": {"type": "integer"},
+        },
     },
 }
 

@@ -74,15 +74,26 @@ def _with_peers(request: Request, entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def memory_summary(registry: Any) -> dict[str, int] | None:
+    """The memory budget, what the resident models reserve and what is free (bytes);
+    ``None`` for a registry without a placement (the API tests' in-process fake)."""
+    placement = registry.placement
+    return placement.summary() if placement is not None else None
+
+
 async def list_models(request: Request) -> Response:
     """Every served model, in configuration order, then the models of peer gateways
     (not listed to a peer's own health check, so two gateways peering each other
-    list only their own models to each other)."""
-    handles = request.app.state.registry.handles
+    list only their own models to each other), and the memory budget."""
+    registry = request.app.state.registry
+    handles = registry.handles
     data = [_with_peers(request, model_object(h)) for h in handles]
     if not request.headers.get("x-mlx-gateway-via"):
         data += _peer_entries(request, {h.name for h in handles})
-    return JSONResponse({"object": "list", "data": data})
+    body: dict[str, Any] = {"object": "list", "data": data}
+    if (memory := memory_summary(registry)) is not None:
+        body["memory"] = memory
+    return JSONResponse(body)
 
 
 async def retrieve_model(request: Request) -> Response:

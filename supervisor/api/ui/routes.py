@@ -104,12 +104,14 @@ async def logs(request: Request) -> Response:
             yield b": live\n\n"
             while True:
                 try:
-                    entry = await asyncio.wait_for(queue.get(), LOG_KEEPALIVE)
+                    item = await asyncio.wait_for(queue.get(), LOG_KEEPALIVE)
                 except TimeoutError:
                     yield b": keep-alive\n\n"
                     continue
-                if wanted(entry):
-                    yield _event(entry)
+                if item is None:  # the gateway is shutting down
+                    return
+                if wanted(item):
+                    yield _event(item)
 
     return StreamingResponse(
         stream(),

@@ -87,13 +87,23 @@ DEFAULT_FORMAT = "hermes"
 """Used when neither the configuration nor the model names a format."""
 
 
+FALLBACK_PROMPT = "fallback"
+"""A worker's ``ModelFacts.extra["tool_prompt"]`` when the model's chat template
+ignores tools and the worker describes them in the system prompt itself, asking
+for Hermes calls (see ``workers/tool_prompt.py``)."""
+
+
 def resolve_tool_format(name: str | None, extra: dict[str, str] | None) -> ToolFormat | None:
     """The format for a model: ``name`` is its ``tool_call_parser`` (``None`` or
     ``auto``: the format its worker reported in ``extra``, the worker's
     ``ModelFacts.extra`` — one this gateway does not parse is left to the worker's
-    tokenizer — else Hermes); ``none`` turns tool-call parsing off."""
+    tokenizer — else Hermes); ``none`` turns tool-call parsing off. A model whose
+    worker writes the fallback tool prompt is asked for Hermes calls, so that is
+    its format whatever ``name`` says."""
     if name == "none":
         return None
+    if (extra or {}).get("tool_prompt") == FALLBACK_PROMPT:
+        return TOOL_FORMATS[DEFAULT_FORMAT]
     if name not in (None, "auto"):
         return TOOL_FORMATS[TOOL_ALIASES.get(name, name)]
     reported = (extra or {}).get("tool_parser")

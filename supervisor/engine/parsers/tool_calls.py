@@ -9,7 +9,8 @@ one call section, and the grammar that makes a model write a call in it.
 :class:`ToolCallStream` runs on the streamed answer: text outside call sections
 passes through as it comes (less what may be the start of a marker), a section
 is held until it closes and then comes out as parsed calls. A section that does
-not parse is passed on as text, so nothing the model wrote is lost.
+not parse is passed on as text, so nothing the model wrote is lost, except a call
+the token limit cut off: that one is dropped (see :meth:`ToolCallStream.finish`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,17 @@ class ToolFormat(Protocol):
         ...
 
 
+_CALL_HEAD = '{"name"'
+
+
+def _call_like(text: str) -> bool:
+    """Whether an unmarked section (a Llama 3 answer starting with ``{``) reads as a
+    call so far: ``{"name"`` or the start of it, white space aside. A cut JSON
+    answer of any other shape stays the model's text."""
+    head = "".join(text[: len(_CALL_HEAD) * 4].split())[: len(_CALL_HEAD)]
+    return head.startswith(_CALL_HEAD) or _CALL_HEAD.startswith(head)
+
+
 Event = str | ParsedCall
 """What the stream yields: answer text, or a parsed call."""
 
@@ -96,6 +108,8 @@ class ToolCallStream:
         self._spoke = False
         """Some text other than white space went out."""
         self.calls = 0
+        self.cut_call = False
+        """The token limit cut off a call (see :meth:`finish`)."""
 
     def feed(self, text: str) -> list[Event]:
         """Take the next piece of answer text; return what is settled now."""
@@ -131,21 +145,37 @@ class ToolCallStream:
             break
         return out
 
-    def finish(self) -> list[Event]:
-        """The output ended: parse an open section, send what was held back."""
+    def finish(self, cut: bool = False) -> list[Event]:
+        """The output ended: parse an open section, send what was held back.
+
+        ``cut``: the token limit ended it, so an open section is a call cut off
+        midway. It is dropped, not sent as text (a client would feed the half
+        call back to the model as its words), and :attr:`cut_call` is set. So is
+        a held-back start of a marker. A section that needs no end marker still
+        counts when it parses (its call was complete when the limit came), and an
+        unmarked one (Llama 3) is dropped only if it began as a call (``{"name"``)."""
         out: list[Event] = []
         rest, self._buffer = self._buffer, ""
         if self._in_call:
-            self._section(out, rest, self._fmt.start + rest)
+            if cut and self._fmt.end:
+                self._drop(rest)
+            elif cut:
+                self._section(out, rest, None)
+            else:
+                self._section(out, rest, self._fmt.start + rest)
         elif rest and not self._spoke and self._fmt.leading:
             stripped = rest.lstrip()
             if any(stripped.startswith(p) for p in self._fmt.leading):
-                self._section(out, stripped, rest)
+                self._section(out, stripped, None if cut and _call_like(stripped) else rest)
+            elif cut and any(p.startswith(stripped) for p in self._fmt.leading):
+                self._drop(rest)
             else:
                 self._text(out, rest)
+        elif rest and cut and held_suffix(rest, (self._fmt.start,)) == len(rest):
+            self._drop(rest)
         elif rest:
             self._text(out, rest)
-        if self._space and not self.calls:
+        if self._space and not self.calls and not self.cut_call:
             out.append(self._space)
         self._space = ""
         return out
@@ -160,14 +190,23 @@ class ToolCallStream:
         self._space = ""
         self._spoke = True
 
-    def _section(self, out: list[Event], body: str, raw: str) -> None:
+    def _drop(self, text: str) -> None:
+        self.cut_call = True
+        logger.info("the token limit cut a %s tool call; dropped %r", self._fmt.name, text[:80])
+
+    def _section(self, out: list[Event], body: str, raw: str | None) -> None:
+        """Parse one section; ``raw`` is its text to send when it is no call
+        (``None``: drop it, it was cut off)."""
         try:
             calls = self._fmt.parse(body, self._tools)
         except (ValueError, KeyError, TypeError, IndexError, SyntaxError, RecursionError) as exc:
             logger.info("a %s tool call did not parse (%s); kept as text", self._fmt.name, exc)
             calls = []
         if not calls:
-            self._text(out, raw)
+            if raw is None:
+                self._drop(body)
+            else:
+                self._text(out, raw)
             return
         self._space = ""
         for call in calls:
