@@ -3,13 +3,13 @@ others follow it step by step.
 
 Rank 0 is an ordinary worker (it speaks the protocol to the gateway); its backend
 is wrapped in :class:`Leader`, which sends every call the serve loop makes that
-changes the backend's state (submit, cancel, cancel_all, fail_active, step, and
-the final exit) to every other rank just before making it (a broadcast, as
-``mlx_lm.server`` shares its requests: an ``all_sum`` of the size, then of the
-bytes). The other ranks run :func:`follow`: no sockets; they
-load their shard, then replay each call on their own backend, so each
-rank's batch holds the same requests in the same order and every collective
-operation inside the model's forward pass meets its peers on the other ranks.
+changes the backend's state (submit, cancel, cancel_all, fail_active, the
+gateway's KV limits, step, and the final exit) to every other rank just before
+making it: a broadcast, as ``mlx_lm.server`` shares its requests (an ``all_sum``
+of the size, then of the bytes). The other ranks run :func:`follow`: no sockets;
+they load their shard, then replay each call on their own backend, so each rank's
+batch holds the same requests in the same order and every collective operation
+inside the model's forward pass meets its peers on the other ranks.
 
 While idle, rank 0 shares an ``idle`` call every :data:`IDLE_TICK` seconds and the
 others sleep through most of the tick instead of waiting inside a collective.
@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mlx_gateway.protocol.messages import ModelFacts, Reply, Request
+from mlx_gateway.protocol.messages import Limits, ModelFacts, Reply, Request
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.base import EXIT_CRASH, EXIT_LOAD_FAILED, EXIT_OK, Backend, Emit
 
@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 Call = tuple[Any, ...]
 """``("submit", request, payloads)``, ``("cancel", id)``, ``("cancel_all",)``,
-``("fail_active", message)``, ``("step",)``, ``("idle",)`` or ``("exit",)``."""
+``("fail_active", message)``, ``("set_limits", limits)``, ``("step",)``,
+``("idle",)`` or ``("exit",)``."""
 
 IDLE_TICK = 0.1
 """Seconds rank 0 waits for a request, while idle, before telling the others so."""
@@ -110,6 +111,13 @@ class Leader:
     def fail_active(self, message: str) -> None:
         _share([("fail_active", message)], self.backend)
         self.backend.fail_active(message)
+
+    def set_limits(self, limits: Limits) -> None:
+        """The gateway's KV cache room: it decides which queued requests start, so
+        every rank must know it."""
+        if hasattr(self.backend, "set_limits"):
+            _share([("set_limits", limits)], self.backend)
+            self.backend.set_limits(limits)
 
     def has_work(self) -> bool:
         return self.backend.has_work()
@@ -185,6 +193,8 @@ def _apply(backend: Backend, call: Call) -> bool:
             backend.cancel_all()
         case ("fail_active", message):
             backend.fail_active(message)
+        case ("set_limits", limits):
+            backend.set_limits(limits)  # type: ignore[attr-defined]
         case ("step",):
             try:
                 backend.step()
