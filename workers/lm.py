@@ -208,9 +208,15 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "caches; remove kv_bits (or max_kv_size) from this model's entry"
             )
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
+        cache_bytes = _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES)
+        if parallel == "pipeline" and cache_bytes:
+            # Each rank holds other layers, so the same cache takes other bytes on
+            # each, and a byte bound would evict different entries on different
+            # ranks (then their prefills differ and the group falls out of step).
+            log.info("prompt cache off: pipeline ranks cannot agree on its bytes")
+            cache_bytes = 0
         self.prompt_cache = PromptCache(
-            _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
-            _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
+            cache_bytes, _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES)
         )
         return ModelFacts(
             context_length=self.context_length,
