@@ -168,7 +168,7 @@ def default_command(config: ModelConfig) -> WorkerCommand:
     spread = config.distributed
     if spread is not None:
         return lambda spec, endpoint: distributed_command(
-            spec, endpoint, spread, python=config.python
+            spec, endpoint, spread, python=config.python, env=config.worker_env
         )
     return lambda spec, endpoint: worker_command(spec, endpoint, python=config.python)
 

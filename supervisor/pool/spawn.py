@@ -34,7 +34,11 @@ def worker_command(spec: WorkerSpec, endpoint: str, python: str | None = None) -
 
 
 def distributed_command(
-    spec: WorkerSpec, endpoint: str, spread: DistributedConfig, python: str | None = None
+    spec: WorkerSpec,
+    endpoint: str,
+    spread: DistributedConfig,
+    python: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[str]:
     """``mlx.launch … -- <the worker command>``: ``mlx.launch``
     starts one worker per rank (rank 0 on the first host speaks to the gateway; the
@@ -54,6 +58,10 @@ def distributed_command(
         launch += ["--starting-port", str(spread.starting_port)]
     if spread.python is not None:
         launch += ["--python", spread.python]
+    # Ranks started over ssh do not inherit the gateway's environment: pass on what
+    # every rank needs (unbuffered output for the gateway's log, the model's own).
+    for key, value in {"PYTHONUNBUFFERED": "1", **(env or {})}.items():
+        launch += ["--env", f"{key}={value}"]
     return [*launch, "--", *worker_command(spec, endpoint, python=interpreter)]
 
 

@@ -28,7 +28,8 @@ def test_a_distributed_entry_becomes_an_mlx_launch_command(tmp_path: Path) -> No
             "      hosts: [mac-1.local, mac-2.local]\n"
             "      parallel: pipeline\n"
             "      starting_port: 5000\n"
-            "      python: /opt/venv/bin/python\n",
+            "      python: /opt/venv/bin/python\n"
+            "    worker_env: {HF_HOME: /Volumes/models}\n",
         )
     )
     model = config.models[0]
@@ -48,6 +49,10 @@ def test_a_distributed_entry_becomes_an_mlx_launch_command(tmp_path: Path) -> No
         "5000",
         "--python",
         "/opt/venv/bin/python",
+        "--env",
+        "PYTHONUNBUFFERED=1",
+        "--env",
+        "HF_HOME=/Volumes/models",
     ]
     assert worker[1:3] == ["-m", "mlx_gateway.workers"]
     assert decode_spec(worker[worker.index("--spec") + 1]) == spec
@@ -71,6 +76,8 @@ def test_a_distributed_entry_becomes_an_mlx_launch_command(tmp_path: Path) -> No
         str(tmp_path / "hosts.json"),
         "--repeat-hosts",
         "4",
+        "--env",
+        "PYTHONUNBUFFERED=1",
     ]
 
 
