@@ -105,12 +105,16 @@ class Leader:
         self.backend.cancel(request_id)
 
     def cancel_all(self) -> None:
-        _share([("cancel_all",)], self.backend)
-        self.backend.cancel_all()
+        try:
+            _share([("cancel_all",)], self.backend)
+        finally:  # a broken ring still ends this rank's requests, then the worker
+            self.backend.cancel_all()
 
     def fail_active(self, message: str) -> None:
-        _share([("fail_active", message)], self.backend)
-        self.backend.fail_active(message)
+        try:
+            _share([("fail_active", message)], self.backend)
+        finally:  # the usual cause is the ring itself: answer the requests anyway
+            self.backend.fail_active(message)
 
     def set_limits(self, limits: Limits) -> None:
         """The gateway's KV cache room: it decides which queued requests start, so

@@ -129,6 +129,8 @@ async def test_two_concurrent_streams_batch(gateway: Gateway) -> None:
 def test_a_killed_rank_fails_the_request_at_once_and_the_group_restarts(
     gateway: Gateway,
 ) -> None:
+    ask(gateway, "ring", "load it", max_tokens=1)  # the group is up
+    group_pid = gateway.model("ring")["pid"]  # mlx.launch
     before = ranks(gateway)
     assert sorted(before) == [0, 1]
     body = {
@@ -155,8 +157,9 @@ def test_a_killed_rank_fails_the_request_at_once_and_the_group_restarts(
     assert time.monotonic() - killed_at < 10.0
     assert events[-1] == "[DONE]"
     assert "error" in json.loads(events[-2])
-    # the whole group went: rank 0 too
+    # the whole group went, rank 0 and mlx.launch too, and the gateway saw it
     assert wait_until(lambda: not any(alive(p) for p in before.values()), timeout=15)
+    assert wait_until(lambda: gateway.model("ring")["pid"] != group_pid, timeout=15)
     # the next request starts a new group, which answers as before
     assert ask(gateway, "ring", PROMPTS[0]) == ask(gateway, "single", PROMPTS[0])
     after = ranks(gateway)
