@@ -281,11 +281,15 @@ def test_sdk_streams_through_the_peer_as_from_the_peer_itself() -> None:
             )
             return [c.choices[0].delta.content or "" for c in stream if c.choices]
 
-        assert streamed(a) == streamed(b)
-        assert "".join(streamed(a)) == "<b>streamed</b> text"
+        # how the text is cut into chunks depends on timing (stream_interval); what
+        # a stream says does not, and it arrives in pieces through the peer too
+        through, direct = streamed(a), streamed(b)
+        assert "".join(through) == "".join(direct) == "<b>streamed</b> text"
+        assert len([piece for piece in through if piece]) > 1
 
 
 def test_a_client_that_leaves_stops_the_generation_at_the_peer() -> None:
+    endless = " ".join(f"w{i}" for i in range(2000))  # 40 s of answer at 20 ms a word
     with pair(alpha(), {"model_path": "fake/ok"}) as (a, b):
         handle = b.registry.resolve("alpha")
         client = httpx.Client(timeout=30)
@@ -295,17 +299,17 @@ def test_a_client_that_leaves_stops_the_generation_at_the_peer() -> None:
             json={
                 "model": "alpha",
                 "stream": True,
-                "messages": [{"role": "user", "content": LONG}],
+                "messages": [{"role": "user", "content": endless}],
             },
         ) as response:
             lines = response.iter_lines()
             assert next(lines).startswith("data: ")
-            assert handle.inflight == 1
+            wait_until(lambda: handle.inflight == 1)
             left = time.monotonic()
         client.close()  # the connection goes: the client has left
-        wait_until(lambda: handle.inflight == 0, 5)
-        # well before the 3 s the whole answer takes
-        assert time.monotonic() - left < 2.5
+        wait_until(lambda: handle.inflight == 0, 15)
+        # the peer stopped it: the whole answer would take 40 s
+        assert time.monotonic() - left < 15
         assert a.app.state.peers.peers[0].inflight == 0
 
 
@@ -322,7 +326,7 @@ def test_each_request_goes_to_the_least_loaded_replica() -> None:
                 body = {
                     "model": "alpha",
                     "stream": True,
-                    "messages": [{"role": "user", "content": " ".join(LONG.split()[:40])}],
+                    "messages": [{"role": "user", "content": " ".join(LONG.split()[:100])}],
                 }
                 async with client.stream(
                     "POST", f"{a.url}/v1/chat/completions", json=body
@@ -376,7 +380,7 @@ def test_failover_when_a_peer_is_killed(peer_process: Any) -> None:
                 doomed.kill()
                 started = time.monotonic()
                 rest = list(lines)
-                assert time.monotonic() - started < 5
+                assert time.monotonic() - started < 10
             events = [json.loads(x[6:]) for x in rest if x.startswith("data: {")]
             assert events[-1]["error"]["code"] == "peer_unavailable"
 
