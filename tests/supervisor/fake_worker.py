@@ -35,6 +35,7 @@ Per request, the last message's text (or the prompt) decides:
   calls and thinking blocks); with ``chat_template_kwargs.enable_thinking`` its
   Started says the prompt opened a thinking block.
 * ``roles``: says the roles of all the request's messages (``system user …``).
+* ``tools``: says the names of the tools its chat template gets (``a b …``).
 * anything else: echoes the words back, one per step, ``max_tokens`` capping them
   (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
 
@@ -221,6 +222,9 @@ def main() -> None:
                     )
                     if behaviour == "roles":
                         item.words = [str(m.get("role")) for m in request.messages or []]
+                    if behaviour == "tools":
+                        tools = request.chat_template_kwargs.get("tools") or []
+                        item.words = [str(t["function"]["name"]) for t in tools]
                     if behaviour == "say":
                         rest = text.split("say", 1)[1].lstrip()
                         if request.parse_tools:

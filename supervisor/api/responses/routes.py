@@ -26,14 +26,13 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     ResponsesRequest,
     TextFormatJsonObject,
     TextFormatJsonSchema,
-    function_tools,
     input_items,
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
+from mlx_gateway.supervisor.api.responses.tools import flat_name, request_tools
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
-from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.tools import OutputSpec, checked_spec
@@ -78,7 +77,10 @@ def _skeleton(req: ResponsesRequest, name: str, tools: list[Any]) -> dict[str, A
     """The response object's fields that come from the request."""
     choice: Any = req.tool_choice or "auto"
     if isinstance(choice, FunctionToolChoice):
-        choice = {"type": "function", "name": choice.name}
+        named = choice
+        choice = {"type": "function", "name": named.name}
+        if named.namespace is not None:
+            choice["namespace"] = named.namespace
     fmt: dict[str, Any] = {"type": "text"}
     if req.text and req.text.format is not None:
         fmt = {"type": type(req.text.format).__struct_config__.tag}
@@ -134,12 +136,13 @@ async def create_response(request: Request) -> Response:
             )
         earlier = previous.conversation
     new_messages = to_chat(items)
-    tools = function_tools(req.tools)
-    functions = [Function(t.name, t.parameters or {}, t.description, bool(t.strict)) for t in tools]
+    tools = request_tools(req.tools)
     choice = req.tool_choice
     spec = checked_spec(
-        functions,
-        choice.name if isinstance(choice, FunctionToolChoice) else choice or "auto",
+        tools.functions,
+        flat_name(choice.namespace, choice.name)
+        if isinstance(choice, FunctionToolChoice)
+        else choice or "auto",
         req.parallel_tool_calls,
         "tool_choice",
     )
@@ -170,8 +173,8 @@ async def create_response(request: Request) -> Response:
         images=inputs.frame_indices,
     )
     check_turn(handle, turn, logprobs_param="include")
-    skeleton = _skeleton(req, handle.name, [_tool_object(t) for t in tools])
-    builder = ResponseBuilder(skeleton, stream=req.stream, logprobs=logprobs)
+    skeleton = _skeleton(req, handle.name, tools.listing)
+    builder = ResponseBuilder(skeleton, stream=req.stream, logprobs=logprobs, origin=tools.origin)
 
     def keep() -> None:
         if req.store:
@@ -179,7 +182,7 @@ async def create_response(request: Request) -> Response:
             conversation = [*earlier, *new_messages, *to_chat(output_items(response["output"]))]
             store.put(response, stored_input(items), conversation)
 
-    start = Turn.start(handle, turn, skeleton["id"])
+    start = _start(handle, turn, skeleton["id"])
     if req.stream:
 
         async def events(running: Turn) -> AsyncIterator[bytes]:
@@ -212,14 +215,22 @@ async def create_response(request: Request) -> Response:
     return JSONResponse(builder.response)
 
 
-def _tool_object(tool: Any) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": tool.parameters,
-        "strict": tool.strict,
-    }
+_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}
+"""The workers' names of request fields (chat completions') → this API's."""
+
+
+async def _start(handle: Any, turn: TurnRequest, request_id: str) -> Turn:
+    """:meth:`Turn.start`, with a rejection worded in this API's field names (a
+    prompt beyond the context is about ``input``, not ``messages``)."""
+    try:
+        return await Turn.start(handle, turn, request_id)
+    except GatewayError as exc:
+        if exc.code == "context_length_exceeded":
+            for word in ("the", "your"):
+                exc.message = exc.message.replace(f"{word} messages", f"{word} input")
+        if exc.param in _PARAMS:
+            exc.param = _PARAMS[exc.param]
+        raise
 
 
 def _stored(request: Request) -> Any:
