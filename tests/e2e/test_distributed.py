@@ -101,7 +101,7 @@ async def test_two_concurrent_streams_batch(gateway: Gateway) -> None:
         async for chunk in await client.chat.completions.create(
             model="ring",
             messages=[{"role": "user", "content": text}],
-            max_tokens=40,
+            max_tokens=200,  # seconds through the ring: the two overlap whatever the load
             temperature=0,
             stream=True,
         ):
@@ -122,7 +122,7 @@ async def test_two_concurrent_streams_batch(gateway: Gateway) -> None:
         answers = await asyncio.gather(stream(PROMPTS[0]), stream(PROMPTS[1]))
     finally:
         watcher.cancel()
-    assert all(text and finish == "length" for text, finish in answers)
+    assert all(text and finish in ("length", "stop") for text, finish in answers)
     assert max(seen_inflight) == 2  # both in the worker's batch at once
 
 
