@@ -174,15 +174,19 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if spec.chat_template_file:
             tokenizer_config["chat_template"] = _read_template(spec.chat_template_file)
         emit(Progress(stage="load", detail=str(path)))
-        model, tokenizer, config = cast(
-            tuple[Any, Any, dict[str, Any]],
-            load_model_and_tokenizer(
-                str(path),
-                tokenizer_config=tokenizer_config,
-                return_config=True,
-                trust_remote_code=spec.trust_remote_code,
-            ),
-        )
+        parallel = spec.options.get("distributed")
+        if parallel:
+            model, tokenizer, config = _sharded(str(path), parallel, tokenizer_config, spec)
+        else:
+            model, tokenizer, config = cast(
+                tuple[Any, Any, dict[str, Any]],
+                load_model_and_tokenizer(
+                    str(path),
+                    tokenizer_config=tokenizer_config,
+                    return_config=True,
+                    trust_remote_code=spec.trust_remote_code,
+                ),
+            )
         self.model, self.tokenizer = model, tokenizer
         self.kv = KvSettings.from_spec(spec)
         self.kv.check_model(config)
@@ -212,9 +216,15 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "caches; remove kv_bits (or max_kv_size) from this model's entry"
             )
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
+        cache_bytes = _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES)
+        if parallel == "pipeline" and cache_bytes:
+            # Each rank holds other layers, so the same cache takes other bytes on
+            # each, and a byte bound would evict different entries on different
+            # ranks (then their prefills differ and the group falls out of step).
+            log.info("prompt cache off: pipeline ranks cannot agree on its bytes")
+            cache_bytes = 0
         self.prompt_cache = PromptCache(
-            _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
-            _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
+            cache_bytes, _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES)
         )
         return ModelFacts(
             context_length=self.context_length,
@@ -691,3 +701,28 @@ def _chat_tokens(
             f"the chat template rejected the messages: {exc}", param="messages"
         ) from None
     return list(tokens)
+
+
+def _sharded(
+    path: str, parallel: str, tokenizer_config: dict[str, Any], spec: WorkerSpec
+) -> tuple[Any, Any, dict[str, Any]]:
+    """This rank's shard of the model (mlx-lm's ``sharded_load``), over the group
+    ``mlx.launch`` set up: every layer split across the ranks (``tensor``) or
+    consecutive layers per rank (``pipeline``). Every rank draws the same random
+    numbers, so sampled tokens agree across the group."""
+    from mlx_lm.utils import sharded_load
+
+    group = mx.distributed.init()
+    mx.random.seed(0)
+    try:
+        loaded = sharded_load(
+            path,
+            pipeline_group=group if parallel == "pipeline" else None,
+            tensor_group=group if parallel == "tensor" else None,
+            return_config=True,
+            tokenizer_config={"trust_remote_code": spec.trust_remote_code, **tokenizer_config},
+            trust_remote_code=spec.trust_remote_code,
+        )
+    except ValueError as exc:  # the model cannot be split that way
+        raise LoadError(f"cannot shard {path} ({parallel} parallel): {exc}") from None
+    return cast(tuple[Any, Any, dict[str, Any]], loaded)

@@ -59,8 +59,21 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
             raise ctx.error(("models", i, "prompt_cache_bytes"), str(exc)) from None
 
 
+def _check_peers(ctx: _Ctx, config: GatewayConfig) -> None:
+    names: dict[str, int] = {}
+    for j, peer in enumerate(config.server.peers):
+        if peer.name in names:
+            raise ctx.error(
+                ("server", "peers", j, "name"),
+                f"the peer name {peer.name!r} is already used by server.peers[{names[peer.name]}]; "
+                "give each peer its own name",
+            )
+        names[peer.name] = j
+
+
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
+    _check_peers(ctx, config)
     _check_groups(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):
@@ -72,6 +85,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         _check_image(ctx, here, model)
         _check_kv(ctx, here, model)
         _check_parsers(ctx, here, model)
+        _check_distributed(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
             if not name.strip() or any(c.isspace() for c in name):
                 raise ctx.error(
@@ -93,6 +107,33 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
                     "unique across the file",
                 )
             seen[name] = path
+
+
+def _check_distributed(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    spread = model.distributed
+    if spread is None:
+        return
+    if model.worker_kind != "lm":
+        raise ctx.error(
+            (*here, "distributed"),
+            f"distributed applies to language models (model_type lm) only, and this "
+            f"entry's model_type is {model.model_type!r}; remove it",
+        )
+    if len(spread.hosts) * spread.ranks_per_host < 2:
+        raise ctx.error(
+            (*here, "distributed", "hosts"),
+            "a distributed model needs at least 2 ranks: list 2 or more hosts, or set "
+            "ranks_per_host to 2 or more",
+        )
+    if spread.hostfile is not None:
+        resolved = _absolute(ctx.base_dir, spread.hostfile)
+        if not os.path.isfile(resolved):
+            raise ctx.error(
+                (*here, "distributed", "hostfile"),
+                f"host file {resolved!r} does not exist; make one with mlx.distributed_config "
+                "(relative paths start from the config file's folder)",
+            )
+        spread.hostfile = resolved
 
 
 def _check_groups(ctx: _Ctx, config: GatewayConfig) -> None:

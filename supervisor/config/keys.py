@@ -21,6 +21,8 @@ _DURATION_KEYS = frozenset(
         "image_url_ttl",
         "response_store_ttl",
         "stream_keepalive",
+        "peer_check_interval",
+        "peer_timeout",
     }
 )
 

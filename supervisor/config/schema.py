@@ -60,6 +60,50 @@ class ConfigError(Exception):
         self.model_index = model_index
 
 
+class PeerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Another mlx-gateway or OpenAI-compatible server (an entry of ``server.peers``)."""
+
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+")]
+    """Its root, ``http://host:port`` (a trailing ``/v1`` is accepted and dropped)."""
+    name: str = ""
+    """How this gateway names it (``"peer"`` in ``/v1/models``, logs); empty: the
+    URL's ``host:port``."""
+    api_key: _ApiKey | None = None
+    """The key this gateway sends it (``Authorization: Bearer``); the client's own
+    key is never passed on."""
+
+    def __post_init__(self) -> None:
+        self.url = self.url.rstrip("/")
+        if self.url.endswith("/v1"):
+            self.url = self.url[: -len("/v1")]
+        if not self.name:
+            self.name = self.url.split("://", 1)[1].split("/", 1)[0]
+
+
+class DistributedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A language model sharded over several processes or Macs, started through
+    ``mlx.launch`` (a model entry's ``distributed:`` block; docs/cluster.md)."""
+
+    hosts: Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
+    """The machines, as ``ssh`` reaches them; the first one is this machine (rank 0
+    talks to the gateway over a local socket). ``127.0.0.1``: a local rank."""
+    ranks_per_host: _Positive = 1
+    """Processes per host (``mlx.launch -n``)."""
+    backend: Literal["ring", "jaccl", "jaccl-ring"] = "ring"
+    """``ring``: TCP (Ethernet, Thunderbolt bridge); ``jaccl``: RDMA over Thunderbolt 5,
+    every Mac cabled to every other; ``jaccl-ring``: RDMA, each Mac to its neighbours."""
+    parallel: Literal["tensor", "pipeline"] = "tensor"
+    """How mlx-lm's ``sharded_load`` splits the model: every layer across the ranks
+    (``tensor``), or consecutive layers per rank (``pipeline``)."""
+    hostfile: str | None = None
+    """An ``mlx.distributed_config`` host file (its IPs on the Thunderbolt links);
+    replaces ``hosts`` for ``mlx.launch`` when set."""
+    python: str | None = None
+    """The interpreter on the other hosts (same path as here when unset)."""
+    starting_port: _Port | None = None
+    """Ring backend: the first TCP port of the ranks (``mlx.launch``'s default when unset)."""
+
+
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Gateway-wide settings (the ``server:`` section)."""
 
@@ -113,6 +157,14 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prefilled, the request waits for a slot) before the gateway sends a keep-alive:
     an SSE comment (OpenAI APIs, with the prefill progress) or an ``event: ping``
     (Anthropic Messages)."""
+    peers: list[PeerConfig] = []
+    """Other gateways (or OpenAI-compatible servers) whose models this one lists and
+    forwards requests to (docs/cluster.md)."""
+    peer_check_interval: _PositiveSeconds = 10.0
+    """Seconds between two health checks (``GET /v1/models``) of each peer."""
+    peer_timeout: _PositiveSeconds = 5.0
+    """Seconds to connect to a peer (and for a whole health check) before it counts
+    as down."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -238,6 +290,8 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Image models: the ``WxH`` size of a generation that does not ask for one."""
     max_output_pixels: _Positive = 2048 * 2048
     """Image models: the largest ``width * height`` a request may ask for → else 400."""
+    distributed: DistributedConfig | None = None
+    """Language models: shard the model over several ranks started by ``mlx.launch``."""
 
     def __post_init__(self) -> None:
         if not self.served_model_name:

@@ -53,10 +53,15 @@ from mlx_gateway.supervisor.errors import (
 )
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
-from mlx_gateway.supervisor.pool.memory import Need, measured_need
+from mlx_gateway.supervisor.pool.memory import Need, local_ranks, measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
 from mlx_gateway.supervisor.pool.room import Room
-from mlx_gateway.supervisor.pool.spawn import WorkerCommand, describe_exit, worker_command
+from mlx_gateway.supervisor.pool.spawn import (
+    WorkerCommand,
+    describe_exit,
+    distributed_command,
+    worker_command,
+)
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 
 log = logging.getLogger("mlx_gateway.worker")
@@ -154,10 +159,17 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
         options.update(image_options(config))
     if config.worker_kind == LM_KIND:
         options.update(lm_options(config))
+    if config.distributed is not None:
+        options["distributed"] = config.distributed.parallel
     return options
 
 
 def default_command(config: ModelConfig) -> WorkerCommand:
+    spread = config.distributed
+    if spread is not None:
+        return lambda spec, endpoint: distributed_command(
+            spec, endpoint, spread, python=config.python, env=config.worker_env
+        )
     return lambda spec, endpoint: worker_command(spec, endpoint, python=config.python)
 
 
@@ -425,7 +437,8 @@ class WorkerHandle:
             self.placement.released(self)
 
     def _measured(self, memory: Memory) -> None:
-        need = measured_need(memory)
+        # rank 0 of a sharded model measures itself: its peers on this machine hold as much
+        need = measured_need(memory) * local_ranks(self.config)
         if need <= 0:
             return
         if self.placement is not None:

@@ -19,17 +19,21 @@ async def health(request: Request) -> Response:
     gateway runs, whatever the models' states (a failed model shows ``"state":
     "failed"``). ``blas`` tells whether workers get OpenBLAS preloaded (the path
     found, ``null`` when none is or the switch is off); each ready model's
-    ``blas`` is what its worker actually computes with."""
+    ``blas`` is what its worker actually computes with. With ``server.peers``,
+    ``peers`` lists each peer's state (``up``/``down``, its models, the requests in
+    flight there from this gateway, the last check's error)."""
     registry = request.app.state.registry
     handles = registry.handles
-    return JSONResponse(
-        {
-            "status": "ok",
-            "blas": _gateway_blas(registry),
-            "memory": memory_summary(registry),
-            "models": {h.name: h.status() for h in handles},
-        }
-    )
+    body: dict[str, Any] = {
+        "status": "ok",
+        "blas": _gateway_blas(registry),
+        "memory": memory_summary(registry),
+        "models": {h.name: h.status() for h in handles},
+    }
+    directory = getattr(request.app.state, "peers", None)
+    if directory is not None and directory.peers:
+        body["peers"] = directory.status()
+    return JSONResponse(body)
 
 
 def _gateway_blas(registry: Any) -> dict[str, Any]:
