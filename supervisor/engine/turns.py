@@ -340,9 +340,7 @@ class _ChoiceParser:
         started = self.generation.started
         markers = resolve_reasoning(turn.handle.config.reasoning_parser, _extra(turn.handle))
         self.splitter = (
-            make_splitter(markers, inside=bool(started and started.reasoning))
-            if markers
-            else None
+            make_splitter(markers, inside=bool(started and started.reasoning)) if markers else None
         )
         fmt = tool_format(turn.handle) if request.tools.active else None
         self.parallel = request.tools.parallel

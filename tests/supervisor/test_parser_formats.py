@@ -115,7 +115,8 @@ def test_several_calls_in_one_section_or_one_after_another() -> None:
         "</tool_call>"
     )
     gemma3 = '```tool_code\nget_weather(city="Oslo")\nprint(get_time(zone="CET"))\n```'
-    for fmt, text in [("minimax_m2", minimax), ("kimi_k2", kimi), ("glm45", glm), ("gemma3", gemma3)]:
+    cases = [("minimax_m2", minimax), ("kimi_k2", kimi), ("glm45", glm), ("gemma3", gemma3)]
+    for fmt, text in cases:
         for size in (2, 1000):
             content, calls, _ = run(fmt, text, size)
             assert content == "", fmt
@@ -208,14 +209,15 @@ def test_harmony_channels(size: int) -> None:
     reasoning, content, calls, _ = harmony(ANALYSIS + preamble + CALL_AFTER, size)
     assert content == "Checking the forecast." and [c.name for c in calls] == ["get_weather"]
     # Output that is not harmony at all passes as content.
-    assert harmony("Just text, <b>no</b> channels.", size)[:2] == ("", "Just text, <b>no</b> channels.")
+    plain = "Just text, <b>no</b> channels."
+    assert harmony(plain, size)[:2] == ("", plain)
 
 
 def test_harmony_cut_by_the_token_limit() -> None:
     text = ANALYSIS + CALL_AFTER
     start = len(ANALYSIS)
     for end in range(start + 1, len(text)):
-        reasoning, content, calls, _ = harmony(text[:end], 4, cut=True)
+        _, content, calls, _ = harmony(text[:end], 4, cut=True)
         assert content == "" and calls == [], text[:end]
     # Cut while still thinking: all of it is reasoning.
     assert harmony(ANALYSIS[:40], 3, cut=True)[:3] == ("User asks ", "", [])
@@ -228,7 +230,8 @@ BYTES = llguidance.LLTokenizer("byte")
 FORCED = {
     "function_gemma": "<start_function_call>call:get_weather{city:<escape>Paris<escape>,"
     "unit:<escape>celsius<escape>}<end_function_call>",
-    "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,unit:<|"|>celsius<|"|>}<tool_call|>',
+    "gemma4": '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,'
+    'unit:<|"|>celsius<|"|>}<tool_call|>',
     "glm45": "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
     "<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</tool_call>",
     "glm47": "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>"
@@ -240,8 +243,7 @@ FORCED = {
     '<|tool_call_argument_begin|>{"city": "Paris", "unit": "celsius"}<|tool_call_end|>'
     "<|tool_calls_section_end|>",
     "gemma3": '```tool_code\nget_weather(city="Paris", unit="celsius")\n```',
-    "pythonic": '<|tool_call_start|>[get_weather(city="Paris", unit="celsius")]'
-    "<|tool_call_end|>",
+    "pythonic": '<|tool_call_start|>[get_weather(city="Paris", unit="celsius")]<|tool_call_end|>',
     "harmony": "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
     '{"city": "Paris", "unit": "celsius"}',
     "qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
@@ -250,7 +252,8 @@ FORCED = {
 
 
 def accepts(grammar: str, text: str) -> bool:
-    matcher = llguidance.LLMatcher(BYTES, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
+    compiled = llguidance.LLMatcher.grammar_from_lark(grammar)
+    matcher = llguidance.LLMatcher(BYTES, compiled, log_level=0)
     assert not matcher.is_error(), matcher.get_error()
     return matcher.consume_tokens(BYTES.tokenize_str(text)) and matcher.is_accepting()
 
@@ -264,10 +267,7 @@ def test_forced_call_grammar(fmt: str) -> None:
     assert not accepts(grammar, text.replace("celsius", "kelvin"))  # the enum holds
     assert not accepts(grammar, text.replace("Paris", "Parisianville-sur-Mer"))  # maxLength
     # And what the grammar lets through parses as the call.
-    if fmt == "harmony":
-        calls = harmony(text, 5)[2]
-    else:
-        calls = run(fmt, text, 5)[1]
+    calls = harmony(text, 5)[2] if fmt == "harmony" else run(fmt, text, 5)[1]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [
         ("get_weather", {"city": "Paris", "unit": "celsius"})
     ]

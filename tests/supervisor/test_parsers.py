@@ -176,7 +176,8 @@ def test_parser_choice() -> None:
     assert resolve_reasoning("qwen3", {}) == REASONING_PARSERS["think"]
     assert resolve_reasoning("none", think) is None
     assert resolve_reasoning("kimi_k2", {}) == REASONING_PARSERS["think"]
-    assert resolve_reasoning("auto", {"reasoning_parser": "harmony"}) == REASONING_PARSERS["harmony"]
+    harmony = {"reasoning_parser": "harmony"}
+    assert resolve_reasoning("auto", harmony) == REASONING_PARSERS["harmony"]
 
 
 def test_stop_scanner_and_markers() -> None:

@@ -117,8 +117,7 @@ class _GemmaCalls:
             if not all(isinstance(v, str | int | float | bool) for v in values):
                 raise ValueError("forced Gemma calls support enums of strings and numbers")
             options = [
-                quoted.format(lit(v)) if isinstance(v, str) else lit(json.dumps(v))
-                for v in values
+                quoted.format(lit(v)) if isinstance(v, str) else lit(json.dumps(v)) for v in values
             ]
             return "(" + " | ".join(options) + ")"
         if isinstance(schema, dict) and schema.get("type") == "string":

@@ -21,8 +21,13 @@ ARGUMENTS_BEGIN = "<|tool_call_argument_begin|>"
 CALL_END = "<|tool_call_end|>"
 
 _CALL = re.compile(
-    r"\s*" + re.escape(CALL_BEGIN) + r"\s*(?:functions\.)?([\w.\-]+?)(?::\d+)?\s*"
-    + re.escape(ARGUMENTS_BEGIN) + r"(.*?)" + re.escape(CALL_END) + r"\s*",
+    r"\s*"
+    + re.escape(CALL_BEGIN)
+    + r"\s*(?:functions\.)?([\w.\-]+?)(?::\d+)?\s*"
+    + re.escape(ARGUMENTS_BEGIN)
+    + r"(.*?)"
+    + re.escape(CALL_END)
+    + r"\s*",
     re.DOTALL,
 )
 

@@ -26,10 +26,9 @@ from mlx_gateway.supervisor.engine.parsers.xml_format import (
     value_rule,
 )
 
-_INVOKE = re.compile(r"\s*<invoke name=(\"[^\"]*\"|'[^']*'|[^>\s]+)\s*>(.*?)</invoke>\s*", re.DOTALL)
-_PARAMETER = re.compile(
-    r"\s*<parameter name=(\"[^\"]*\"|'[^']*'|[^>\s]+)\s*>(.*?)</parameter>\s*", re.DOTALL
-)
+_NAME = r"(\"[^\"]*\"|'[^']*'|[^>\s]+)"
+_INVOKE = re.compile(r"\s*<invoke name=" + _NAME + r"\s*>(.*?)</invoke>\s*", re.DOTALL)
+_PARAMETER = re.compile(r"\s*<parameter name=" + _NAME + r"\s*>(.*?)</parameter>\s*", re.DOTALL)
 
 
 _PARAMETER_END = lit("</parameter>\n")
