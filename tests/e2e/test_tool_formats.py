@@ -4,8 +4,10 @@ only because the grammar leaves it nothing else, so each test shows the grammar
 holds (the ``enum``, the ``maxLength``) and that the gateway parses what it forced,
 in one reply and streamed.
 
-Before the grammar kept a Gemma string to its ``enum`` and length, a forced Gemma
-call with an enum never closed its string: the model wrote on to ``max_tokens``.
+Before, a forced Gemma call was not held to an ``enum``: a typed one was any
+text up to the closing quote marker (a random model rarely writes it, so it ran on
+towards ``max_tokens``), and an enum without a ``type`` dropped the grammar
+altogether (no call at all: this test's ``gemma4`` case failed so).
 The tiny model's template renders the tools (by name), so the worker adds no
 fallback tool prompt and each model's configured ``tool_call_parser`` is the one
 its calls are forced into and parsed with."""
