@@ -137,3 +137,23 @@ async def test_harmony_on_anthropic_messages(app: Starlette) -> None:
     assert message.content[0].thinking == "Need the weather; call get_weather."  # type: ignore[union-attr]
     assert message.content[1].input == {"city": "Paris", "days": 2}  # type: ignore[union-attr]
     assert message.stop_reason == "tool_use"
+
+
+async def test_harmony_on_responses(sdk: openai.AsyncOpenAI) -> None:
+    response = await sdk.responses.create(
+        model=GPT_OSS,
+        input=f"say {HARMONY_CALL}",
+        tools=[
+            {
+                "type": "function",
+                "name": "get_weather",
+                "parameters": WEATHER_TOOL["function"]["parameters"],
+                "strict": False,
+            }
+        ],
+    )
+    kinds = [item.type for item in response.output]
+    assert kinds == ["reasoning", "function_call"]
+    call = response.output[1]
+    assert call.type == "function_call" and call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": "Paris", "days": 2}
