@@ -33,7 +33,7 @@ from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.engine.parsers.formats import resolve_tool_format
 from mlx_gateway.supervisor.engine.parsers.grammars import json_document
 from mlx_gateway.supervisor.engine.parsers.markers import StopScanner
-from mlx_gateway.supervisor.engine.parsers.reasoning import ReasoningSplitter, resolve_reasoning
+from mlx_gateway.supervisor.engine.parsers.reasoning import make_splitter, resolve_reasoning
 from mlx_gateway.supervisor.engine.parsers.tool_calls import ToolCallStream, ToolFormat
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
 from mlx_gateway.supervisor.errors import BadRequest
@@ -340,9 +340,7 @@ class _ChoiceParser:
         started = self.generation.started
         markers = resolve_reasoning(turn.handle.config.reasoning_parser, _extra(turn.handle))
         self.splitter = (
-            ReasoningSplitter(markers, inside=bool(started and started.reasoning))
-            if markers
-            else None
+            make_splitter(markers, inside=bool(started and started.reasoning)) if markers else None
         )
         fmt = tool_format(turn.handle) if request.tools.active else None
         self.parallel = request.tools.parallel

@@ -16,7 +16,7 @@ the process exits.
 * ``fake/reasoner``: like ``ok``, and its Ready reports thinking markers
   (``<think>``/``</think>``) and the ``json_tools`` tool-call format, as a real
   worker does for a Qwen3 model.
-* ``fake/mlxparsed``: like ``ok``; its Ready reports the ``minimax_m2`` tool-call
+* ``fake/mlxparsed``: like ``ok``; its Ready reports the ``longcat`` tool-call
   format (one only mlx-lm parses), and with ``Generate.parse_tools`` its ``say``
   sends each ``<tool_call>{"name", "arguments"}</tool_call>`` as ``Chunk.tool_calls``
   instead of text, as a real worker's tokenizer parser does.
@@ -166,7 +166,7 @@ def main() -> None:
     if mode == "reasoner":
         extra = {"think_start": "<think>", "think_end": "</think>", "tool_parser": "json_tools"}
     if mode == "mlxparsed":
-        extra = {"tool_parser": "minimax_m2"}
+        extra = {"tool_parser": "longcat"}
     send(
         Ready(
             pid=os.getpid(),
