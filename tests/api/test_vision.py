@@ -243,3 +243,51 @@ async def test_request_shape_checks(http: httpx.AsyncClient) -> None:
 async def test_completions_on_a_vision_model(sdk: openai.AsyncOpenAI) -> None:
     reply = await sdk.completions.create(model=VL, prompt="a red square", max_tokens=5)
     assert reply.usage is not None and reply.usage.completion_tokens == 5
+
+
+def with_audio(data: bytes, text: str = "what is said here?") -> list:
+    audio = {"data": base64.b64encode(data).decode(), "format": "wav"}
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_audio", "input_audio": audio},
+                {"type": "text", "text": text},
+            ],
+        }
+    ]
+
+
+def wav_tone() -> bytes:
+    from tests.workers.test_audio_decoding import encode as encode_audio
+
+    return encode_audio("wav", "pcm_s16le", rate=16_000, layout="mono")
+
+
+async def test_input_audio_to_a_model_without_audio_is_400_naming_it(
+    sdk: openai.AsyncOpenAI, app: Starlette
+) -> None:
+    # The tiny Qwen2-VL has no audio encoder: its worker says so, naming the model.
+    with pytest.raises(openai.BadRequestError) as caught:
+        await describe(sdk, with_audio(wav_tone()))
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert f"The model '{VL}' does not accept audio" in error["message"]
+    assert error["param"] == "messages[0].content[0].input_audio"
+    assert error["code"] == "audio_not_supported"
+    # A language model: refused by the gateway, before any worker starts.
+    with pytest.raises(openai.BadRequestError) as caught:
+        await describe(sdk, with_audio(wav_tone()), model=LM)
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert f"The model '{LM}'" in error["message"] and "does not accept audio" in error["message"]
+    assert app.state.registry.resolve(LM).status()["state"] == "unloaded"
+
+
+async def test_input_audio_that_is_not_base64_is_400(http: httpx.AsyncClient) -> None:
+    messages = with_audio(b"")
+    messages[0]["content"][0]["input_audio"]["data"] = "RIFF&&not base64"
+    status, error = await error_of(http, messages)
+    assert status == 400
+    assert error["param"] == "messages[0].content[0].input_audio.data"
+    assert "base64" in error["message"]
