@@ -60,3 +60,75 @@ def test_the_tiny_qwen2_vl_takes_no_audio(tiny_vlm_path: Path) -> None:
 
     model, _ = load(str(tiny_vlm_path))
     assert not takes_audio(model)
+
+
+def _silence() -> bytes:
+    import io
+
+    import av
+
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="wav") as out:
+        stream = out.add_stream("pcm_s16le", rate=16_000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(
+            np.zeros((1, 16_000), dtype=np.int16), format="s16", layout="mono"
+        )
+        frame.sample_rate = 16_000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+@pytest.mark.slow
+def test_an_omni_model_hears_the_audio(tiny_omni_path: Path) -> None:
+    from mlx_gateway.protocol.messages import Generate, SamplingParams
+    from tests.workers.test_vlm_backend import Run
+
+    run = Run(tiny_omni_path)
+    assert takes_audio(run.backend.model)
+
+    def ask(request_id: str, files: list[bytes], clips: int = 1) -> None:
+        audio = [{"type": "audio", "format": "wav", "payload": k} for k in range(clips)]
+        text = {"type": "text", "text": "what is said here?"}
+        messages = [{"role": "user", "content": [*audio, text]}]
+        sampling = SamplingParams(max_tokens=6, temperature=0.0)
+        run.submit(Generate(request_id=request_id, messages=messages, sampling=sampling), files)
+        run.drain()
+
+    tone = encode("wav", "pcm_s16le", rate=16_000, layout="mono")
+    ask("tone", [tone])
+    ask("silence", [_silence()])
+    ask("none", [], clips=0)
+    # One second at 40 ms a token: 25 audio tokens between <start_of_audio> and
+    # <end_of_audio>, added to the prompt of the same text without audio.
+    heard = run.started("tone").prompt_tokens - run.started("none").prompt_tokens
+    assert heard == 25 + 2
+    assert run.started("silence").prompt_tokens == run.started("tone").prompt_tokens
+    assert run.text("tone") and run.events("tone")[-1].finish_reason == "length"
+    # The prefix cache tells clips apart: the same tokens with other audio are not
+    # served from the cache.
+    assert run.started("silence").cached_tokens == 0
+    # Same tokens, other audio: the audio encoder's output is in the prompt's input
+    # embeddings (the random weights' text barely changes, the embeddings do).
+    embeds = {}
+    for name, clip in (("tone", tone), ("again", tone), ("silence", _silence())):
+        audio = {"type": "audio", "format": "wav", "payload": 0}
+        messages = [{"role": "user", "content": [audio, {"type": "text", "text": "hi"}]}]
+        prompt = run.backend._prompt(Generate(request_id=name, messages=messages), [clip])
+        embeds[name] = np.array(prompt.kwargs["inputs_embeds"])
+    assert np.array_equal(embeds["tone"], embeds["again"])
+    assert not np.allclose(embeds["tone"], embeds["silence"])
+
+    # Gemma 4's processor takes several clips, each with its own markers.
+    ask("two", [tone, _silence()], clips=2)
+    assert run.started("two").prompt_tokens == run.started("none").prompt_tokens + 2 * heard
+    # A processor that takes one clip per prompt (mlx-vlm would drop the others).
+    run.backend.processor.supports_multiple_audio = False
+    ask("one only", [tone, tone], clips=2)
+    (error,) = run.events("one only")
+    assert getattr(error, "code", None) == "too_many_audio_clips"
+    run.backend.processor.supports_multiple_audio = True
+    ask("noise", [b"not audio at all"])
+    (error,) = run.events("noise")
+    assert getattr(error, "status", None) == 400
+    assert "messages[0].content[0].input_audio" in getattr(error, "message", "")
