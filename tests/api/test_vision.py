@@ -34,6 +34,7 @@ VL = "tiny-vl"  # may fetch from loopback (the test server)
 STRICT = "tiny-vl-strict"  # the default: private addresses refused
 SMALL = "tiny-vl-small"  # max_image_mb: 0.01
 LM = "lab/fake/ok"  # a fake language model: takes no images
+OMNI = "tiny-omni"  # a Gemma 4 with an audio encoder
 FORMATS: list[tuple[str, dict[str, Any]]] = [
     ("PNG", {}),
     ("JPEG", {"quality": 90}),
@@ -92,7 +93,7 @@ def images() -> Iterator[ImageServer]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def app(tiny_vlm_path: Path) -> AsyncIterator[Starlette]:
+async def app(tiny_vlm_path: Path, tiny_omni_path: Path) -> AsyncIterator[Starlette]:
     vlm = {"model_path": str(tiny_vlm_path), "model_type": "vlm"}
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
@@ -103,6 +104,7 @@ async def app(tiny_vlm_path: Path) -> AsyncIterator[Starlette]:
                 **vlm, served_model_name=SMALL, allow_private_image_urls=True, max_image_mb=0.01
             ),
             ModelConfig(model_path=LM, served_model_name=LM),
+            ModelConfig(model_path=str(tiny_omni_path), model_type="vlm", served_model_name=OMNI),
         ],
     )
     app = create_app(config, command=command)
@@ -291,3 +293,30 @@ async def test_input_audio_that_is_not_base64_is_400(http: httpx.AsyncClient) ->
     assert status == 400
     assert error["param"] == "messages[0].content[0].input_audio.data"
     assert "base64" in error["message"]
+
+
+async def test_input_audio_to_an_omni_model(sdk: openai.AsyncOpenAI) -> None:
+    tone = await describe(sdk, with_audio(wav_tone()), model=OMNI)
+    plain = await describe(
+        sdk,
+        [{"role": "user", "content": [{"type": "text", "text": "what is said here?"}]}],
+        model=OMNI,
+    )
+    assert tone.choices[0].finish_reason == "length" and tone.choices[0].message.content
+    assert tone.usage is not None and plain.usage is not None
+    # One second of audio: 25 audio tokens and their two markers in the prompt.
+    assert tone.usage.prompt_tokens == plain.usage.prompt_tokens + 27
+    # Streamed, with an image beside the audio.
+    image = {"type": "image_url", "image_url": {"url": data_url(picture())}}
+    messages = with_audio(wav_tone())
+    messages[0]["content"].insert(0, image)
+    stream = await sdk.chat.completions.create(
+        model=OMNI,
+        messages=messages,
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens > tone.usage.prompt_tokens
