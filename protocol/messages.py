@@ -99,7 +99,9 @@ class Generate(Message, tag="generate"):
 
     Images (vision models): a message's image part reads ``{"type": "image",
     "detail": "auto"|"low"|"high"}`` and ``images[k]`` is the index of the payload
-    frame holding the file of the ``k``-th image part, in message order."""
+    frame holding the file of the ``k``-th image part, in message order. An audio
+    part (``input_audio``, omni models) reads ``{"type": "audio", "format": …,
+    "payload": f}``: ``f`` is the index of the payload frame holding its file."""
 
     request_id: str
     messages: list[dict[str, Any]] | None = None

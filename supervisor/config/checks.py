@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
+from mlx_gateway.supervisor.config.image import preset_model_type
 from mlx_gateway.supervisor.config.parser_names import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
 from mlx_gateway.supervisor.config.schema import (
     IMAGE_SIZE_MULTIPLE,
@@ -291,7 +292,15 @@ def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
 
 
 def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
-    """The image settings: one scale per LoRA, local LoRA files, a valid ``size``."""
+    """The image settings: a preset name that fits the model_type, one scale per LoRA,
+    local LoRA files, a valid ``size``."""
+    implied = preset_model_type(model.config_name) if model.config_name else None
+    if implied is not None and model.model_type != implied:
+        raise ctx.error(
+            (*here, "config_name"),
+            f"{model.config_name!r} is an edit preset (it serves /v1/images/edits); set "
+            f"model_type: {implied}, or name a generation preset",
+        )
     if model.lora_scales and len(model.lora_scales) != len(model.lora_paths):
         raise ctx.error(
             (*here, "lora_scales"),

@@ -63,7 +63,21 @@ class ImagePart(Struct, tag="image_url", tag_field="type"):
     image_url: ImageURL
 
 
-UserContent = str | list[TextPart | ImagePart]
+class InputAudio(Struct):
+    data: str
+    """The audio file, base64-encoded (no ``data:`` prefix)."""
+    format: str = "wav"
+    """OpenAI names ``wav`` and ``mp3``; any format FFmpeg reads is decoded."""
+
+
+class InputAudioPart(Struct, tag="input_audio", tag_field="type"):
+    """A content part ``{"type": "input_audio", "input_audio": {"data": ..., "format": ...}}``
+    (user messages only; vlm models with an audio encoder)."""
+
+    input_audio: InputAudio
+
+
+UserContent = str | list[TextPart | ImagePart | InputAudioPart]
 
 
 class FunctionCall(Struct):
