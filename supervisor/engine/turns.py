@@ -62,6 +62,8 @@ class TurnRequest:
     files: Sequence[bytes] = ()
     images: list[int] = field(default_factory=list)
     call_id_prefix: str = "call_"
+    thinking_budget: int | None = None
+    """Most tokens inside one thinking block (the worker closes it); ``None``: no limit."""
 
 
 # ---------------------------------------------------------------- events
@@ -222,6 +224,7 @@ class Turn:
                     chat_template_kwargs=turn.template_kwargs,
                     images=turn.images,
                     logprobs=turn.logprobs,
+                    thinking_budget=turn.thinking_budget,
                 )
             )
         starts = [
