@@ -11,6 +11,7 @@ closes by itself ends the count; a later block starts a new one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import mlx.core as mx
 
@@ -41,8 +42,8 @@ class ThinkingBudget:
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         if tokens.shape[-1] > self._seen:
-            for token in tokens[self._seen :].tolist():
-                self._observe(int(token))
+            for token in cast(list[int], tokens[self._seen :].tolist()):
+                self._observe(token)
             self._seen = tokens.shape[-1]
         if not self._forcing:
             return logits
