@@ -9,7 +9,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import httpx2
 import openai
 import pytest
 import pytest_asyncio
@@ -153,3 +155,39 @@ async def test_summarize_keeps_the_system_and_the_last_six(sdk: openai.AsyncOpen
     )
     assert last_six.usage is not None
     assert last_six.usage.prompt_tokens < reply.usage.prompt_tokens
+
+
+async def test_truncate_on_the_responses_and_messages_apis(
+    app: Starlette, sdk: openai.AsyncOpenAI
+) -> None:
+    items = [m for m in conversation() if m["role"] != "system"]
+    raw = await sdk.responses.with_raw_response.create(
+        model="truncating",
+        instructions=SYSTEM["content"],
+        input=items,
+        max_output_tokens=MAX_TOKENS,
+    )
+    assert raw.headers["x-context-overflow"].startswith("truncate; dropped_messages=")
+    response = raw.parse()
+    assert response.status in ("completed", "incomplete")  # answered, not a 400
+    assert response.usage is not None
+    assert response.usage.input_tokens + MAX_TOKENS <= LIMIT
+
+    client = anthropic.AsyncAnthropic(
+        base_url="http://gw",
+        api_key="unused",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://gw"),
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    message = await client.messages.with_raw_response.create(
+        model="truncating", max_tokens=MAX_TOKENS, system=SYSTEM["content"], messages=items
+    )
+    assert message.headers["x-context-overflow"].startswith("truncate; dropped_messages=")
+    parsed = await message.parse()
+    assert parsed.usage.input_tokens + MAX_TOKENS <= LIMIT
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        await client.messages.create(
+            model="strict", max_tokens=MAX_TOKENS, system=SYSTEM["content"], messages=items
+        )
+    assert "prompt is too long" in str(caught.value)  # Anthropic's wording
