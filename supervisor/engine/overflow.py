@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from uuid import uuid4
 
 from mlx_gateway.protocol.messages import CountTokens, Done, SamplingParams
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
@@ -44,8 +45,9 @@ Summarizer = Callable[[Messages, int], Awaitable[str]]
 
 async def count_tokens(handle: ModelHandle, messages: Messages, kwargs: dict[str, Any]) -> int:
     """The prompt tokens of ``messages`` as the worker renders them."""
-    msg = CountTokens(request_id="", messages=messages, chat_template_kwargs=kwargs)
-    msg.request_id = f"count-{id(msg):x}"
+    msg = CountTokens(
+        request_id=f"count-{uuid4().hex}", messages=messages, chat_template_kwargs=kwargs
+    )
     tokens: int | None = None
     async with WorkerCall(handle, msg) as call:
         async for reply in call:
