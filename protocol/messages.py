@@ -118,6 +118,10 @@ class Generate(Message, tag="generate"):
     """Parse tool calls with the tokenizer's own parser (mlx-lm's, for the format
     its chat template shows): their text is withheld and each call arrives in
     :attr:`Chunk.tool_calls` instead."""
+    thinking_budget: int | None = None
+    """Most tokens the model may generate inside one thinking block: at the limit the
+    worker forces the end-of-thinking marker and the model goes on with its answer
+    (``None``: no limit; ``0``: close a block as soon as it opens)."""
 
 
 class Embed(Message, tag="embed"):

@@ -93,6 +93,7 @@ from mlx_gateway.workers.sampling import (
     make_request_sampler,
 )
 from mlx_gateway.workers.solo import SoloDecode, private_copy, supports_solo
+from mlx_gateway.workers.thinking_budget import make_thinking_budget
 from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.tool_scan import ToolScan, make_tool_scan
 
@@ -272,6 +273,10 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if request.constraint is not None:
             assert self.grammars is not None
             processors.append(self.grammars.processor(request.constraint, prompt))
+        reasoning = request.messages is not None and opens_thinking(self.tokenizer, prompt)
+        budget = make_thinking_budget(self.tokenizer, request.thinking_budget, prompt, reasoning)
+        if budget is not None:
+            processors.append(budget)
         active = _Active(
             request_id=request.request_id,
             prompt=prompt,
@@ -292,7 +297,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             Started(
                 request_id=active.request_id,
                 prompt_tokens=len(prompt),
-                reasoning=request.messages is not None and opens_thinking(self.tokenizer, prompt),
+                reasoning=reasoning,
             )
         )
 

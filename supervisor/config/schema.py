@@ -226,6 +226,11 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ``gemma4``, ``mistral``, ``kimi``, ``longcat``, ``seed``, or an alias such as
     ``qwen3``, ``deepseek_r1``); ``auto``: those in its vocabulary; ``none``: keep
     thinking in the answer text."""
+    context_overflow: Literal["error", "truncate", "summarize"] = "error"
+    """Language and vision models: what a chat prompt too long for the context
+    becomes: a 400 ``context_length_exceeded`` (``error``); the conversation without
+    its oldest non-system turns (``truncate``); or its older messages summarized by
+    the model itself, keeping the system messages and the last 6 (``summarize``)."""
     preload_openblas: bool | None = None
     """Overrides ``server.preload_openblas`` for this model's worker."""
     python: str | None = None

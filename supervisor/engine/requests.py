@@ -37,6 +37,7 @@ N = Annotated[int, Meta(ge=1, le=16)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 TokenId = Annotated[int, Meta(ge=0, le=INT32_MAX)]
 Seed = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+ThinkingBudget = Annotated[int, Meta(ge=0, le=INT32_MAX)]
 
 # ---------------------------------------------------------------- chat messages
 
@@ -172,7 +173,12 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
     reasoning_effort: str | None = None
-    """``none`` turns a hybrid model's thinking off; other values turn it on."""
+    """``none``/``minimal`` turn a hybrid model's thinking off; other values turn it
+    on (``low`` and ``medium`` with a thinking budget; see :mod:`.thinking`)."""
+    enable_thinking: bool | None = None
+    """mlx-vlm's field: the chat template's ``enable_thinking`` (wins over the effort)."""
+    thinking_budget: ThinkingBudget | None = None
+    """Most tokens inside a thinking block; then it is closed and the model answers."""
 
 
 class CompletionRequest(SamplingFields, kw_only=True):

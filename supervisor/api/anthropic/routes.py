@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import CountTokens, Done
 from mlx_gateway.supervisor.api.anthropic import betas
-from mlx_gateway.supervisor.api.anthropic.convert import thinking_switch, to_chat, tool_spec
+from mlx_gateway.supervisor.api.anthropic.convert import thinking_of, to_chat, tool_spec
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.conversation import for_template
@@ -131,10 +131,12 @@ async def create_message(request: Request) -> Response:
         top_p=req.top_p,
         top_k=req.top_k,
     )
+    thinking = thinking_of(req.thinking, req.enable_thinking, req.thinking_budget)
     turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(fields, handle.config),
-        template_kwargs=template_kwargs(None, tools, thinking_switch(req.thinking)),
+        template_kwargs=template_kwargs(None, tools, thinking.enabled),
+        thinking_budget=thinking.budget,
         tools=tools,
         stops=[s for s in req.stop_sequences or [] if s],
         files=inputs.files,
@@ -191,7 +193,7 @@ async def count_tokens(request: Request) -> Response:
     msg = CountTokens(
         request_id=f"count-{uuid4().hex}",
         messages=for_template(to_chat(req.system, req.messages)),
-        chat_template_kwargs=template_kwargs(None, tools, thinking_switch(req.thinking)),
+        chat_template_kwargs=template_kwargs(None, tools, thinking_of(req.thinking).enabled),
     )
 
     async def count() -> int:

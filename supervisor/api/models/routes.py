@@ -13,6 +13,7 @@ from mlx_gateway.supervisor.config.image import IMAGE_KIND
 from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.errors import ModelNotFound
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.model_files import configured_context_window
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CREATED = int(time.time())
@@ -34,6 +35,11 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
         entry.setdefault(key, value)
     entry.setdefault("aliases", list(handle.config.aliases))
     entry.setdefault("model_type", handle.config.model_type)
+    window = handle.facts.context_length if handle.facts is not None else None
+    if window is None:
+        window = configured_context_window(handle.config)
+    if window is not None:
+        entry.setdefault("context_window", window)
     if kind_of(handle) == IMAGE_KIND:  # how far each image request got
         entry.setdefault("progress", progress_of(handle.name))
     return entry

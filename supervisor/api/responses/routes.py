@@ -18,7 +18,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.supervisor.api.chat.routes import thinking_of
 from mlx_gateway.supervisor.api.responses.convert import new_id, output_items, stored_input, to_chat
 from mlx_gateway.supervisor.api.responses.events import ResponseBuilder
 from mlx_gateway.supervisor.api.responses.schemas import (
@@ -35,6 +34,7 @@ from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
+from mlx_gateway.supervisor.engine.thinking import from_effort
 from mlx_gateway.supervisor.engine.tools import OutputSpec, checked_spec
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
 from mlx_gateway.supervisor.engine.vision_input import prepare_images
@@ -150,6 +150,7 @@ async def create_response(request: Request) -> Response:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     inputs = await prepare_images(request, handle, for_template([*system, *earlier, *new_messages]))
     effort = req.reasoning.effort if req.reasoning else None
+    thinking = from_effort(effort, req.enable_thinking, req.thinking_budget)
     fields = SamplingFields(
         model=req.model,
         max_tokens=req.max_output_tokens,
@@ -166,7 +167,8 @@ async def create_response(request: Request) -> Response:
     turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(fields, handle.config),
-        template_kwargs=template_kwargs(req.chat_template_kwargs, spec, thinking_of(effort)),
+        template_kwargs=template_kwargs(req.chat_template_kwargs, spec, thinking.enabled),
+        thinking_budget=thinking.budget,
         tools=spec,
         output=_output_spec(req),
         logprobs=(req.top_logprobs or 0) if logprobs else None,

@@ -18,6 +18,7 @@ from mlx_gateway.supervisor.engine.requests import (
     Penalty,
     RepetitionPenalty,
     Temperature,
+    ThinkingBudget,
     TopK,
     TopP,
 )
@@ -95,6 +96,10 @@ class ResponsesRequest(Struct, kw_only=True):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    enable_thinking: bool | None = None
+    """The chat template's ``enable_thinking`` (wins over ``reasoning.effort``)."""
+    thinking_budget: ThinkingBudget | None = None
+    """Most tokens inside a thinking block (wins over ``reasoning.effort``'s)."""
 
 
 # ---------------------------------------------------------------- input items
