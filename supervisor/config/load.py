@@ -11,7 +11,7 @@ import msgspec
 from mlx_gateway.supervisor.config.checks import _check
 from mlx_gateway.supervisor.config.context import _Ctx
 from mlx_gateway.supervisor.config.convert import _convert
-from mlx_gateway.supervisor.config.keys import _SERVER_KEYS
+from mlx_gateway.supervisor.config.keys import _SERVER_KEYS, _SERVER_RENAMES
 from mlx_gateway.supervisor.config.normalize import _normalize, _normalize_server
 from mlx_gateway.supervisor.config.schema import (
     ConfigError,
@@ -90,7 +90,7 @@ def override_server(config: GatewayConfig, **overrides: Any) -> GatewayConfig:
     ctx = _Ctx(None, Path.cwd(), {})
     given = {key: value for key, value in overrides.items() if value is not None}
     for key in given:
-        if key not in _SERVER_KEYS:
+        if key not in _SERVER_KEYS and key not in _SERVER_RENAMES:
             raise ctx.unknown_key(("server",), key, _SERVER_KEYS)
     changed = _normalize_server(ctx, [(("server", key), value) for key, value in given.items()])
     fields = {**msgspec.structs.asdict(config.server), **changed}
