@@ -174,6 +174,19 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
     log.info("gateway stopped")
 
 
+def configure_logging(config: GatewayConfig) -> None:
+    """The gateway's logging as ``config.server`` says: stderr, and the log file
+    (rotated) when one is set."""
+    server = config.server
+    setup_logging(
+        server.log_level,
+        server.log_format,
+        file=log_file_path(server.log_file, server.log_path, server.no_log_file),
+        rotate_bytes=parse_size(server.log_rotation),
+        keep=server.log_retention,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
@@ -188,14 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
             return 2
-        server = config.server
-        setup_logging(
-            server.log_level,
-            server.log_format,
-            file=log_file_path(server.log_file, server.log_path, server.no_log_file),
-            rotate_bytes=parse_size(server.log_rotation),
-            keep=server.log_retention,
-        )
+        configure_logging(config)
         asyncio.run(serve(config, config_path=args.config, watch=args.watch))
     return 0
 
