@@ -81,9 +81,7 @@ LAUNCH_FLAGS: tuple[Flag, ...] = (
     Flag(("--prefill-step-size",), "batch_prefill_step_size", "model", int, "prefill chunk"),
     Flag(("--queue-timeout",), "queue_timeout", "model", float, "seconds a request may wait"),
     Flag(("--queue-size",), "queue_size", "model", int, "requests that may wait"),
-    Flag(
-        ("--prompt-cache-size",), "prompt_cache_size", "model", int, "prompt cache entries kept"
-    ),
+    Flag(("--prompt-cache-size",), "prompt_cache_size", "model", int, "prompt cache entries kept"),
     Flag(
         ("--max-bytes", "--prompt-cache-bytes"),
         "prompt_cache_max_bytes",
@@ -123,9 +121,7 @@ LAUNCH_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(("--config-name",), "config_name", "model", str, "image models: mflux preset"),
     Flag(("--quantize",), "quantize", "model", int, "image models: quantize bits"),
-    Flag(
-        ("--lora-paths",), "lora_paths", "model", _str_list, "image models: LoRA files (a,b)"
-    ),
+    Flag(("--lora-paths",), "lora_paths", "model", _str_list, "image models: LoRA files (a,b)"),
     Flag(("--lora-scales",), "lora_scales", "model", _float_list, "image models: LoRA scales"),
     Flag(
         ("--draft-model-path", "--draft-model"),
@@ -153,7 +149,7 @@ LAUNCH_FLAGS: tuple[Flag, ...] = (
 ``--log-level`` and ``--log-format`` (declared in cli.py)."""
 
 
-def add_launch_flags(parser: argparse.ArgumentParser) -> None:
+def add_launch_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """Declare every flag of :data:`LAUNCH_FLAGS` on ``parser``."""
     for flag in LAUNCH_FLAGS:
         dest = f"flag_{flag.section}_{flag.key}"

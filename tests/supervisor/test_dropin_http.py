@@ -65,36 +65,39 @@ def test_health_has_mlx_vlm_fields() -> None:
 
 
 def test_unload_stops_every_idle_model_and_keeps_busy_ones() -> None:
-    with LiveGateway({"model_path": A}, {"model_path": B}, shutdown_grace=0.5) as gw:
-        with httpx.Client(base_url=gw.url, timeout=30) as http:
-            for name in (A, B):
-                assert http.post(f"/v1/models/{name}/load").status_code == 200
-            # B busy with a request that never ends on its own.
-            busy = {"model": B, "messages": [{"role": "user", "content": "hang"}], "stream": True}
-            done = threading.Event()
+    with (
+        LiveGateway({"model_path": A}, {"model_path": B}, shutdown_grace=0.5) as gw,
+        httpx.Client(base_url=gw.url, timeout=30) as http,
+    ):
+        for name in (A, B):
+            assert http.post(f"/v1/models/{name}/load").status_code == 200
+        # B busy with a request that never ends on its own.
+        busy = {"model": B, "messages": [{"role": "user", "content": "hang"}], "stream": True}
+        done = threading.Event()
 
-            def hold() -> None:
-                try:
-                    with http.stream("POST", "/v1/chat/completions", json=busy) as r:
-                        for _ in r.iter_lines():
-                            pass
-                except httpx.HTTPError:
-                    pass
-                done.set()
+        def hold() -> None:
+            try:
+                with http.stream("POST", "/v1/chat/completions", json=busy) as r:
+                    for _ in r.iter_lines():
+                        pass
+            except httpx.HTTPError:
+                pass
+            done.set()
 
-            holder = threading.Thread(target=hold)
-            holder.start()
-            wait_for(lambda: gw.registry.resolve(B).inflight == 1)
-            reply = httpx.post(f"{gw.url}/unload", timeout=30)
-            assert reply.status_code == 200, reply.text
-            assert reply.json()["unloaded"] == [A]
-            assert reply.json()["busy"] == [B]
-            states = {n: s["state"] for n, s in httpx.get(f"{gw.url}/health").json()["models"].items()}
-            assert states == {A: "unloaded", B: "ready"}
-            # Now B is unloaded by force through its own route; the stream ends.
-            assert http.post(f"/v1/models/{B}/unload", json={"force": True}).status_code == 200
-            assert done.wait(30)
-            holder.join(30)
+        holder = threading.Thread(target=hold)
+        holder.start()
+        wait_for(lambda: gw.registry.resolve(B).inflight == 1)
+        reply = httpx.post(f"{gw.url}/unload", timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["unloaded"] == [A]
+        assert reply.json()["busy"] == [B]
+        models = httpx.get(f"{gw.url}/health").json()["models"]
+        states = {name: status["state"] for name, status in models.items()}
+        assert states == {A: "unloaded", B: "ready"}
+        # Now B is unloaded by force through its own route; the stream ends.
+        assert http.post(f"/v1/models/{B}/unload", json={"force": True}).status_code == 200
+        assert done.wait(30)
+        holder.join(30)
 
 
 def test_unload_is_an_admin_endpoint() -> None:
