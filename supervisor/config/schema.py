@@ -168,6 +168,9 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prefilled, the request waits for a slot) before the gateway sends a keep-alive:
     an SSE comment (OpenAI APIs, with the prefill progress) or an ``event: ping``
     (Anthropic Messages)."""
+    serve_hub_cache: bool = False
+    """List and serve every MLX model already in the local Hugging Face cache, by
+    its repo id, with default settings (``config/hub_cache.py``)."""
     peers: list[PeerConfig] = []
     """Other gateways (or OpenAI-compatible servers) whose models this one lists and
     forwards requests to (docs/cluster.md)."""

@@ -5,13 +5,18 @@ TCP (:class:`LiveGateway`), fake workers over real ZeroMQ."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
+import huggingface_hub.constants
 import openai
 import pytest
+
+from mlx_gateway.supervisor.config import load_config
 
 from .live import LiveGateway
 
@@ -108,3 +113,53 @@ def test_unload_is_an_admin_endpoint() -> None:
         admin = httpx.post(f"{gw.url}/unload", headers={"Authorization": "Bearer admin-key"})
         assert admin.status_code == 200
         assert admin.json() == {"status": "ok", "unloaded": [], "busy": []}
+
+
+def cached_repo(cache: Path, repo_id: str, config: dict[str, Any], weights: bool = True) -> None:
+    """A repo as huggingface_hub leaves it in its cache (refs/main → snapshot)."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    (snapshot / "config.json").write_text(json.dumps(config))
+    if weights:
+        (snapshot / "model.safetensors").write_bytes(b"")
+
+
+def test_serve_hub_cache_lists_and_serves_cached_mlx_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "hub"
+    quantized = {"model_type": "qwen3", "quantization": {"bits": 4, "group_size": 64}}
+    cached_repo(cache, "lab/ok", quantized)  # an MLX conversion (quantization block)
+    cached_repo(cache, "mlx-community/vision-ok", {"model_type": "qwen2_5_vl", "vision_config": {}})
+    cached_repo(cache, "torch/ok", {"model_type": "llama"})  # not MLX
+    cached_repo(cache, "mlx-community/whisper-tiny", {"model_type": "whisper"})  # not chat
+    cached_repo(cache, "mlx-community/no-weights", quantized, weights=False)  # incomplete
+    cached_repo(cache, "mlx-community/configured", quantized)  # served by the file already
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    file = tmp_path / "config.yaml"
+    file.write_text(
+        "server:\n  serve_hub_cache: true\n"
+        "models:\n  - model_path: mlx-community/configured\n    served_model_name: mine\n"
+    )
+    config = load_config(file)
+    kinds = {m.served_model_name: m.model_type for m in config.models}
+    assert kinds == {"mine": "lm", "lab/ok": "lm", "mlx-community/vision-ok": "vlm"}
+    # Off by default: the same file without the switch serves only its own model.
+    file.write_text(file.read_text().replace("true", "false"))
+    assert [m.served_model_name for m in load_config(file).models] == ["mine"]
+
+    with LiveGateway(config=config) as gw:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="none", max_retries=0)
+        assert sorted(m.id for m in client.models.list().data) == [
+            "lab/ok",
+            "mine",
+            "mlx-community/vision-ok",
+        ]
+        chat = client.chat.completions.create(
+            model="lab/ok", messages=[{"role": "user", "content": "say from the cache"}]
+        )
+        assert chat.choices[0].message.content == "from the cache"
+        assert chat.model == "lab/ok"
