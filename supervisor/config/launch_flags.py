@@ -98,6 +98,14 @@ LAUNCH_FLAGS: tuple[Flag, ...] = (
         int,
         "tokens before the KV cache is quantized",
     ),
+    Flag(
+        ("--max-kv-size",),
+        "max_kv_size",
+        "model",
+        int,
+        "rotating KV cache of this many tokens",
+        origin="mlx-vlm, mlx_lm.generate",
+    ),
     Flag(("--tool-call-parser",), "tool_call_parser", "model", str, "tool-call format"),
     Flag(("--reasoning-parser",), "reasoning_parser", "model", str, "reasoning format"),
     Flag(

@@ -40,6 +40,7 @@ CASES: dict[str, tuple[list[str], str | None, Any]] = {
     "--kv-bits": (["8"], "model.kv_bits", 8),
     "--kv-group-size": (["32"], "model.kv_group_size", 32),
     "--quantized-kv-start": (["100"], "model.quantized_kv_start", 100),
+    "--max-kv-size": (["1024"], "model.max_kv_size", 1024),
     "--tool-call-parser": (["qwen3"], "model.tool_call_parser", "qwen3"),
     "--reasoning-parser": (["qwen3"], "model.reasoning_parser", "qwen3"),
     "--enable-auto-tool-choice": ([], None, None),
