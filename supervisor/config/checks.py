@@ -47,6 +47,11 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
         budget_bytes(config.server.memory_budget, total=1)
     except ValueError as exc:
         raise ctx.error(("server", "memory_budget"), str(exc)) from None
+    try:
+        if parse_size(config.server.log_rotation) <= 0:
+            raise ValueError(f"expected a size > 0, got {config.server.log_rotation!r}")
+    except ValueError as exc:
+        raise ctx.error(("server", "log_rotation"), str(exc)) from None
     for i, model in enumerate(config.models):
         if model.memory_estimate is not None:
             try:

@@ -31,11 +31,6 @@ _DURATION_KEYS = frozenset(
 _SERVER_RENAMES = {"model_load_timeout": "start_timeout"}
 _SERVER_IGNORED = frozenset(
     {
-        "log_file",
-        "no_log_file",
-        "log_rotation",
-        "log_retention",
-        "log_path",
         "max_loaded_models",
         "model_starting_port",
         "enable_status_page",
@@ -77,6 +72,7 @@ _MODEL_IGNORED = frozenset(
         "prompt_cache_dir",
         "draft_model_path",
         "num_draft_tokens",
+        "adapter_path",
         "default_presence_penalty",
         "default_xtc_probability",
         "default_xtc_threshold",

@@ -112,6 +112,17 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: _LogLevel = "info"
     log_format: Literal["text", "json"] = "text"
     """``json``: one JSON object per log line (ts, level, logger, model, message)."""
+    log_file: str | None = None
+    """Also write the log to this file (same format), rotated at ``log_rotation``."""
+    log_path: str | None = None
+    """A directory: log to ``app.log`` there (mlx-openai-server's key); ``log_file``
+    wins when both are set."""
+    no_log_file: bool = False
+    """``true``: no log file even when ``log_file`` or ``log_path`` is set."""
+    log_rotation: str | int = "10MB"
+    """Size at which the log file is rotated (``app.log`` → ``app.log.1`` …)."""
+    log_retention: Annotated[int, msgspec.Meta(ge=0)] = 5
+    """Rotated log files kept beside the current one."""
     api_keys: list[_ApiKey] = []
     """Keys clients must send (``Authorization: Bearer`` or ``x-api-key``); empty:
     no authentication. ``/health`` stays open."""
@@ -157,6 +168,9 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prefilled, the request waits for a slot) before the gateway sends a keep-alive:
     an SSE comment (OpenAI APIs, with the prefill progress) or an ``event: ping``
     (Anthropic Messages)."""
+    serve_hub_cache: bool = False
+    """List and serve every MLX model already in the local Hugging Face cache, by
+    its repo id, with default settings (``config/hub_cache.py``)."""
     peers: list[PeerConfig] = []
     """Other gateways (or OpenAI-compatible servers) whose models this one lists and
     forwards requests to (docs/cluster.md)."""

@@ -1,4 +1,5 @@
-"""Admin endpoints: ``POST /v1/models/{id}/load``, ``…/unload`` and ``…/pin``.
+"""Admin endpoints: ``POST /v1/models/{id}/load``, ``…/unload`` and ``…/pin``, and
+``POST /unload`` (every idle model).
 
 ``load`` starts the model now (through the memory budget) and clears a failure
 backoff; ``unload`` stops it, refusing (409) while it is busy unless the query or
@@ -55,6 +56,15 @@ async def unload_model(request: Request) -> Response:
     force = force or (await _options(request, UnloadOptions, "force")).force
     handle = await request.app.state.registry.unload(request.path_params["model_id"], force=force)
     return JSONResponse(model_object(handle))
+
+
+async def unload_all(request: Request) -> Response:
+    """``POST /unload`` (mlx-vlm's server): stop every idle ready model; busy ones
+    keep running. ``{"unloaded": [names], "busy": [names]}``."""
+    registry = request.app.state.registry
+    stopped = await registry.unload_idle()
+    busy = [h.name for h in registry.handles if not h.idle]
+    return JSONResponse({"status": "ok", "unloaded": [h.name for h in stopped], "busy": busy})
 
 
 async def pin_model(request: Request) -> Response:
