@@ -6,7 +6,8 @@ matrices) never travels inside a message: it follows the header as separate fram
 (see :mod:`mlx_gateway.protocol.frames`), and a message refers to it by index.
 
 Per request the worker answers with one :class:`Started` (or an :class:`Error`
-that rejects the request), zero or more :class:`Chunk` (possibly coalesced into one
+that rejects the request), zero or more :class:`Prefilled` (progress of a long
+prompt), zero or more :class:`Chunk` (possibly coalesced into one
 :class:`Batch` per generation step) and then exactly one :class:`Done` or
 :class:`Error` carrying the same ``request_id``.
 """
@@ -100,7 +101,9 @@ class Generate(Message, tag="generate"):
 
     Images (vision models): a message's image part reads ``{"type": "image",
     "detail": "auto"|"low"|"high"}`` and ``images[k]`` is the index of the payload
-    frame holding the file of the ``k``-th image part, in message order."""
+    frame holding the file of the ``k``-th image part, in message order. An audio
+    part (``input_audio``, omni models) reads ``{"type": "audio", "format": …,
+    "payload": f}``: ``f`` is the index of the payload frame holding its file."""
 
     request_id: str
     messages: list[dict[str, Any]] | None = None
@@ -117,6 +120,10 @@ class Generate(Message, tag="generate"):
     """Parse tool calls with the tokenizer's own parser (mlx-lm's, for the format
     its chat template shows): their text is withheld and each call arrives in
     :attr:`Chunk.tool_calls` instead."""
+    thinking_budget: int | None = None
+    """Most tokens the model may generate inside one thinking block: at the limit the
+    worker forces the end-of-thinking marker and the model goes on with its answer
+    (``None``: no limit; ``0``: close a block as soon as it opens)."""
 
 
 class Embed(Message, tag="embed"):
@@ -256,6 +263,17 @@ class Started(Message, tag="started"):
     the output starts with reasoning."""
 
 
+class Prefilled(Message, tag="prefilled"):
+    """Prefill progress of a long prompt: ``done`` of its ``total`` tokens are in the
+    KV cache (prompt-cache hits included). Sent after each prefill slice that leaves
+    more to do, between :class:`Started` and the first :class:`Chunk`; a prompt read
+    in one slice gets none. The gateway shows it in its stream keep-alives."""
+
+    request_id: str
+    done: int
+    total: int
+
+
 class Chunk(Message, tag="chunk"):
     """New output for one request. ``text`` is detokenized and never contains a
     (partial) stop sequence."""
@@ -375,6 +393,7 @@ Reply = (
     | Progress
     | Heartbeat
     | Started
+    | Prefilled
     | Chunk
     | Batch
     | Embeddings

@@ -7,12 +7,19 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import Response
 
 from mlx_gateway.supervisor.api import exception_handlers, routes
+from mlx_gateway.supervisor.api.anthropic.routes import anthropic_error
 from mlx_gateway.supervisor.config import GatewayConfig
+from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.log_hub import LogHub
 from mlx_gateway.supervisor.http.middleware import middleware_for
 from mlx_gateway.supervisor.http.recorder import Recorder
+from mlx_gateway.supervisor.http.replies import error_response
+from mlx_gateway.supervisor.peers.directory import PeerDirectory
+from mlx_gateway.supervisor.peers.middleware import PeerMiddleware
 from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 
@@ -33,24 +40,41 @@ def create_app(
         root.addHandler(hub)
         app.state.log_hub = hub
         registry = Registry(config, command=command, worker_env=worker_env)
+        server = config.server
+        peers = PeerDirectory(
+            server.peers, interval=server.peer_check_interval, timeout=server.peer_timeout
+        )
         try:
             await registry.start()
+            await peers.start()
             app.state.registry = registry
+            app.state.peers = peers
             try:
                 yield
             finally:
                 await registry.close()
         finally:
+            await peers.close()
             root.removeHandler(hub)
 
     recorder = Recorder()
+    middleware = middleware_for(config, recorder)
+    if config.server.peers:
+        middleware.append(Middleware(PeerMiddleware, render_error=_error_reply))
     app = Starlette(
         routes=routes,
         exception_handlers=exception_handlers,
-        middleware=middleware_for(config, recorder),
+        middleware=middleware,
         lifespan=lifespan,
     )
     app.state.config = config
     app.state.metrics = recorder
     app.state.http_port = config.server.port
     return app
+
+
+def _error_reply(path: str, exc: GatewayError) -> Response:
+    """An error in the shape of the API at ``path``."""
+    if path.startswith("/v1/messages"):
+        return anthropic_error(exc)
+    return error_response(exc)

@@ -18,8 +18,10 @@ from mlx_gateway.supervisor.config import (
     load_config,
     override_server,
 )
+from mlx_gateway.supervisor.config.launch_flags import add_launch_flags, flag_values
+from mlx_gateway.supervisor.config.sizes import parse_size
 from mlx_gateway.supervisor.http.auth import exposure_warning
-from mlx_gateway.supervisor.logs import setup_logging
+from mlx_gateway.supervisor.logs import log_file_path, setup_logging
 
 log = logging.getLogger("mlx_gateway")
 
@@ -32,9 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     launch = sub.add_parser("launch", help="start the gateway")
     source = launch.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="YAML file listing the models to serve")
-    source.add_argument("--model-path", help="serve this one model (HF repo id or directory)")
-    launch.add_argument("--model-type", default="lm", help="with --model-path (default: lm)")
-    launch.add_argument("--served-model-name", help="with --model-path: the name clients use")
+    source.add_argument(
+        "--model-path",
+        "--model",
+        help="serve this one model (HF repo id or directory); --model as in mlx_lm.server",
+    )
     launch.add_argument("--host", help="override server.host")
     launch.add_argument("--port", type=int, help="override server.port")
     launch.add_argument("--log-level", help="override server.log_level")
@@ -44,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="reload the models when the config file changes (SIGHUP always reloads)",
     )
     launch.add_argument("--log-format", choices=("text", "json"), help="override server.log_format")
+    flags = launch.add_argument_group(
+        "one-model flags (mlx-openai-server's, mlx_lm.server's; docs/configuration.md)"
+    )
+    add_launch_flags(flags)
     status.add_parser(sub)
     pull.add_parser(sub)
     convert = sub.add_parser(
@@ -101,14 +109,23 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
     }
     from mlx_gateway.supervisor.pool.placement import check_fits
 
+    server_flags, model_flags = flag_values(args)
     if args.config:
-        config = override_server(load_config(args.config), **overrides)
+        if model_flags:
+            given = ", ".join(sorted(model_flags))
+            raise ConfigError(
+                f"{given}: per-model flags go with --model-path; with --config, "
+                "set them on the model in the file"
+            )
+        config = override_server(load_config(args.config), **overrides, **server_flags)
     else:
+        model_type = model_flags.pop("model_type", "lm")
         config = config_from_model_path(
             args.model_path,
-            model_type=args.model_type,
-            served_model_name=args.served_model_name,
+            model_type=model_type,
+            model_options=model_flags,
             **overrides,
+            **server_flags,
         )
     check_fits(config)  # warns about each model too big for the budget
     return config
@@ -157,6 +174,19 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
     log.info("gateway stopped")
 
 
+def configure_logging(config: GatewayConfig) -> None:
+    """The gateway's logging as ``config.server`` says: stderr, and the log file
+    (rotated) when one is set."""
+    server = config.server
+    setup_logging(
+        server.log_level,
+        server.log_format,
+        file=log_file_path(server.log_file, server.log_path, server.no_log_file),
+        rotate_bytes=parse_size(server.log_rotation),
+        keep=server.log_retention,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
@@ -171,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
             return 2
-        setup_logging(config.server.log_level, config.server.log_format)
+        configure_logging(config)
         asyncio.run(serve(config, config_path=args.config, watch=args.watch))
     return 0
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+import logging.handlers
+import os
 import sys
 from typing import Any, Literal
 
@@ -64,11 +66,42 @@ class JsonFormatter(logging.Formatter):
         return _encoder.encode(entry).decode()
 
 
-def setup_logging(level: str, fmt: Literal["text", "json"] = "text") -> None:
-    """Log to stderr at ``level`` in ``fmt``; replaces any earlier setup."""
-    handler = logging.StreamHandler(sys.stderr)
+def log_file_path(
+    log_file: str | None, log_path: str | None, no_log_file: bool = False
+) -> str | None:
+    """The file the log goes to besides stderr: ``log_file``, else ``app.log`` in
+    the ``log_path`` directory; ``None`` with ``no_log_file`` or neither set."""
+    if no_log_file:
+        return None
+    if log_file:
+        return log_file
+    return os.path.join(log_path, "app.log") if log_path else None
+
+
+def setup_logging(
+    level: str,
+    fmt: Literal["text", "json"] = "text",
+    *,
+    file: str | None = None,
+    rotate_bytes: int = 10 * 1024 * 1024,
+    keep: int = 5,
+) -> None:
+    """Log to stderr at ``level`` in ``fmt``, and to ``file`` when given (rotated
+    at ``rotate_bytes`` into ``file.1`` … ``file.<keep>``); replaces any earlier
+    setup. The file's folder is created."""
+    formatter: logging.Formatter
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        formatter = JsonFormatter()
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT, datefmt="%H:%M:%S"))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+        formatter = logging.Formatter(TEXT_FORMAT, datefmt="%H:%M:%S")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if file is not None:
+        os.makedirs(os.path.dirname(os.path.abspath(file)), exist_ok=True)
+        handlers.append(
+            logging.handlers.RotatingFileHandler(
+                file, maxBytes=rotate_bytes, backupCount=keep, encoding="utf-8"
+            )
+        )
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=level.upper(), handlers=handlers, force=True)

@@ -31,6 +31,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # the engine and the plumbing serve every surface and know none of them
     f"{S}.engine": (f"{S}.api", f"{S}.app"),
     f"{S}.http": (f"{S}.api", f"{S}.app"),
+    # peer gateways are reached over HTTP: no workers, no engine, no API surface
+    f"{S}.peers": (f"{S}.api", f"{S}.app", f"{S}.engine", f"{S}.pool"),
 }
 
 

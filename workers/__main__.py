@@ -15,6 +15,7 @@ import sys
 import msgspec
 
 from mlx_gateway.protocol.spec import WorkerSpec, decode_spec
+from mlx_gateway.workers.ring import follow, rank
 from mlx_gateway.workers.runtime import configure_logging, run
 
 
@@ -36,7 +37,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, WorkerSpec, int | No
 def main(argv: list[str] | None = None) -> None:
     endpoint, spec, parent_pid = parse_args(argv)
     configure_logging(spec.worker_id)
-    code = run(endpoint, spec, parent_pid)
+    if spec.options.get("distributed") and rank() > 0:
+        code = follow(spec)  # a rank of a sharded model other than 0: no sockets
+    else:
+        code = run(endpoint, spec, parent_pid)
     logging.shutdown()
     sys.stderr.flush()
     # Never through interpreter finalization: the MLX thread may be inside a long

@@ -240,6 +240,10 @@ class MLXThread(threading.Thread):
         try:
             if backend is None or spec.kind != self._spare_kind:
                 backend = create_backend(spec.kind)
+            if spec.options.get("distributed"):
+                from mlx_gateway.workers.ring import Leader
+
+                backend = Leader(backend)
             facts = backend.load(spec, self.emit)
         except LoadError as exc:
             return self._load_failed(str(exc))
@@ -296,10 +300,18 @@ def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
     watch = getattr(backend, "watch_inbox", None)
     if watch is not None:
         watch(inbox)
+    # A backend with ``idle_tick`` (rank 0 of a sharded model) is not left blocked
+    # while idle: every ``idle_interval`` seconds without a request it is ticked.
+    tick = getattr(backend, "idle_tick", None)
+    interval: float | None = getattr(backend, "idle_interval", None) if tick else None
     drain_until: float | None = None
     while True:
         block = drain_until is None and not backend.has_work()
-        for item in _take(inbox, block):
+        items = _take(inbox, block, interval)
+        if block and not items and tick is not None:
+            tick()
+            continue
+        for item in items:
             if isinstance(item, Abort):
                 backend.cancel_all()
                 return EXIT_OK
@@ -334,11 +346,17 @@ def serve(backend: Backend, inbox: queue.Queue[InboxItem], emit: Emit) -> int:
                 backend.fail_active(f"generation failed: {type(exc).__name__}: {exc}")
 
 
-def _take(inbox: queue.Queue[InboxItem], block: bool) -> list[InboxItem]:
-    """Everything in the inbox now; with ``block``, wait for at least one item."""
+def _take(
+    inbox: queue.Queue[InboxItem], block: bool, timeout: float | None = None
+) -> list[InboxItem]:
+    """Everything in the inbox now; with ``block``, wait for at least one item (at
+    most ``timeout`` seconds when given: then the list may be empty)."""
     items: list[InboxItem] = []
     if block:
-        items.append(inbox.get())
+        try:
+            items.append(inbox.get(timeout=timeout))
+        except queue.Empty:
+            return items
     while True:
         try:
             items.append(inbox.get_nowait())

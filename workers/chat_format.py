@@ -7,9 +7,13 @@ never sees the tokenizer or the chat template. The worker reports, once in
 * ``tool_parser``: the tool-call format mlx-lm inferred from the chat template or
   the vocabulary (its ``tool_parser_type``: ``json_tools``, ``qwen3_coder``,
   ``gemma4``, ``function_gemma``, ``mistral``, ``pythonic``, …), or ``llama3_json``
-  for Llama 3.1+ templates, which mlx-lm does not name;
+  for Llama 3.1+ templates, which mlx-lm does not name, or ``harmony`` for
+  gpt-oss's (channels), which it does not know;
 * ``think_start`` / ``think_end``: the thinking-block markers mlx-lm found in the
   vocabulary (``<think>``/``</think>`` and the variants of other families);
+
+* ``reasoning_parser``: ``harmony`` for a gpt-oss template (its analysis channel
+  is the reasoning);
 
 and per request (``Started.reasoning``) whether the rendered prompt ends inside an
 open thinking block, as templates with thinking enabled by default do.
@@ -28,6 +32,8 @@ def template_facts(tokenizer: Any) -> dict[str, str]:
     template = getattr(hf, "chat_template", None)
     if not parser and isinstance(template, str) and _is_llama3_tools(template):
         parser = "llama3_json"
+    if not parser and isinstance(template, str) and _is_harmony(template):
+        parser = facts["reasoning_parser"] = "harmony"
     if isinstance(parser, str) and parser:
         facts["tool_parser"] = parser
     start = getattr(tokenizer, "think_start", None)
@@ -43,6 +49,11 @@ def _is_llama3_tools(template: str) -> bool:
     return "<|start_header_id|>" in template and (
         "<|python_tag|>" in template or '"parameters"' in template
     )
+
+
+def _is_harmony(template: str) -> bool:
+    # gpt-oss: every message is <|start|>role<|channel|>name<|message|>text.
+    return "<|channel|>" in template and "<|message|>" in template
 
 
 def opens_thinking(tokenizer: Any, prompt: list[int]) -> bool:

@@ -2,7 +2,9 @@
 
 mflux has one class per model family, each with its own ``generate_image``
 arguments. A model entry names an mflux preset (``config_name``: ``schnell``,
-``flux2-klein-4b``, ``qwen-image-edit``, … or any alias mflux accepts); when it
+``flux2-klein-4b``, ``qwen-image-edit``, … or any alias mflux accepts; the gateway
+has already translated mlx-openai-server's names, see
+``supervisor/config/image.py``); when it
 does not, mflux infers the preset from ``model_path`` (``…/flux2-klein-4b-4bit``).
 The preset's registry key selects a :class:`Family` here, and the model entry's
 ``model_config`` mapping overrides fields of a copy of the preset's mflux
@@ -111,6 +113,14 @@ QWEN_EDIT = Family(
     negative_prompt=True,
     default_guidance=2.5,
 )
+FIBO = Family(
+    "fibo",
+    generator="mflux.models.fibo.variants.txt2img.fibo:FIBO",
+    editor=None,
+    latent_creator="mflux.models.fibo.latent_creator.fibo_latent_creator:FiboLatentCreator",
+    negative_prompt=True,
+    default_guidance=4.0,
+)
 
 FAMILIES: dict[str, Family] = {
     "schnell": FLUX1,
@@ -128,6 +138,7 @@ FAMILIES: dict[str, Family] = {
     "qwen-image": QWEN,
     "qwen-image-edit": QWEN_EDIT,
     "qwen-image-edit-2511": QWEN_EDIT,
+    "fibo": FIBO,
 }
 """mflux registry key → family: the presets this gateway knows how to call."""
 

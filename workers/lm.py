@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,7 @@ from mlx_gateway.protocol.messages import (
     Generate,
     Limits,
     ModelFacts,
+    Prefilled,
     Progress,
     Request,
     Started,
@@ -83,6 +85,7 @@ from mlx_gateway.workers.grammar import Grammars
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
 from mlx_gateway.workers.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
+from mlx_gateway.workers.prefill_pace import PrefillPace
 from mlx_gateway.workers.prompt_cache import PromptCache
 from mlx_gateway.workers.sampling import (
     LogitsProcessor,
@@ -91,6 +94,7 @@ from mlx_gateway.workers.sampling import (
     make_request_sampler,
 )
 from mlx_gateway.workers.solo import SoloDecode, private_copy, supports_solo
+from mlx_gateway.workers.thinking_budget import make_thinking_budget
 from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.tool_scan import ToolScan, make_tool_scan
 
@@ -125,6 +129,8 @@ class _Active(Active):
     """Set while the request decodes alone, outside the batch."""
     kv_reserved: int = 0
     """KV cache bytes its prompt and completion budget may take (admission)."""
+    decoding: bool = False
+    """The batch finished its prompt (it no longer takes prefill slices)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -153,6 +159,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         self.tool_prompt = ToolPrompt()
         """Whether the chat template renders tools (else the worker does; see
         :mod:`.tool_prompt`), found once at load."""
+        self.pace = PrefillPace(2048)
+        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
 
     # ------------------------------------------------------------ loading
 
@@ -168,15 +176,19 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if spec.chat_template_file:
             tokenizer_config["chat_template"] = _read_template(spec.chat_template_file)
         emit(Progress(stage="load", detail=str(path)))
-        model, tokenizer, config = cast(
-            tuple[Any, Any, dict[str, Any]],
-            load_model_and_tokenizer(
-                str(path),
-                tokenizer_config=tokenizer_config,
-                return_config=True,
-                trust_remote_code=spec.trust_remote_code,
-            ),
-        )
+        parallel = spec.options.get("distributed")
+        if parallel:
+            model, tokenizer, config = _sharded(str(path), parallel, tokenizer_config, spec)
+        else:
+            model, tokenizer, config = cast(
+                tuple[Any, Any, dict[str, Any]],
+                load_model_and_tokenizer(
+                    str(path),
+                    tokenizer_config=tokenizer_config,
+                    return_config=True,
+                    trust_remote_code=spec.trust_remote_code,
+                ),
+            )
         self.model, self.tokenizer = model, tokenizer
         self.kv = KvSettings.from_spec(spec)
         self.kv.check_model(config)
@@ -186,6 +198,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
         self._generator = self._new_generator()
+        self.pace = PrefillPace(spec.prefill_step_size)
         self.grammars = Grammars(tokenizer)
         if tokenizer.has_chat_template:
 
@@ -205,9 +218,15 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "caches; remove kv_bits (or max_kv_size) from this model's entry"
             )
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
+        cache_bytes = _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES)
+        if parallel == "pipeline" and cache_bytes:
+            # Each rank holds other layers, so the same cache takes other bytes on
+            # each, and a byte bound would evict different entries on different
+            # ranks (then their prefills differ and the group falls out of step).
+            log.info("prompt cache off: pipeline ranks cannot agree on its bytes")
+            cache_bytes = 0
         self.prompt_cache = PromptCache(
-            _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES),
-            _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES),
+            cache_bytes, _option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES)
         )
         if folder := spec.options.get("prompt_cache_dir"):
             kv = ",".join(f"{k}={spec.options.get(k)}" for k in sorted(kv_option_names(spec)))
@@ -273,6 +292,10 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if request.constraint is not None:
             assert self.grammars is not None
             processors.append(self.grammars.processor(request.constraint, prompt))
+        reasoning = request.messages is not None and opens_thinking(self.tokenizer, prompt)
+        budget = make_thinking_budget(self.tokenizer, request.thinking_budget, prompt, reasoning)
+        if budget is not None:
+            processors.append(budget)
         active = _Active(
             request_id=request.request_id,
             prompt=prompt,
@@ -293,7 +316,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             Started(
                 request_id=active.request_id,
                 prompt_tokens=len(prompt),
-                reasoning=request.messages is not None and opens_thinking(self.tokenizer, prompt),
+                reasoning=reasoning,
             )
         )
 
@@ -395,7 +418,16 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             return
         if not self._by_uid:
             return
-        _, responses = generator.next()
+        prefilling = sum(1 for a in self._by_uid.values() if not a.decoding)
+        if prefilling:
+            rows = min(prefilling, generator.prefill_batch_size)
+            generator.prefill_step_size = self.pace.slice(rows)
+            with generator.stats() as stats:  # its prompt time leaves the decoding out
+                prompts, responses = generator.next()
+            self._prefill_progress(prompts)
+            self.pace.done(stats.prompt_tokens, stats.prompt_time)
+        else:
+            _, responses = generator.next()
         chunks: list[Chunk] = []
         finished: list[_Active] = []
         for response in responses:
@@ -413,11 +445,35 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         for active in finished:
             self._finish(active, active.finish or "stop")
 
+    def _prefill_progress(self, prompts: list[Any]) -> None:
+        """Report long prompts' progress (``prompts``: the generator's prompt
+        responses of a step) and note the prompts it finished."""
+        for response in prompts:
+            active = self._by_uid.get(response.uid)
+            if active is None:
+                continue
+            done, total = response.progress
+            if response.end_of_prompt:
+                active.decoding = True
+            elif not response.end_of_segment:  # more slices follow
+                in_cache = active.prompt_tokens - (total - done)
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+
     def _solo_step(self, active: _Active) -> None:
-        assert active.solo is not None
-        taken = active.solo.step()
+        solo = active.solo
+        assert solo is not None
+        if solo.prefilling and solo.unread > 1:
+            solo.step_size = self.pace.slice()
+            before, started = solo.unread, time.perf_counter()
+            solo.step()  # prefills one slice of the prompt
+            self.pace.done(before - solo.unread, time.perf_counter() - started)
+            if solo.unread > 1:
+                in_cache = active.prompt_tokens - solo.unread
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+            return
+        taken = solo.step()
         if taken is None:
-            return  # a slice of the prompt was prefilled
+            return
         token, logprobs = taken
         chunk = self._advance(active, token, self._solo_finish(active, token), logprobs)
         if chunk is not None:
@@ -475,7 +531,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                     samplers=[active.sampler],
                     logits_processors=[active.processors],
                 )
-            active.uid = uid
+            active.uid, active.decoding = uid, False
             self._by_uid[uid] = active
         return True
 
@@ -526,7 +582,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             samplers=[active.sampler],
             logits_processors=[active.processors],
         )
-        active.uid = uid
+        active.uid, active.decoding = uid, False
         self._by_uid[uid] = active
         return True
 
@@ -675,3 +731,28 @@ def _chat_tokens(
             f"the chat template rejected the messages: {exc}", param="messages"
         ) from None
     return list(tokens)
+
+
+def _sharded(
+    path: str, parallel: str, tokenizer_config: dict[str, Any], spec: WorkerSpec
+) -> tuple[Any, Any, dict[str, Any]]:
+    """This rank's shard of the model (mlx-lm's ``sharded_load``), over the group
+    ``mlx.launch`` set up: every layer split across the ranks (``tensor``) or
+    consecutive layers per rank (``pipeline``). Every rank draws the same random
+    numbers, so sampled tokens agree across the group."""
+    from mlx_lm.utils import sharded_load
+
+    group = mx.distributed.init()
+    mx.random.seed(0)
+    try:
+        loaded = sharded_load(
+            path,
+            pipeline_group=group if parallel == "pipeline" else None,
+            tensor_group=group if parallel == "tensor" else None,
+            return_config=True,
+            tokenizer_config={"trust_remote_code": spec.trust_remote_code, **tokenizer_config},
+            trust_remote_code=spec.trust_remote_code,
+        )
+    except ValueError as exc:  # the model cannot be split that way
+        raise LoadError(f"cannot shard {path} ({parallel} parallel): {exc}") from None
+    return cast(tuple[Any, Any, dict[str, Any]], loaded)

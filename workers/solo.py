@@ -70,7 +70,7 @@ class SoloDecode:
     ``cache`` holds ``cached`` tokens; ``prompt`` is what is left to prefill (at
     least its last token). Each :meth:`step` prefills one slice of at most
     ``prefill_step_size`` tokens, or returns one generated token with its
-    log-probabilities.
+    log-probabilities (``step_size`` may change between steps).
     """
 
     def __init__(
@@ -96,7 +96,8 @@ class SoloDecode:
         self._sampler = sampler
         self._processors = list(processors)
         self._context = TokenBuffer(list(cached)) if self._processors else None
-        self._step_size = max(prefill_step_size, 1)
+        self.step_size = max(prefill_step_size, 1)
+        """Most prompt tokens one :meth:`step` prefills (the backend may change it)."""
         self._next: tuple[mx.array, mx.array] | None = None
         """The sampled token that comes next (not yet returned, not yet in the cache)
         and its log-probabilities."""
@@ -108,11 +109,17 @@ class SoloDecode:
     def prefilling(self) -> bool:
         return self._next is None
 
+    @property
+    def unread(self) -> int:
+        """Prompt tokens not yet in the cache (the last one is read with the first
+        generated token)."""
+        return len(self._rest)
+
     def step(self) -> tuple[int, mx.array] | None:
         """Prefill one slice (``None``) or return the next token and its log-probs."""
         with mx.stream(self.stream):
             if self._next is None and len(self._rest) > 1:
-                part = self._rest[: min(self._step_size, len(self._rest) - 1)]
+                part = self._rest[: min(max(self.step_size, 1), len(self._rest) - 1)]
                 self.model(mx.array(part)[None], cache=self.cache)
                 if self._quantize is not None:
                     self._quantize(self.cache)

@@ -68,6 +68,7 @@ from mlx_gateway.workers.hub import LoadError, resolve_model_path
 from mlx_gateway.workers.kv import KvSettings
 from mlx_gateway.workers.row_sampler import argmax_sampler, row_processors
 from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
+from mlx_gateway.workers.vlm_audio import decode_input_audio, sampling_rate, takes_audio
 from mlx_gateway.workers.vlm_images import DETAILS, ImageLimits, decode_image
 
 log = logging.getLogger(__name__)
@@ -217,10 +218,13 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
     def _prompt(self, request: Generate, payloads: Sequence[bytes]) -> Prompt:
         """Template, images and tokens → the prompt with its input embeddings."""
         images: list[Image.Image] = []
+        audio: list[Any] = []
         if request.messages is not None:
-            messages = self._template_messages(request, payloads, images)
-            text = self._apply_template(messages, len(images), request.chat_template_kwargs)
-            raw = self._processed(text, images)
+            messages = self._template_messages(request, payloads, images, audio)
+            text = self._apply_template(
+                messages, len(images), request.chat_template_kwargs, audios=len(audio)
+            )
+            raw = self._processed(text, images, audio)
             where = "messages"
         elif isinstance(request.prompt, str):
             raw = self._processed(request.prompt, [])
@@ -240,13 +244,20 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         tokens = raw["input_ids"].squeeze(0).tolist()
         if not tokens:
             raise RequestError(f"the {where} is empty", param=where)
-        return Prompt(tokens=tokens, kwargs=self._embed(raw, bool(images)), where=where)
+        kwargs = self._embed(raw, bool(images), has_audio=bool(audio))
+        return Prompt(tokens=tokens, kwargs=kwargs, where=where)
 
     def _template_messages(
-        self, request: Generate, payloads: Sequence[bytes], images: list[Image.Image]
+        self,
+        request: Generate,
+        payloads: Sequence[bytes],
+        images: list[Image.Image],
+        audio: list[Any],
     ) -> list[dict[str, Any]]:
         """The messages as mlx-vlm's templates take them; decodes each image part's
-        payload into ``images``, in order."""
+        payload into ``images`` and each audio part's into ``audio``, in order. Audio
+        parts leave the messages: mlx-vlm's templates put the audio markers at the end
+        of the last user message (``num_audios``)."""
         assert request.messages is not None
         out: list[dict[str, Any]] = []
         for i, message in enumerate(request.messages):
@@ -274,6 +285,8 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                         )
                     )
                     parts.append({"type": "image"})
+                elif kind == "audio":
+                    audio.append(self._audio(part, payloads, where, len(audio)))
                 else:
                     raise RequestError(
                         f"content parts of type '{kind}' are not supported by this model",
@@ -288,8 +301,35 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             )
         return out
 
+    def _audio(self, part: dict[str, Any], payloads: Sequence[bytes], where: str, k: int) -> Any:
+        """The samples of an audio part; a 400 naming the model when it takes no audio."""
+        name = self._spec.served_model_name if self._spec else "this model"
+        if not takes_audio(self.model):
+            raise RequestError(
+                f"The model '{name}' does not accept audio; send input_audio parts to a "
+                "vision model with an audio encoder (an omni model such as Gemma 3n), or "
+                "transcribe the audio first with /v1/audio/transcriptions.",
+                param=f"{where}.input_audio",
+                code="audio_not_supported",
+            )
+        if k >= 1 and not getattr(self.processor, "supports_multiple_audio", False):
+            raise RequestError(
+                f"The model '{name}' takes one audio clip per request; this one has more.",
+                param=f"{where}.input_audio",
+                code="too_many_audio_clips",
+            )
+        frame = part.get("payload")
+        if not isinstance(frame, int) or not 0 <= frame < len(payloads):
+            raise RequestError(f"{where}: audio payload {frame} is missing", param=where)
+        rate = sampling_rate(self.processor)
+        return decode_input_audio(payloads[frame], where=f"{where}.input_audio", rate=rate)
+
     def _apply_template(
-        self, messages: list[dict[str, Any]], images: int, kwargs: dict[str, Any]
+        self,
+        messages: list[dict[str, Any]],
+        images: int,
+        kwargs: dict[str, Any],
+        audios: int = 0,
     ) -> str:
         extra = {k: v for k, v in kwargs.items() if k not in _RESERVED_TEMPLATE_KWARGS}
         if self.tool_prompt.fallback and extra.get("tools"):
@@ -299,12 +339,12 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             )
 
         def render(conversation: list[dict[str, Any]]) -> str:
-            text = self._render(conversation, num_images=images, **extra)
+            text = self._render(conversation, num_images=images, num_audios=audios, **extra)
             return text if isinstance(text, str) else ""
 
         messages = system_turns.for_template(messages, render)
         try:
-            text = self._render(messages, num_images=images, **extra)
+            text = self._render(messages, num_images=images, num_audios=audios, **extra)
         except Exception as exc:
             # Jinja templates reject conversations with raise_exception(…): a client error.
             raise RequestError(
@@ -321,13 +361,17 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         """mlx-vlm's chat template (with the generation prompt) applied to ``messages``."""
         return apply_chat_template(self.processor, self.model.config, messages, **kwargs)
 
-    def _processed(self, text: str, images: list[Image.Image]) -> dict[str, Any]:
-        """The processor's output: token ids, and pixels when there are images."""
+    def _processed(
+        self, text: str, images: list[Image.Image], audio: list[Any] | None = None
+    ) -> dict[str, Any]:
+        """The processor's output: token ids, pixels when there are images, audio
+        features when there is audio."""
         config = self.model.config
         try:
             return prepare_inputs(
                 self.processor,
                 images=images or None,
+                audio=audio or None,
                 prompts=text,
                 image_token_index=getattr(config, "image_token_index", None),
                 add_special_tokens=should_add_special_tokens(config.model_type, self.processor),
@@ -337,7 +381,9 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                 f"the model's processor rejected the input: {exc}", param="messages"
             ) from None
 
-    def _embed(self, raw: dict[str, Any], has_images: bool) -> dict[str, Any]:
+    def _embed(
+        self, raw: dict[str, Any], has_images: bool, *, has_audio: bool = False
+    ) -> dict[str, Any]:
         """Run the vision tower and the token embedding now, so a failure is this
         request's error, not a failed batch step."""
         input_ids = raw["input_ids"]
@@ -357,10 +403,16 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         kwargs = {**data, **{k: v for k, v in embedded.to_dict().items() if v is not None}}
         mx.eval([v for v in kwargs.values() if isinstance(v, mx.array)])
         if self._prefix_cache is not None:
-            # The cache keys blocks by their tokens plus this salt; images change it.
+            # The cache keys blocks by their tokens plus this salt; images and audio
+            # (the processor's features: its markers are the same for every clip)
+            # change it.
             image_hash = apc.hash_image_payload(pixel_values=pixel_values) if has_images else 0
+            media = (
+                {k: v for k, v in data.items() if isinstance(v, mx.array)} if has_audio else None
+            )
             kwargs["_apc_semantic_hash"] = apc.semantic_extra_hash(
                 image_hash=image_hash,
+                media=media,
                 model=self.model.language_model,
                 processor=self.processor,
             )

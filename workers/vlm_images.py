@@ -3,8 +3,9 @@
 The gateway sends each image as the raw bytes of its file (binary frames); here
 they become ``PIL.Image`` objects the model's processor accepts:
 
-* only PNG, JPEG (multi-picture MPO files from cameras too), WebP, GIF, BMP and
-  TIFF are opened; any other content is a 400;
+* only PNG, JPEG (multi-picture MPO files from cameras too), WebP, GIF, BMP,
+  TIFF, HEIC/HEIF (iPhone photos, through pillow-heif) and AVIF (Pillow's own
+  plugin) are opened; any other content is a 400;
 * the EXIF orientation is applied, so a photo taken upright is seen upright;
 * an animation (GIF, WebP) counts as its first frame;
 * transparency is flattened onto white (the processor wants three channels, and
@@ -19,6 +20,7 @@ No MLX here: pure PIL, testable on its own.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from dataclasses import dataclass
@@ -27,8 +29,9 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from mlx_gateway.workers.base import RequestError
 
-FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")
+FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF", "HEIF", "AVIF")
 """PIL format names this module opens (``Image.open(formats=…)``)."""
+FORMAT_NAMES = "a PNG, JPEG, WebP, GIF, BMP, TIFF, HEIC/HEIF or AVIF file"
 MAX_DECODED_PIXELS = 64_000_000
 """Larger images are refused before decoding: a few KiB of PNG can claim 50kx50k."""
 LOW_DETAIL_SIZE = 512
@@ -56,12 +59,12 @@ def decode_image(
     image of a supported format, 413 for one with too many pixels."""
     if not data:
         raise RequestError(f"The image in {where} is empty.", param=where, code="invalid_image")
+    _register_plugins()
     try:
         image: Image.Image = Image.open(io.BytesIO(data), formats=FORMATS)
     except UnidentifiedImageError:
         raise RequestError(
-            f"The image in {where} cannot be decoded: it is not a PNG, JPEG, WebP, GIF, "
-            "BMP or TIFF file.",
+            f"The image in {where} cannot be decoded: it is not {FORMAT_NAMES}.",
             param=where,
             code="invalid_image",
         ) from None
@@ -79,6 +82,17 @@ def decode_image(
     except _CORRUPT as exc:
         raise _undecodable(where, exc) from None
     return _fit(image, detail, limits)
+
+
+@functools.cache
+def _register_plugins() -> None:
+    """Teach Pillow HEIC/HEIF (pillow-heif), once. AVIF is Pillow's own plugin (in its
+    wheels since 11.3); pillow-heif's ``HEIF`` opener reads only HEIF brands here."""
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:  # an install without the vlm extra's pillow-heif: no HEIC
+        return
+    register_heif_opener()
 
 
 _CORRUPT = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)

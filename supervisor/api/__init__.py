@@ -14,7 +14,7 @@ from mlx_gateway.supervisor.api.chat.routes import create_chat_completion
 from mlx_gateway.supervisor.api.completions.routes import create_completion
 from mlx_gateway.supervisor.api.embeddings.routes import create_embeddings
 from mlx_gateway.supervisor.api.images.routes import create_image, create_image_edit, get_image_file
-from mlx_gateway.supervisor.api.models.admin import load_model, unload_model
+from mlx_gateway.supervisor.api.models.admin import load_model, pin_model, unload_all, unload_model
 from mlx_gateway.supervisor.api.models.health import health
 from mlx_gateway.supervisor.api.models.metrics import metrics
 from mlx_gateway.supervisor.api.models.openapi import openapi
@@ -49,8 +49,14 @@ routes: list[Route] = [
     Route("/v1/models", list_models, methods=["GET"]),
     Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),
+    Route("/v1/models/{model_id:path}/pin", pin_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
+    # mlx-vlm's server answers these without the /v1 prefix too.
+    Route("/chat/completions", create_chat_completion, methods=["POST"]),
+    Route("/responses", create_response, methods=["POST"]),
+    Route("/models", list_models, methods=["GET"]),
+    Route("/unload", unload_all, methods=["POST"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
     Route("/ui", ui_page, methods=["GET"]),

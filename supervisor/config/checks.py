@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
+from mlx_gateway.supervisor.config.image import preset_model_type
 from mlx_gateway.supervisor.config.parser_names import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
 from mlx_gateway.supervisor.config.schema import (
     IMAGE_SIZE_MULTIPLE,
@@ -46,6 +47,11 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
         budget_bytes(config.server.memory_budget, total=1)
     except ValueError as exc:
         raise ctx.error(("server", "memory_budget"), str(exc)) from None
+    try:
+        if parse_size(config.server.log_rotation) <= 0:
+            raise ValueError(f"expected a size > 0, got {config.server.log_rotation!r}")
+    except ValueError as exc:
+        raise ctx.error(("server", "log_rotation"), str(exc)) from None
     for i, model in enumerate(config.models):
         if model.memory_estimate is not None:
             try:
@@ -68,8 +74,21 @@ def _check_sizes(ctx: _Ctx, config: GatewayConfig) -> None:
         raise ctx.error(("server", "prompt_cache_disk_bytes"), str(exc)) from None
 
 
+def _check_peers(ctx: _Ctx, config: GatewayConfig) -> None:
+    names: dict[str, int] = {}
+    for j, peer in enumerate(config.server.peers):
+        if peer.name in names:
+            raise ctx.error(
+                ("server", "peers", j, "name"),
+                f"the peer name {peer.name!r} is already used by server.peers[{names[peer.name]}]; "
+                "give each peer its own name",
+            )
+        names[peer.name] = j
+
+
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
+    _check_peers(ctx, config)
     _check_groups(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):
@@ -81,6 +100,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         _check_image(ctx, here, model)
         _check_kv(ctx, here, model)
         _check_parsers(ctx, here, model)
+        _check_distributed(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
             if not name.strip() or any(c.isspace() for c in name):
                 raise ctx.error(
@@ -102,6 +122,33 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
                     "unique across the file",
                 )
             seen[name] = path
+
+
+def _check_distributed(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    spread = model.distributed
+    if spread is None:
+        return
+    if model.worker_kind != "lm":
+        raise ctx.error(
+            (*here, "distributed"),
+            f"distributed applies to language models (model_type lm) only, and this "
+            f"entry's model_type is {model.model_type!r}; remove it",
+        )
+    if len(spread.hosts) * spread.ranks_per_host < 2:
+        raise ctx.error(
+            (*here, "distributed", "hosts"),
+            "a distributed model needs at least 2 ranks: list 2 or more hosts, or set "
+            "ranks_per_host to 2 or more",
+        )
+    if spread.hostfile is not None:
+        resolved = _absolute(ctx.base_dir, spread.hostfile)
+        if not os.path.isfile(resolved):
+            raise ctx.error(
+                (*here, "distributed", "hostfile"),
+                f"host file {resolved!r} does not exist; make one with mlx.distributed_config "
+                "(relative paths start from the config file's folder)",
+            )
+        spread.hostfile = resolved
 
 
 def _check_groups(ctx: _Ctx, config: GatewayConfig) -> None:
@@ -259,7 +306,15 @@ def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
 
 
 def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
-    """The image settings: one scale per LoRA, local LoRA files, a valid ``size``."""
+    """The image settings: a preset name that fits the model_type, one scale per LoRA,
+    local LoRA files, a valid ``size``."""
+    implied = preset_model_type(model.config_name) if model.config_name else None
+    if implied is not None and model.model_type != implied:
+        raise ctx.error(
+            (*here, "config_name"),
+            f"{model.config_name!r} is an edit preset (it serves /v1/images/edits); set "
+            f"model_type: {implied}, or name a generation preset",
+        )
     if model.lora_scales and len(model.lora_scales) != len(model.lora_paths):
         raise ctx.error(
             (*here, "lora_scales"),

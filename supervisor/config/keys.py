@@ -20,6 +20,9 @@ _DURATION_KEYS = frozenset(
         "image_fetch_timeout",
         "image_url_ttl",
         "response_store_ttl",
+        "stream_keepalive",
+        "peer_check_interval",
+        "peer_timeout",
     }
 )
 
@@ -28,11 +31,6 @@ _DURATION_KEYS = frozenset(
 _SERVER_RENAMES = {"model_load_timeout": "start_timeout"}
 _SERVER_IGNORED = frozenset(
     {
-        "log_file",
-        "no_log_file",
-        "log_rotation",
-        "log_retention",
-        "log_path",
         "max_loaded_models",
         "model_starting_port",
         "enable_status_page",
@@ -73,6 +71,7 @@ _MODEL_IGNORED = frozenset(
         "pipeline",
         "draft_model_path",
         "num_draft_tokens",
+        "adapter_path",
         "default_presence_penalty",
         "default_xtc_probability",
         "default_xtc_threshold",

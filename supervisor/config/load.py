@@ -11,7 +11,8 @@ import msgspec
 from mlx_gateway.supervisor.config.checks import _check
 from mlx_gateway.supervisor.config.context import _Ctx
 from mlx_gateway.supervisor.config.convert import _convert
-from mlx_gateway.supervisor.config.keys import _SERVER_KEYS
+from mlx_gateway.supervisor.config.hub_cache import with_hub_cache
+from mlx_gateway.supervisor.config.keys import _SERVER_KEYS, _SERVER_RENAMES
 from mlx_gateway.supervisor.config.normalize import _normalize, _normalize_server
 from mlx_gateway.supervisor.config.schema import (
     ConfigError,
@@ -26,7 +27,7 @@ from mlx_gateway.supervisor.config.yaml_positions import _parse_yaml
 def _build(ctx: _Ctx, raw: Any) -> GatewayConfig:
     config = _convert(ctx, _normalize(ctx, raw), GatewayConfig)
     _check(ctx, config)
-    return config
+    return with_hub_cache(config)
 
 
 def load_config(path: str | Path) -> GatewayConfig:
@@ -90,7 +91,7 @@ def override_server(config: GatewayConfig, **overrides: Any) -> GatewayConfig:
     ctx = _Ctx(None, Path.cwd(), {})
     given = {key: value for key, value in overrides.items() if value is not None}
     for key in given:
-        if key not in _SERVER_KEYS:
+        if key not in _SERVER_KEYS and key not in _SERVER_RENAMES:
             raise ctx.unknown_key(("server",), key, _SERVER_KEYS)
     changed = _normalize_server(ctx, [(("server", key), value) for key, value in given.items()])
     fields = {**msgspec.structs.asdict(config.server), **changed}

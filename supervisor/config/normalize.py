@@ -107,7 +107,7 @@ def _normalize_server(ctx: _Ctx, sources: list[tuple[_KeyPath, Any]]) -> dict[st
         elif field == "log_level" and isinstance(value, str):
             value = value.strip().lower()
             value = "warning" if value == "warn" else value
-        elif field == "runtime_dir" and isinstance(value, str):
+        elif field in ("runtime_dir", "log_file", "log_path") and isinstance(value, str):
             value = _absolute(ctx.base_dir, value)
         out[field] = value
     if ignored:

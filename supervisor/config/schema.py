@@ -60,6 +60,50 @@ class ConfigError(Exception):
         self.model_index = model_index
 
 
+class PeerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Another mlx-gateway or OpenAI-compatible server (an entry of ``server.peers``)."""
+
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+")]
+    """Its root, ``http://host:port`` (a trailing ``/v1`` is accepted and dropped)."""
+    name: str = ""
+    """How this gateway names it (``"peer"`` in ``/v1/models``, logs); empty: the
+    URL's ``host:port``."""
+    api_key: _ApiKey | None = None
+    """The key this gateway sends it (``Authorization: Bearer``); the client's own
+    key is never passed on."""
+
+    def __post_init__(self) -> None:
+        self.url = self.url.rstrip("/")
+        if self.url.endswith("/v1"):
+            self.url = self.url[: -len("/v1")]
+        if not self.name:
+            self.name = self.url.split("://", 1)[1].split("/", 1)[0]
+
+
+class DistributedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A language model sharded over several processes or Macs, started through
+    ``mlx.launch`` (a model entry's ``distributed:`` block; docs/cluster.md)."""
+
+    hosts: Annotated[list[Annotated[str, msgspec.Meta(min_length=1)]], msgspec.Meta(min_length=1)]
+    """The machines, as ``ssh`` reaches them; the first one is this machine (rank 0
+    talks to the gateway over a local socket). ``127.0.0.1``: a local rank."""
+    ranks_per_host: _Positive = 1
+    """Processes per host (``mlx.launch -n``)."""
+    backend: Literal["ring", "jaccl", "jaccl-ring"] = "ring"
+    """``ring``: TCP (Ethernet, Thunderbolt bridge); ``jaccl``: RDMA over Thunderbolt 5,
+    every Mac cabled to every other; ``jaccl-ring``: RDMA, each Mac to its neighbours."""
+    parallel: Literal["tensor", "pipeline"] = "tensor"
+    """How mlx-lm's ``sharded_load`` splits the model: every layer across the ranks
+    (``tensor``), or consecutive layers per rank (``pipeline``)."""
+    hostfile: str | None = None
+    """An ``mlx.distributed_config`` host file (its IPs on the Thunderbolt links);
+    replaces ``hosts`` for ``mlx.launch`` when set."""
+    python: str | None = None
+    """The interpreter on the other hosts (same path as here when unset)."""
+    starting_port: _Port | None = None
+    """Ring backend: the first TCP port of the ranks (``mlx.launch``'s default when unset)."""
+
+
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Gateway-wide settings (the ``server:`` section)."""
 
@@ -68,6 +112,17 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: _LogLevel = "info"
     log_format: Literal["text", "json"] = "text"
     """``json``: one JSON object per log line (ts, level, logger, model, message)."""
+    log_file: str | None = None
+    """Also write the log to this file (same format), rotated at ``log_rotation``."""
+    log_path: str | None = None
+    """A directory: log to ``app.log`` there (mlx-openai-server's key); ``log_file``
+    wins when both are set."""
+    no_log_file: bool = False
+    """``true``: no log file even when ``log_file`` or ``log_path`` is set."""
+    log_rotation: str | int = "10MB"
+    """Size at which the log file is rotated (``app.log`` → ``app.log.1`` …)."""
+    log_retention: Annotated[int, msgspec.Meta(ge=0)] = 5
+    """Rotated log files kept beside the current one."""
     api_keys: list[_ApiKey] = []
     """Keys clients must send (``Authorization: Bearer`` or ``x-api-key``); empty:
     no authentication. ``/health`` stays open."""
@@ -117,6 +172,22 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     spare_workers: bool = False
     """Keep one pre-started worker per kind in use (its backend imported, no model
     loaded, counted in the memory budget) and hand it the next model to load."""
+    stream_keepalive: Annotated[float, msgspec.Meta(ge=0.1, le=60)] = 2.0
+    """Seconds a started stream may stay silent (the model loads, a long prompt is
+    prefilled, the request waits for a slot) before the gateway sends a keep-alive:
+    an SSE comment (OpenAI APIs, with the prefill progress) or an ``event: ping``
+    (Anthropic Messages)."""
+    serve_hub_cache: bool = False
+    """List and serve every MLX model already in the local Hugging Face cache, by
+    its repo id, with default settings (``config/hub_cache.py``)."""
+    peers: list[PeerConfig] = []
+    """Other gateways (or OpenAI-compatible servers) whose models this one lists and
+    forwards requests to (docs/cluster.md)."""
+    peer_check_interval: _PositiveSeconds = 10.0
+    """Seconds between two health checks (``GET /v1/models``) of each peer."""
+    peer_timeout: _PositiveSeconds = 5.0
+    """Seconds to connect to a peer (and for a whole health check) before it counts
+    as down."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -183,6 +254,11 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ``gemma4``, ``mistral``, ``kimi``, ``longcat``, ``seed``, or an alias such as
     ``qwen3``, ``deepseek_r1``); ``auto``: those in its vocabulary; ``none``: keep
     thinking in the answer text."""
+    context_overflow: Literal["error", "truncate", "summarize"] = "error"
+    """Language and vision models: what a chat prompt too long for the context
+    becomes: a 400 ``context_length_exceeded`` (``error``); the conversation without
+    its oldest non-system turns (``truncate``); or its older messages summarized by
+    the model itself, keeping the system messages and the last 6 (``summarize``)."""
     preload_openblas: bool | None = None
     """Overrides ``server.preload_openblas`` for this model's worker."""
     python: str | None = None
@@ -247,6 +323,8 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Image models: the ``WxH`` size of a generation that does not ask for one."""
     max_output_pixels: _Positive = 2048 * 2048
     """Image models: the largest ``width * height`` a request may ask for → else 400."""
+    distributed: DistributedConfig | None = None
+    """Language models: shard the model over several ranks started by ``mlx.launch``."""
 
     def __post_init__(self) -> None:
         if not self.served_model_name:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from mlx_gateway.protocol.messages import Chunk, Done, Generate, Started
+from mlx_gateway.protocol.messages import Chunk, Done, Generate, Prefilled, Started
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -48,6 +48,9 @@ class Generation:
         self.started: Started | None = first if isinstance(first, Started) else None
         """The worker's ``Started`` (prompt tokens, whether the output starts in a
         thinking block), when that was its first reply."""
+        self.prefilled: Prefilled | None = None
+        """The worker's latest prefill progress of a long prompt (``None`` before
+        any, and again once the output began)."""
 
     @classmethod
     async def start(
@@ -118,8 +121,11 @@ class Generation:
         """What the client gets of a worker reply (``None``: nothing)."""
         match reply:
             case Chunk():
+                self.prefilled = None
                 recorder.note_output(reply.tokens)
                 return reply
+            case Prefilled():
+                self.prefilled = reply
             case Done(usage=usage):
                 self._finished = True
                 recorder.note_done(

@@ -1,12 +1,17 @@
-"""Streams that start before their model is loaded.
+"""How a stream starts: at once, or before its model is loaded; and what its
+keep-alives say.
 
 A streaming request whose generation has not started within
 ``GRACE_SECONDS`` (its model is loading, or waits for memory) gets its HTTP 200 and
-SSE headers then, and a comment line every second while the model loads
-(``: loading qwen 42%``) — clients ignore comments, and proxies see a live
-connection — and then the normal events. A load that fails becomes an error event
-followed by ``data: [DONE]``, as for any error after a stream started (or the
-API's own error event: ``failed``).
+SSE headers then, keep-alives while the model loads (``: loading qwen 42%``) —
+clients ignore them, and proxies see a live connection — and then the normal
+events. A load that fails becomes an error event followed by ``data: [DONE]``, as
+for any error after a stream started (or the API's own error event: ``failed``).
+
+Every stream, started either way, gets a keep-alive whenever it was quiet for
+``server.stream_keepalive`` seconds (:mod:`..http.keepalive`): while the model
+loads, while the worker prefills a long prompt (``: prefill 4096/20000 tokens``,
+from the worker's ``Prefilled`` progress), while the request waits for a slot.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
@@ -21,24 +27,14 @@ from starlette.responses import StreamingResponse
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
-from mlx_gateway.supervisor.http.replies import SSE_HEADERS, EventStream, error_event
+from mlx_gateway.supervisor.http.keepalive import KeepAlive
+from mlx_gateway.supervisor.http.replies import EventStream, SSEStream, error_event
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
-KEEPALIVE_SECONDS = 1.0
 GRACE_SECONDS = 2.0
 """How long a stream waits for its generation to start before it commits to a 200:
 a quick rejection (context too long, a load that fails fast) is still a plain HTTP
 error."""
-
-
-def loading_comment(handle: ModelHandle) -> bytes:
-    status = handle.status()
-    progress = status.get("load_progress") or {}
-    fraction = progress.get("fraction")
-    stage = progress.get("stage") or status["state"]
-    done = f" {fraction * 100:.0f}%" if isinstance(fraction, int | float) else ""
-    waiting = "waiting for memory" if status["state"] == "unloaded" else stage
-    return sse.comment(f"{waiting} {handle.name}{done}".replace("load ", "loading ", 1))
 
 
 def openai_failure(exc: GatewayError) -> bytes:
@@ -46,20 +42,38 @@ def openai_failure(exc: GatewayError) -> bytes:
     return error_event(exc) + sse.DONE
 
 
+def loading_note(handle: ModelHandle) -> str:
+    """What a stream waiting for its model shows: ``loading qwen 42%``, or
+    ``waiting for a free slot on qwen`` (the model is ready and busy)."""
+    status = handle.status()
+    if status["state"] == "ready":
+        return f"waiting for a free slot on {handle.name}"
+    progress = status.get("load_progress") or {}
+    fraction = progress.get("fraction")
+    stage = progress.get("stage") or status["state"]
+    done = f" {fraction * 100:.0f}%" if isinstance(fraction, int | float) else ""
+    waiting = "waiting for memory" if status["state"] == "unloaded" else stage
+    return f"{waiting} {handle.name}{done}".replace("load ", "loading ", 1)
+
+
+def progress_note(running: Any) -> str:
+    """What a started stream (a ``Generation`` or a ``Turn``) waits for, when the
+    worker told: ``prefill 4096/20000 tokens``; else ``""`` (a plain keep-alive)."""
+    for generation in getattr(running, "generations", None) or [running]:
+        prefilled = getattr(generation, "prefilled", None)
+        if prefilled is not None:
+            return f"prefill {prefilled.done}/{prefilled.total} tokens"
+    return ""
+
+
 async def _events(
-    handle: ModelHandle,
-    start: Awaitable[Generation],
+    task: asyncio.Future[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
     failed: Callable[[GatewayError], bytes],
 ) -> AsyncIterator[bytes]:
-    task: asyncio.Future[Generation] = asyncio.ensure_future(start)
     generation: Generation | None = None
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_SECONDS)
-            if done:
-                break
-            yield loading_comment(handle)
+        await asyncio.wait({task})
         try:
             generation = task.result()
         except GatewayError as exc:
@@ -84,12 +98,15 @@ async def start_stream(
     handle: ModelHandle,
     start: Awaitable[Generation],
     relay: Callable[[Generation], AsyncIterator[bytes]],
+    keepalive: KeepAlive | None = None,
     failed: Callable[[GatewayError], bytes] = openai_failure,
 ) -> StreamingResponse:
     """The SSE response of a streaming request: a plain stream once ``start`` (a
-    :meth:`Generation.start`) succeeded within the grace period (its errors are
-    raised as HTTP errors), else a stream that shows the load's progress first
-    (and ends with ``failed(error)`` if ``start`` fails then)."""
+    :meth:`Generation.start`, or a ``Turn.start``) succeeded within the grace
+    period (its errors are raised as HTTP errors), else a stream that shows the
+    load's progress first (and ends with ``failed(error)`` if ``start`` fails then).
+    Both send ``keepalive`` events while quiet."""
+    keepalive = keepalive or KeepAlive()
     task: asyncio.Future[Generation] = asyncio.ensure_future(start)
     try:
         done, _ = await asyncio.wait({task}, timeout=GRACE_SECONDS)
@@ -98,7 +115,15 @@ async def start_stream(
         raise
     if done:
         generation = task.result()
-        return EventStream(relay(generation), generation)
-    return StreamingResponse(
-        _events(handle, task, relay, failed), media_type="text/event-stream", headers=SSE_HEADERS
-    )
+        return EventStream(
+            relay(generation), generation, keepalive, lambda: progress_note(generation)
+        )
+
+    def note() -> str:
+        if not task.done():
+            return loading_note(handle)
+        if task.cancelled() or task.exception() is not None:
+            return ""
+        return progress_note(task.result())
+
+    return SSEStream(_events(task, relay, failed), keepalive, note)

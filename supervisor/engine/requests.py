@@ -37,6 +37,7 @@ N = Annotated[int, Meta(ge=1, le=16)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 TokenId = Annotated[int, Meta(ge=0, le=INT32_MAX)]
 Seed = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+ThinkingBudget = Annotated[int, Meta(ge=0, le=INT32_MAX)]
 
 # ---------------------------------------------------------------- chat messages
 
@@ -63,7 +64,21 @@ class ImagePart(Struct, tag="image_url", tag_field="type"):
     image_url: ImageURL
 
 
-UserContent = str | list[TextPart | ImagePart]
+class InputAudio(Struct):
+    data: str
+    """The audio file, base64-encoded (no ``data:`` prefix)."""
+    format: str = "wav"
+    """OpenAI names ``wav`` and ``mp3``; any format FFmpeg reads is decoded."""
+
+
+class InputAudioPart(Struct, tag="input_audio", tag_field="type"):
+    """A content part ``{"type": "input_audio", "input_audio": {"data": ..., "format": ...}}``
+    (user messages only; vlm models with an audio encoder)."""
+
+    input_audio: InputAudio
+
+
+UserContent = str | list[TextPart | ImagePart | InputAudioPart]
 
 
 class FunctionCall(Struct):
@@ -158,7 +173,12 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     logprobs: bool | None = None
     top_logprobs: TopLogprobs | None = None
     reasoning_effort: str | None = None
-    """``none`` turns a hybrid model's thinking off; other values turn it on."""
+    """``none``/``minimal`` turn a hybrid model's thinking off; other values turn it
+    on (``low`` and ``medium`` with a thinking budget; see :mod:`.thinking`)."""
+    enable_thinking: bool | None = None
+    """mlx-vlm's field: the chat template's ``enable_thinking`` (wins over the effort)."""
+    thinking_budget: ThinkingBudget | None = None
+    """Most tokens inside a thinking block; then it is closed and the model answers."""
 
 
 class CompletionRequest(SamplingFields, kw_only=True):

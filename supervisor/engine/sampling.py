@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Protocol, TypeVar
 
 from mlx_gateway.protocol.messages import SamplingParams
+from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, SamplingFields
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.pool.model_files import sampling_defaults
 
 T = TypeVar("T")
 
@@ -14,12 +16,18 @@ T = TypeVar("T")
 class ModelDefaults(Protocol):
     """The per-model sampling defaults of a ``ModelConfig`` (``None`` = unset)."""
 
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float | None
-    top_k: int | None
-    min_p: float | None
-    repetition_penalty: float | None
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def min_p(self) -> float | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
 
 
 def _first(*values: T | None, default: T) -> T:
@@ -47,7 +55,10 @@ def check_common(req: SamplingFields) -> None:
 
 def sampling_params(req: SamplingFields, defaults: ModelDefaults) -> SamplingParams:
     """The request's sampling settings, each falling back to the model's default
-    when the request leaves it out (``max_completion_tokens`` wins over ``max_tokens``)."""
+    when the request leaves it out (``max_completion_tokens`` wins over ``max_tokens``).
+    A model's defaults are its YAML entry's keys, else its ``generation_config.json``'s."""
+    if isinstance(defaults, ModelConfig):
+        defaults = sampling_defaults(defaults)
     max_tokens = req.max_tokens
     if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens is not None:
         max_tokens = req.max_completion_tokens

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,15 +29,16 @@ from mlx_gateway.protocol.messages import (
     TokenLogprob,
     Usage,
 )
+from mlx_gateway.supervisor.engine import overflow
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.engine.parsers.formats import resolve_tool_format
 from mlx_gateway.supervisor.engine.parsers.grammars import json_document
 from mlx_gateway.supervisor.engine.parsers.markers import StopScanner
-from mlx_gateway.supervisor.engine.parsers.reasoning import ReasoningSplitter, resolve_reasoning
+from mlx_gateway.supervisor.engine.parsers.reasoning import make_splitter, resolve_reasoning
 from mlx_gateway.supervisor.engine.parsers.tool_calls import ToolCallStream, ToolFormat
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
-from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.errors import BadRequest, ContextLengthExceeded
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CONSTRAINED_KINDS = ("lm",)
@@ -62,6 +64,8 @@ class TurnRequest:
     files: Sequence[bytes] = ()
     images: list[int] = field(default_factory=list)
     call_id_prefix: str = "call_"
+    thinking_budget: int | None = None
+    """Most tokens inside one thinking block (the worker closes it); ``None``: no limit."""
 
 
 # ---------------------------------------------------------------- events
@@ -202,7 +206,41 @@ class Turn:
     @classmethod
     async def start(cls, handle: ModelHandle, turn: TurnRequest, request_id: str) -> Turn:
         """Send the turn's ``n`` requests and wait until each was accepted; the first
-        rejection is raised (after the others were cancelled)."""
+        rejection is raised (after the others were cancelled). A conversation too
+        long for the context goes through the model's ``context_overflow`` policy
+        (see :mod:`.overflow`) and is tried once more."""
+        policy = handle.config.context_overflow
+        if policy == "error" or kind_of(handle) not in CONSTRAINED_KINDS:
+            return await cls._start(handle, turn, request_id)
+        try:
+            return await cls._start(handle, turn, request_id)
+        except ContextLengthExceeded as exc:
+            if policy == "truncate":
+                messages = await overflow.truncate(handle, turn.messages, turn.template_kwargs, exc)
+            else:
+
+                async def summarizer(request: list[dict[str, Any]], max_tokens: int) -> str:
+                    sampling = replace(overflow.summary_sampling(), max_tokens=max_tokens)
+                    summary = TurnRequest(
+                        messages=request,
+                        sampling=sampling,
+                        template_kwargs={"enable_thinking": False},
+                    )
+                    running = await cls._start(handle, summary, f"{request_id}-summary")
+                    try:
+                        (result,) = await running.collect()
+                    finally:
+                        await running.aclose()
+                    return result.text
+
+                async def count(messages: list[dict[str, Any]]) -> int:
+                    return await overflow.count_tokens(handle, messages, {"enable_thinking": False})
+
+                messages = await overflow.summarize(turn.messages, summarizer, count, exc)
+        return await cls._start(handle, dataclasses.replace(turn, messages=messages), request_id)
+
+    @classmethod
+    async def _start(cls, handle: ModelHandle, turn: TurnRequest, request_id: str) -> Turn:
 
         def prepare(msg: Generate) -> Generate:
             fmt = tool_format(handle) if turn.tools.active else None
@@ -222,6 +260,7 @@ class Turn:
                     chat_template_kwargs=turn.template_kwargs,
                     images=turn.images,
                     logprobs=turn.logprobs,
+                    thinking_budget=turn.thinking_budget,
                 )
             )
         starts = [
@@ -340,9 +379,7 @@ class _ChoiceParser:
         started = self.generation.started
         markers = resolve_reasoning(turn.handle.config.reasoning_parser, _extra(turn.handle))
         self.splitter = (
-            ReasoningSplitter(markers, inside=bool(started and started.reasoning))
-            if markers
-            else None
+            make_splitter(markers, inside=bool(started and started.reasoning)) if markers else None
         )
         fmt = tool_format(turn.handle) if request.tools.active else None
         self.parallel = request.tools.parallel

@@ -3,7 +3,9 @@
 For a vision model every ``{"type": "image_url", "image_url": {"url", "detail"}}``
 part is read (``data:`` URL or http(s) fetch, see :mod:`..image_fetch`), all of a
 request's images at once; the part becomes ``{"type": "image", "detail": …}`` and
-its file travels to the worker as a binary frame (``Generate.images``).
+its file travels to the worker as a binary frame (``Generate.images``). Audio parts
+(``input_audio``, :mod:`.audio_input`) ride along: their files are the frames after
+the images.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from starlette.requests import Request
 
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.vision import VISION_KIND
+from mlx_gateway.supervisor.engine.audio_input import attach_audio, check_audio_allowed
 from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
 from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
@@ -39,15 +42,23 @@ def image_policy(model: ModelConfig, server: ServerConfig) -> ImagePolicy:
 
 @dataclass
 class ImageInputs:
-    """The messages as the worker gets them, and the image files in part order."""
+    """The messages as the worker gets them, and the payload files: the images in part
+    order, then the audio clips (their parts name their frames)."""
 
     messages: list[dict[str, Any]]
     files: list[bytes] = field(default_factory=list)
+    audio_frames: int = 0
+    """How many of ``files`` (the last ones) are audio."""
 
     @property
     def frame_indices(self) -> list[int]:
         """``Generate.images``: image part ``k`` is payload frame ``k``."""
-        return list(range(len(self.files)))
+        return list(range(len(self.files) - self.audio_frames))
+
+    def with_audio(self) -> ImageInputs:
+        """The audio parts' files appended (see :func:`..audio_input.attach_audio`)."""
+        messages, files = attach_audio(self.messages, self.files)
+        return ImageInputs(messages, files, len(files) - len(self.files) + self.audio_frames)
 
 
 def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -91,11 +102,13 @@ async def prepare_images(
     """Check ``messages``' image parts against ``handle``'s model and read them
     (unless the client leaves first). Without image parts: ``messages`` as they are."""
     check_images_allowed(handle, messages)
+    check_audio_allowed(handle, messages)
     if not image_parts(messages):
-        return ImageInputs(messages)
+        return ImageInputs(messages).with_audio()
     registry = request.app.state.registry
     policy = image_policy(handle.config, registry.config.server)
-    return await unless_disconnected(request, read_images(messages, policy))
+    inputs = await unless_disconnected(request, read_images(messages, policy))
+    return inputs.with_audio()
 
 
 async def read_images(messages: list[dict[str, Any]], policy: ImagePolicy) -> ImageInputs:

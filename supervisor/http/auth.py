@@ -55,6 +55,8 @@ def is_admin(method: str, path: str) -> bool:
     ``/load`` cannot turn a client request into an admin one."""
     if path in ("/metrics", "/ui/logs") or path.startswith("/admin/"):
         return True
+    if method == "POST" and path == "/unload":  # every idle model (mlx-vlm's route)
+        return True
     return method == "POST" and path.startswith("/v1/models/")
 
 

@@ -4,7 +4,7 @@ Outermost first: observing (so 401s and 413s are counted and timed too), closing
 the connection after an answer sent before the body was read (so a client's next
 request does not land on a connection with an unread body), API keys (so an
 unauthenticated client cannot make the gateway read a large body), then the body
-cap.
+cap, then the headers that routes note on the way (:mod:`.notes`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from starlette.middleware import Middleware
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.http.auth import AuthMiddleware
 from mlx_gateway.supervisor.http.limits import MIB, BodyLimitMiddleware
+from mlx_gateway.supervisor.http.notes import NotesMiddleware
 from mlx_gateway.supervisor.http.observe import ObserveMiddleware
 from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.http.unread_body import CloseUnreadBodyMiddleware
@@ -41,13 +42,11 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
     audio = largest(("whisper",), lambda m: m.max_upload_mb)
     if audio is not None:
         limits["/v1/audio/"] = int(audio * MIB) + FORM_OVERHEAD
-    edits = largest(("image",), lambda m: getattr(m, "max_image_mb", 0.0))
+    edits = largest(("image",), lambda m: m.max_image_mb)
     if edits:
         limits["/v1/images/edits"] = int(edits * MIB) * EDIT_FILES + FORM_OVERHEAD
     # A chat request carries its images inline as base64 data URLs (4 bytes per 3).
-    vision = largest(
-        ("vlm",), lambda m: getattr(m, "max_image_mb", 0.0) * getattr(m, "max_images", 0)
-    )
+    vision = largest(("vlm",), lambda m: m.max_image_mb * m.max_images)
     if vision:
         limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
     return limits
@@ -67,4 +66,5 @@ def middleware_for(config: GatewayConfig, recorder: Recorder) -> list[Middleware
     stack.append(
         Middleware(BodyLimitMiddleware, max_body=max_body, routes=route_limits(config.models))
     )
+    stack.append(Middleware(NotesMiddleware))
     return stack

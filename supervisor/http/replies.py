@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, Protocol, cast
 
 import msgspec
 from starlette.responses import Response, StreamingResponse
@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 from mlx_gateway.supervisor.engine.objects import ErrorBody, ErrorEvent
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.keepalive import KeepAlive, stream_with_keepalive
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -65,12 +66,43 @@ async def ended(
     yield sse.DONE
 
 
-class EventStream(StreamingResponse):
-    """A ``text/event-stream`` response that closes its ``work`` however the
-    response ends: finished, failed, client gone, or never iterated at all."""
+class SSEStream(StreamingResponse):
+    """A ``text/event-stream`` response; with a :class:`KeepAlive`, a keep-alive
+    event carrying ``note()`` goes out whenever the stream was quiet that long."""
 
-    def __init__(self, events: AsyncIterator[bytes], work: Closable) -> None:
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        keepalive: KeepAlive | None = None,
+        note: Callable[[], str] = str,
+    ) -> None:
         super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.keepalive = keepalive
+        self.note = note
+
+    async def stream_response(self, send: Send) -> None:
+        if self.keepalive is None:
+            await super().stream_response(send)
+            return
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        events = cast(AsyncIterator[bytes], self.body_iterator)  # built from bytes events
+        await stream_with_keepalive(events, send, self.keepalive, self.note)
+
+
+class EventStream(SSEStream):
+    """An :class:`SSEStream` that closes its ``work`` (a generation or a turn, a
+    transcription, an image job) however the response ends: finished, failed,
+    client gone, or never iterated at all."""
+
+    def __init__(
+        self,
+        events: AsyncIterator[bytes],
+        work: Closable,
+        keepalive: KeepAlive | None = None,
+        note: Callable[[], str] = str,
+    ) -> None:
+        super().__init__(events, keepalive, note)
         self.work = work
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -54,11 +54,16 @@ from mlx_gateway.supervisor.errors import (
 )
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
-from mlx_gateway.supervisor.pool.memory import Need, measured_need
+from mlx_gateway.supervisor.pool.memory import Need, local_ranks, measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
 from mlx_gateway.supervisor.pool.room import Room
 from mlx_gateway.supervisor.pool.spares import SpareKey, SparePool, spare_key
-from mlx_gateway.supervisor.pool.spawn import WorkerCommand, describe_exit, worker_command
+from mlx_gateway.supervisor.pool.spawn import (
+    WorkerCommand,
+    describe_exit,
+    distributed_command,
+    worker_command,
+)
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 
 log = logging.getLogger("mlx_gateway.worker")
@@ -156,10 +161,17 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
         options.update(image_options(config))
     if config.worker_kind == LM_KIND:
         options.update(lm_options(config))
+    if config.distributed is not None:
+        options["distributed"] = config.distributed.parallel
     return options
 
 
 def default_command(config: ModelConfig) -> WorkerCommand:
+    spread = config.distributed
+    if spread is not None:
+        return lambda spec, endpoint: distributed_command(
+            spec, endpoint, spread, python=config.python, env=config.worker_env
+        )
     return lambda spec, endpoint: worker_command(spec, endpoint, python=config.python)
 
 
@@ -194,6 +206,7 @@ class WorkerHandle:
         self.failures = 0
         self.placement: Room | None = None  # set by the registry
         self.spares: SparePool | None = None  # set by the registry (server.spare_workers)
+        self._pinned: bool | None = None  # set at run time by an admin
         self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
@@ -279,7 +292,7 @@ class WorkerHandle:
             "memory_detail": msgspec.structs.asdict(memory) if memory else None,
             **self._need_status(),
             "load_progress": progress,
-            "pinned": self.config.pinned,
+            "pinned": self.pinned,
             "draining": self.draining,
             "crashes": self.crashes,
             "evictions": self.evictions,
@@ -399,6 +412,19 @@ class WorkerHandle:
             self._relay.post(self._proc.worker_id, msg)
 
     @property
+    def pinned(self) -> bool:
+        """Never evicted: the config's ``pinned``, or what an admin set at run time."""
+        return self.config.pinned if self._pinned is None else self._pinned
+
+    def pin(self, pinned: bool) -> None:
+        """Pin or unpin at run time (``POST /v1/models/{id}/pin``), until the gateway
+        restarts or a config reload replaces this entry."""
+        self._pinned = pinned
+        log.info("[%s] %s by an admin request", self.name, "pinned" if pinned else "unpinned")
+        if self.placement is not None:
+            self.placement.notify()  # a model waiting for room may now evict this one
+
+    @property
     def reserved(self) -> bool:
         """The placement granted it room; it is about to start."""
         return self.placement is not None and self.placement.is_reserved(self)
@@ -414,7 +440,8 @@ class WorkerHandle:
             self.placement.released(self)
 
     def _measured(self, memory: Memory) -> None:
-        need = measured_need(memory)
+        # rank 0 of a sharded model measures itself: its peers on this machine hold as much
+        need = measured_need(memory) * local_ranks(self.config)
         if need <= 0:
             return
         if self.placement is not None:
@@ -721,17 +748,23 @@ class WorkerHandle:
         ]
         # Not in handle.tasks: _on_exit cancels those, and this one posts _on_exit.
         _background(self._watch_exit(handle))
-        if self.spares is not None:  # the next start of this kind finds a spare
-            spare = self.spares.spec(spec.kind, beat)
+        if (spares := self._spare_pool) is not None:  # the next start of this kind finds one
+            spare = spares.spec(spec.kind, beat)
             command = list(self._command(spare, self._relay.endpoint))
-            _background(self.spares.want(key, spare, command, env))
+            _background(spares.want(key, spare, command, env))
+
+    @property
+    def _spare_pool(self) -> SparePool | None:
+        """The spares this model may use: none for a distributed model (its worker
+        is a group of processes started by a launcher)."""
+        return self.spares if self.config.distributed is None else None
 
     async def _take_spare(
         self, key: SpareKey, spec: WorkerSpec, on_reply: Callable[[Reply, list[bytes]], None]
     ) -> asyncio.subprocess.Process | None:
         """Hand ``spec`` to a ready spare worker of ``key`` (``spec.worker_id`` becomes
         the spare's); its process, or ``None`` when there is no spare (or it is gone)."""
-        if self.spares is None or (spare := self.spares.take(key)) is None:
+        if (spares := self._spare_pool) is None or (spare := spares.take(key)) is None:
             return None
         self._relay.attach(spare.worker_id, on_reply)
         try:

@@ -229,7 +229,31 @@ def estimate(config: ModelConfig) -> Need:
         meta = text_config(directory)
         parts["kv"] = kv_working_set(meta, config)
         parts["activations"] += prefill_activations(meta, config)
+    if config.distributed is not None:
+        parts = _this_machines_share(parts, config)
     return Need(sum(parts.values()), "estimated", parts)
+
+
+def _this_machines_share(parts: dict[str, int], config: ModelConfig) -> dict[str, int]:
+    """A sharded model: each rank holds an equal share of the weights, KV cache and
+    activations, and its own runtime; only the ranks on this machine count here."""
+    here, total = local_ranks(config), total_ranks(config)
+    shared = {key: value * here // total for key, value in parts.items() if key != "runtime"}
+    return {**shared, "runtime": parts["runtime"] * here}
+
+
+def total_ranks(config: ModelConfig) -> int:
+    """The processes a model runs as: 1, or its ``distributed`` group's size."""
+    spread = config.distributed
+    return 1 if spread is None else len(spread.hosts) * spread.ranks_per_host
+
+
+def local_ranks(config: ModelConfig) -> int:
+    """Those of them on this machine (the first host's, rank 0's among them)."""
+    spread = config.distributed
+    if spread is None:
+        return 1
+    return sum(host == spread.hosts[0] for host in spread.hosts) * spread.ranks_per_host
 
 
 def measured_need(memory: Memory) -> int:

@@ -181,7 +181,7 @@ class Placement:
             name=str(id(handle)),
             need=self.need_of(handle),
             idle=handle.state is WorkerState.READY and handle.idle,
-            pinned=handle.config.pinned,
+            pinned=handle.pinned,
             group=handle.config.group,
             last_used=handle.last_used or 0.0,
         )
@@ -251,7 +251,7 @@ class Placement:
         waits = [
             (b.ready_since or now) + self.server.min_resident_seconds - now
             for b in blockers
-            if b not in self._draining and not b.config.pinned and b.state is WorkerState.READY
+            if b not in self._draining and not b.pinned and b.state is WorkerState.READY
         ]
         return max(0.05, min(waits)) if waits else float("inf")
 
@@ -261,7 +261,7 @@ class Placement:
             resident_for = now - (blocker.ready_since or now)
             if (
                 blocker not in self._draining
-                and not blocker.config.pinned
+                and not blocker.pinned
                 and blocker.state is WorkerState.READY
                 and resident_for >= self.server.min_resident_seconds
             ):
@@ -277,7 +277,7 @@ class Placement:
         plan = self.plan(handle)
         busy = ", ".join(
             f"'{h.name}' ({format_size(self.need_of(h))}, {h.inflight} in flight"
-            + (", pinned" if h.config.pinned else "")
+            + (", pinned" if h.pinned else "")
             + ")"
             for h in plan.blockers
         )

@@ -18,6 +18,7 @@ from mlx_gateway.supervisor.pool.relay import Relay
 from mlx_gateway.supervisor.pool.runtime_dir import make_runtime_dir
 from mlx_gateway.supervisor.pool.spares import SparePool
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
+from mlx_gateway.supervisor.pool.state import WorkerState
 
 log = logging.getLogger("mlx_gateway.registry")
 
@@ -71,6 +72,10 @@ class Registry:
 
     def _index(self) -> None:
         self._by_name = {name: h for h in self.handles for name in h.config.names}
+        # A request may also name a model by its model_path (repo id or local
+        # directory), as mlx-vlm's server allows; a served name or alias wins.
+        for h in self.handles:
+            self._by_name.setdefault(h.config.model_path, h)
 
     def resolve(self, name: str) -> WorkerHandle:
         """The handle serving ``name`` (a served name or an alias)."""
@@ -124,6 +129,14 @@ class Registry:
             )
         await handle.stop("unloaded by an admin request")
         return handle
+
+    async def unload_idle(self) -> list[WorkerHandle]:
+        """Stop every ready model that has no request in flight or waiting
+        (``POST /unload``); busy ones keep running. Returns those stopped."""
+        stopped = [h for h in self.handles if h.state is WorkerState.READY and h.idle]
+        for handle in stopped:
+            await handle.stop("unloaded by an admin request")
+        return stopped
 
     async def reload(self, new: GatewayConfig) -> dict[str, list[str]]:
         """Apply a new config: unchanged models keep running; changed ones are

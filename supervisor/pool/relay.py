@@ -31,6 +31,7 @@ from mlx_gateway.protocol.messages import (
     Error,
     Image,
     ImageStep,
+    Prefilled,
     Reply,
     Request,
     Started,
@@ -169,7 +170,16 @@ class Relay:
                     self._deliver(chunk.request_id, chunk)
             case Done(finish_reason="cancelled") if worker_id in self._stopping:
                 self._deliver(reply.request_id, self._stopping[worker_id])
-            case Started() | Chunk() | Embeddings() | Transcript() | ImageStep() | Image() | Done():
+            case (
+                Started()
+                | Prefilled()
+                | Chunk()
+                | Embeddings()
+                | Transcript()
+                | ImageStep()
+                | Image()
+                | Done()
+            ):
                 item = WithPayloads(reply, payloads) if payloads else reply
                 self._deliver(reply.request_id, item)
             case Error(request_id=request_id) if request_id:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from mlx_gateway.protocol.spec import WorkerSpec, encode_spec
+from mlx_gateway.supervisor.config.schema import DistributedConfig
 
 WorkerCommand = Callable[[WorkerSpec, str], Sequence[str]]
 """Builds a worker's argv from its spec and the gateway's endpoint."""
@@ -30,6 +31,38 @@ def worker_command(spec: WorkerSpec, endpoint: str, python: str | None = None) -
         "--parent-pid",
         str(os.getpid()),
     ]
+
+
+def distributed_command(
+    spec: WorkerSpec,
+    endpoint: str,
+    spread: DistributedConfig,
+    python: str | None = None,
+    env: dict[str, str] | None = None,
+) -> list[str]:
+    """``mlx.launch … -- <the worker command>``: ``mlx.launch``
+    starts one worker per rank (rank 0 on the first host speaks to the gateway; the
+    others follow it, see ``mlx_gateway.workers.ring``). Its ranks share its process
+    group here, so the handle's signals reach the local ones; it stops the others
+    when one rank fails."""
+    interpreter = python or sys.executable
+    # mlx.launch, waiting instead of spinning (see mlx_gateway.workers.launch)
+    launch = [interpreter, "-m", "mlx_gateway.workers.launch", "--backend", spread.backend]
+    if spread.hostfile is not None:
+        launch += ["--hostfile", spread.hostfile]
+    else:
+        launch += ["--hosts", ",".join(spread.hosts)]
+    if spread.ranks_per_host > 1:
+        launch += ["--repeat-hosts", str(spread.ranks_per_host)]
+    if spread.starting_port is not None:
+        launch += ["--starting-port", str(spread.starting_port)]
+    if spread.python is not None:
+        launch += ["--python", spread.python]
+    # Ranks started over ssh do not inherit the gateway's environment: pass on what
+    # every rank needs (unbuffered output for the gateway's log, the model's own).
+    for key, value in {"PYTHONUNBUFFERED": "1", **(env or {})}.items():
+        launch += ["--env", f"{key}={value}"]
+    return [*launch, "--", *worker_command(spec, endpoint, python=interpreter)]
 
 
 def describe_exit(returncode: int) -> str:

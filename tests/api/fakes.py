@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, ModelFacts, Started, Usage
 from mlx_gateway.supervisor.api import exception_handlers, routes
-from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
 
 
@@ -114,8 +114,11 @@ class FakeHandle:
 
 
 class FakeRegistry:
+    placement = None  # no memory budget in process
+
     def __init__(self, *handles: FakeHandle) -> None:
         self.handles = list(handles)
+        self.config = GatewayConfig(models=[h.config for h in handles])
 
     def resolve(self, name: str) -> FakeHandle:
         for handle in self.handles:

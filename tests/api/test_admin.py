@@ -76,3 +76,30 @@ async def test_load_of_a_broken_model_and_unknown_names(
     assert r.status_code == 404 and M in r.json()["error"]["message"]
     r = await client.post(f"/v1/models/{M}/unload", content=b"{not json")
     assert r.status_code == 400
+
+
+async def test_pin_at_run_time_is_an_admin_action_and_shows() -> None:
+    """``POST /v1/models/{id}/pin`` pins and unpins a model without a reload; the model
+    object shows it; a client key is refused."""
+    config = fake_config(
+        {"model_path": "fake/ok", "served_model_name": "m"},
+        api_keys=["client"],
+        admin_keys=["admin"],
+    )
+    app = create_app(config, command=fake_command)
+    admin = {"Authorization": "Bearer admin"}
+    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://gw") as http,
+    ):
+        refused = await http.post("/v1/models/m/pin", headers={"Authorization": "Bearer client"})
+        assert refused.status_code == 403
+        pinned = await http.post("/v1/models/m/pin", headers=admin)
+        assert pinned.status_code == 200 and pinned.json()["pinned"] is True
+        listed = await http.get("/v1/models/m", headers=admin)
+        assert listed.json()["pinned"] is True
+        unpinned = await http.post("/v1/models/m/pin", headers=admin, json={"pinned": False})
+        assert unpinned.json()["pinned"] is False
+        bad = await http.post("/v1/models/m/pin", headers=admin, content=b'{"pinned": 3}')
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "pinned"

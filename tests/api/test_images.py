@@ -47,7 +47,13 @@ async def app(tiny_flux2_path: Path) -> AsyncIterator[Starlette]:
         server=ServerConfig(shutdown_grace=1.0, image_url_ttl=TTL),
         models=[
             ModelConfig(served_model_name=FLUX, model_type="image-generation", **tiny),
-            ModelConfig(served_model_name=EDIT, model_type="image-edit", max_image_mb=0.01, **tiny),
+            # named as mlx-openai-server names the edit preset of the same weights
+            ModelConfig(
+                served_model_name=EDIT,
+                model_type="image-edit",
+                max_image_mb=0.01,
+                **{**tiny, "config_name": "flux2-klein-edit-4b"},
+            ),
             ModelConfig(model_path="org/some-chat-model", served_model_name="chat"),
         ],
     )

@@ -24,9 +24,9 @@ FAILING = "fake/load-error"
 @pytest.fixture
 async def http(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
     monkeypatch.setattr(loading, "GRACE_SECONDS", 0.2)
-    monkeypatch.setattr(loading, "KEEPALIVE_SECONDS", 0.2)
     app: Starlette = create_app(
-        fake_config({"model_path": SLOW}, {"model_path": FAILING}), command=fake_command
+        fake_config({"model_path": SLOW}, {"model_path": FAILING}, stream_keepalive=0.2),
+        command=fake_command,
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app, raise_app_exceptions=False)
@@ -72,7 +72,9 @@ async def test_an_anthropic_stream_fails_the_anthropic_way(http: httpx.AsyncClie
     async with http.stream("POST", "/v1/messages", json=body) as r:
         assert r.status_code == 200
         got = [line async for line in r.aiter_lines() if line]
-    events = [line for line in got if not line.startswith(":")]
+    # Keep-alive pings may come while the model loads; then the error event.
+    ping = ["event: ping", 'data: {"type": "ping"}']
+    events = [line for line in got if not line.startswith(":") and line not in ping]
     assert events[0] == "event: error"
     assert json.loads(events[1].removeprefix("data: ")) == {
         "type": "error",

@@ -11,6 +11,9 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from mlx_gateway.supervisor.api.responses import tools as responses_tools
+from mlx_gateway.supervisor.api.responses.convert import to_chat
+from mlx_gateway.supervisor.api.responses.schemas import input_items
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
 
 from .lm_app import OK, PNG_1PX, REASONER, VISION, WEATHER_TOOL, app, hermes_call, http, sdk
@@ -20,6 +23,33 @@ __all__ = ["app", "http", "sdk"]  # fixtures
 
 TOOL = {"type": "function", **WEATHER_TOOL["function"]}
 BONN = '{"city": "Bonn"}'
+
+
+# ------------------------------------------------------ namespaces, hosted tools
+
+SPAWN = {
+    "type": "function",
+    "name": "spawn",
+    "description": "Start a sub-agent.",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"task": {"type": "string"}}},
+}
+WAIT = {**SPAWN, "name": "wait", "description": "Wait for a sub-agent."}
+NAMESPACE = {
+    "type": "namespace",
+    "name": "agents",
+    "description": "Tools for sub-agents.",
+    "tools": [SPAWN, WAIT],
+}
+"""A namespace tool as Codex CLI sends one (``multi_agent_v1`` there)."""
+HOSTED = [
+    {"type": "web_search", "external_web_access": False},
+    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+    {"type": "code_interpreter", "container": {"type": "auto"}},
+    {"type": "image_generation"},
+    {"type": "mcp", "server_label": "x", "server_url": "https://example.com"},
+]
+SPAWN_CALL = hermes_call("agents__spawn", '{"task": "tests"}')
 
 
 def sse_events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
@@ -172,7 +202,23 @@ async def test_parse_with_a_pydantic_model(sdk: openai.AsyncOpenAI) -> None:
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "websearch"}]}, "tools[0].type"),
+        (
+            {"tools": [{"type": "namespace", "name": "n", "tools": [{"type": "x"}]}]},
+            "tools[0].tools[0].type",
+        ),
+        (
+            {"tools": [{"type": "namespace", "name": "n", "tools": [{"type": "function"}]}]},
+            "tools[0].tools[0].name",
+        ),
+        ({"tools": [{"type": "namespace", "tools": []}]}, "tools[0].name"),
+        ({"tools": [{"type": "namespace", "name": "a b", "tools": []}]}, "tools[0].name"),
+        ({"tools": [{"type": "namespace", "name": "a__b", "tools": []}]}, "tools[0].name"),
+        ({"tools": [TOOL, TOOL]}, "tools[1]"),
+        (
+            {"tools": [NAMESPACE], "tool_choice": {"type": "function", "name": "spawn"}},
+            "tool_choice",
+        ),
         ({"input": [{"type": "computer_call_output"}]}, "input[0].type"),
         ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
         ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
@@ -188,6 +234,107 @@ async def test_bad_requests_are_400(
     r = await http.post("/v1/responses", json={"model": OK, "input": "hi", **extra})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
+
+
+async def test_namespace_members_reach_the_model_under_flat_names(
+    sdk: openai.AsyncOpenAI, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(responses_tools, "_noticed", set())  # as in a fresh gateway
+    caplog.set_level("WARNING")
+    tools: Any = [TOOL, NAMESPACE, *HOSTED]
+    # The fake model says the names of the tools its chat template got.
+    response = await sdk.responses.create(model=OK, input="tools", tools=tools)
+    assert response.output_text == "get_weather agents__spawn agents__wait "
+    # The response lists the tools it ran with: functions and namespaces, not hosted ones.
+    assert [t.type for t in response.tools] == ["function", "namespace"]
+    assert [t.name for t in response.tools[1].tools] == ["spawn", "wait"]  # type: ignore[union-attr]
+    again = await sdk.responses.create(model=OK, input="tools", tools=tools)
+    assert again.output_text == response.output_text
+    notices = [r.getMessage() for r in caplog.records if "leaving out" in r.getMessage()]
+    # One notice per hosted type, not one per request.
+    assert len(notices) == len(HOSTED)
+    assert any("'web_search'" in n for n in notices)
+
+
+async def test_a_namespaced_call_goes_back_with_its_namespace(sdk: openai.AsyncOpenAI) -> None:
+    tools: Any = [TOOL, NAMESPACE, HOSTED[0]]
+    first = await sdk.responses.create(model=OK, input="say " + SPAWN_CALL, tools=tools)
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert (call.namespace, call.name) == ("agents", "spawn")
+    assert json.loads(call.arguments) == {"task": "tests"}
+
+    # Continued from the store, and sent back in full as Codex does (store: false).
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "roles"}
+    second = await sdk.responses.create(
+        model=OK, previous_response_id=first.id, input=[output], tools=tools
+    )
+    assert second.output_text == "user assistant tool "
+    history: Any = [
+        {"role": "user", "content": "say " + SPAWN_CALL},
+        call.model_dump(exclude_none=True),
+        output,
+    ]
+    third = await sdk.responses.create(model=OK, input=history, tools=tools, store=False)
+    assert third.output_text == "user assistant tool "
+
+    # A forced call of a namespace member names the namespace.
+    choice: Any = {"type": "function", "name": "spawn", "namespace": "agents"}
+    forced = await sdk.responses.create(
+        model=OK, input="say " + SPAWN_CALL, tools=tools, tool_choice=choice
+    )
+    assert [(i.namespace, i.name) for i in forced.output if i.type == "function_call"] == [
+        ("agents", "spawn")
+    ]
+
+
+async def test_a_namespaced_call_in_the_stream(http: httpx.AsyncClient) -> None:
+    body = {
+        "model": OK,
+        "input": "say " + SPAWN_CALL,
+        "tools": [NAMESPACE, *HOSTED],
+        "stream": True,
+    }
+    events = sse_events((await http.post("/v1/responses", json=body)).content)
+    calls = [e for _, e in events if e.get("item", {}).get("type") == "function_call"]
+    assert [e["type"] for e in calls] == [
+        "response.output_item.added",
+        "response.output_item.done",
+    ]
+    for event in calls:
+        assert (event["item"]["namespace"], event["item"]["name"]) == ("agents", "spawn")
+    (done,) = [e for _, e in events if e["type"] == "response.function_call_arguments.done"]
+    assert done["name"] == "spawn"
+    (item,) = [i for i in events[-1][1]["response"]["output"] if i["type"] == "function_call"]
+    assert (item["namespace"], item["name"]) == ("agents", "spawn")
+
+
+def test_input_calls_of_a_namespace_get_the_flat_name() -> None:
+    items = input_items(
+        [
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "spawn",
+                "namespace": "agents",
+                "arguments": "{}",
+            },
+            {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "{}"},
+        ]
+    )
+    (message,) = to_chat(items)
+    names = [call["function"]["name"] for call in message["tool_calls"]]
+    assert names == ["agents__spawn", "get_weather"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_prompt_beyond_the_context_names_input(
+    http: httpx.AsyncClient, stream: bool
+) -> None:
+    # The fake worker answers "reject" as a real one answers a prompt too long.
+    r = await http.post("/v1/responses", json={"model": OK, "input": "reject", "stream": stream})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("input", "context_length_exceeded")
 
 
 def test_store_expires_and_keeps_to_its_byte_cap() -> None:

@@ -2,56 +2,26 @@
 Playwright, against the real gateway app over TCP with fake workers.
 
 Screenshots of each view at desktop and phone width are written to
-``build/ui-screenshots/`` (or ``$MLX_GATEWAY_SCREENSHOTS``).
+``build/ui-screenshots/`` (see tests/fixtures/browser.py).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.fixtures.browser import DESKTOP, browser, shoot
+
 from ..supervisor.live import LiveGateway
 
 pytestmark = pytest.mark.slow
+__all__ = ["browser"]  # the fixture, imported for this module
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CLIENT_KEY, ADMIN_KEY = "client-key-1", "admin-key-1"
-SHOTS = Path(
-    os.environ.get("MLX_GATEWAY_SCREENSHOTS")
-    or Path(__file__).resolve().parents[2] / "build" / "ui-screenshots"
-)
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium")
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -73,15 +43,6 @@ def _use_key(page: Any, key: str) -> None:
     page.fill("#key", key)
     page.press("#key", "Enter")
     page.locator("#key").dispatch_event("change")
-
-
-def _shoot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
-        page.set_viewport_size(size)
-        page.wait_for_timeout(300)
-        page.screenshot(path=str(SHOTS / f"{name}-{label}.png"), full_page=True)
-    page.set_viewport_size(DESKTOP)
 
 
 def test_ui_models_chat_logs_and_admin_actions(
@@ -106,7 +67,7 @@ def test_ui_models_chat_logs_and_admin_actions(
         "document.querySelector('tr[data-model=\"chat-model\"] .state').textContent === 'ready'",
         timeout=20_000,
     )
-    _shoot(page, "models")
+    shoot(page, "models")
 
     # Playground: a streamed chat answer appears.
     page.click('nav button[data-view="playground"]')
@@ -120,7 +81,7 @@ def test_ui_models_chat_logs_and_admin_actions(
         timeout=20_000,
     )
     assert "error" not in answer.inner_text()
-    _shoot(page, "playground")
+    shoot(page, "playground")
 
     # Logs need the admin key: with the client key the page says so.
     page.click('nav button[data-view="logs"]')
@@ -153,7 +114,7 @@ def test_ui_models_chat_logs_and_admin_actions(
         f"document.querySelector('#log-lines').textContent.includes('{logging_line}')",
         timeout=10_000,
     )
-    _shoot(page, "logs")
+    shoot(page, "logs")
 
     # Unload is refused with the client key (403), and works with the admin key.
     page.click('nav button[data-view="models"]')
@@ -169,6 +130,13 @@ def test_ui_models_chat_logs_and_admin_actions(
         "document.querySelector('tr[data-model=\"chat-model\"] .state').textContent === 'unloaded'",
         timeout=20_000,
     )
+    # Pin (admin key): the model is pinned at run time and the table says so.
+    page.locator('tr[data-model="slow-model"] button[data-action="pin"]').click()
+    page.wait_for_function(
+        "document.querySelector('tr[data-model=\"slow-model\"]').textContent.includes('pinned')",
+        timeout=10_000,
+    )
+    assert gateway.registry.resolve("slow-model").pinned
     page.close()
 
 

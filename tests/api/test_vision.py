@@ -16,6 +16,7 @@ import openai
 import pytest
 import pytest_asyncio
 from PIL import Image
+from pillow_heif import register_heif_opener
 from starlette.applications import Starlette
 
 from mlx_gateway.protocol.spec import WorkerSpec
@@ -27,11 +28,13 @@ from tests.fixtures.image_server import ImageServer
 from ..supervisor.fakes import fake_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+register_heif_opener()  # to encode the HEIC test file
 
 VL = "tiny-vl"  # may fetch from loopback (the test server)
 STRICT = "tiny-vl-strict"  # the default: private addresses refused
 SMALL = "tiny-vl-small"  # max_image_mb: 0.01
 LM = "lab/fake/ok"  # a fake language model: takes no images
+OMNI = "tiny-omni"  # a Gemma 4 with an audio encoder
 FORMATS: list[tuple[str, dict[str, Any]]] = [
     ("PNG", {}),
     ("JPEG", {"quality": 90}),
@@ -39,7 +42,10 @@ FORMATS: list[tuple[str, dict[str, Any]]] = [
     ("GIF", {}),
     ("BMP", {}),
     ("TIFF", {}),
+    ("HEIF", {"quality": 90}),  # an iPhone photo's format (pillow-heif encodes it)
+    ("AVIF", {"quality": 90}),
 ]
+LOSSY = ("JPEG", "HEIF", "AVIF")
 
 
 def command(spec: WorkerSpec, endpoint: str) -> list[str]:
@@ -87,7 +93,7 @@ def images() -> Iterator[ImageServer]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def app(tiny_vlm_path: Path) -> AsyncIterator[Starlette]:
+async def app(tiny_vlm_path: Path, tiny_omni_path: Path) -> AsyncIterator[Starlette]:
     vlm = {"model_path": str(tiny_vlm_path), "model_type": "vlm"}
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
@@ -98,6 +104,7 @@ async def app(tiny_vlm_path: Path) -> AsyncIterator[Starlette]:
                 **vlm, served_model_name=SMALL, allow_private_image_urls=True, max_image_mb=0.01
             ),
             ModelConfig(model_path=LM, served_model_name=LM),
+            ModelConfig(model_path=str(tiny_omni_path), model_type="vlm", served_model_name=OMNI),
         ],
     )
     app = create_app(config, command=command)
@@ -128,7 +135,7 @@ async def test_every_format_as_data_and_http_url(
             assert reply.choices[0].finish_reason == "length"
             answers.setdefault(fmt, set()).add(reply.choices[0].message.content or "")
     assert all(len(texts) == 1 for texts in answers.values()), answers  # same bytes, same text
-    lossless = {fmt: texts for fmt, texts in answers.items() if fmt != "JPEG"}
+    lossless = {fmt: texts for fmt, texts in answers.items() if fmt not in LOSSY}
     assert len(set.union(*lossless.values())) == 1, lossless  # same pixels, same text
 
 
@@ -238,3 +245,78 @@ async def test_request_shape_checks(http: httpx.AsyncClient) -> None:
 async def test_completions_on_a_vision_model(sdk: openai.AsyncOpenAI) -> None:
     reply = await sdk.completions.create(model=VL, prompt="a red square", max_tokens=5)
     assert reply.usage is not None and reply.usage.completion_tokens == 5
+
+
+def with_audio(data: bytes, text: str = "what is said here?") -> list:
+    audio = {"data": base64.b64encode(data).decode(), "format": "wav"}
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_audio", "input_audio": audio},
+                {"type": "text", "text": text},
+            ],
+        }
+    ]
+
+
+def wav_tone() -> bytes:
+    from tests.workers.test_audio_decoding import encode as encode_audio
+
+    return encode_audio("wav", "pcm_s16le", rate=16_000, layout="mono")
+
+
+async def test_input_audio_to_a_model_without_audio_is_400_naming_it(
+    sdk: openai.AsyncOpenAI, app: Starlette
+) -> None:
+    # The tiny Qwen2-VL has no audio encoder: its worker says so, naming the model.
+    with pytest.raises(openai.BadRequestError) as caught:
+        await describe(sdk, with_audio(wav_tone()))
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert f"The model '{VL}' does not accept audio" in error["message"]
+    assert error["param"] == "messages[0].content[0].input_audio"
+    assert error["code"] == "audio_not_supported"
+    # A language model: refused by the gateway, before any worker starts.
+    with pytest.raises(openai.BadRequestError) as caught:
+        await describe(sdk, with_audio(wav_tone()), model=LM)
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert f"The model '{LM}'" in error["message"] and "does not accept audio" in error["message"]
+    assert app.state.registry.resolve(LM).status()["state"] == "unloaded"
+
+
+async def test_input_audio_that_is_not_base64_is_400(http: httpx.AsyncClient) -> None:
+    messages = with_audio(b"")
+    messages[0]["content"][0]["input_audio"]["data"] = "RIFF&&not base64"
+    status, error = await error_of(http, messages)
+    assert status == 400
+    assert error["param"] == "messages[0].content[0].input_audio.data"
+    assert "base64" in error["message"]
+
+
+async def test_input_audio_to_an_omni_model(sdk: openai.AsyncOpenAI) -> None:
+    tone = await describe(sdk, with_audio(wav_tone()), model=OMNI)
+    plain = await describe(
+        sdk,
+        [{"role": "user", "content": [{"type": "text", "text": "what is said here?"}]}],
+        model=OMNI,
+    )
+    assert tone.choices[0].finish_reason == "length" and tone.choices[0].message.content
+    assert tone.usage is not None and plain.usage is not None
+    # One second of audio: 25 audio tokens and their two markers in the prompt.
+    assert tone.usage.prompt_tokens == plain.usage.prompt_tokens + 27
+    # Streamed, with an image beside the audio.
+    image = {"type": "image_url", "image_url": {"url": data_url(picture())}}
+    messages = with_audio(wav_tone())
+    messages[0]["content"].insert(0, image)
+    stream = await sdk.chat.completions.create(
+        model=OMNI,
+        messages=messages,
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens > tone.usage.prompt_tokens

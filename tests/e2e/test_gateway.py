@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,7 +266,14 @@ def test_sigterm_stops_every_worker(tiny_lm_path: Path, tmp_path: Path) -> None:
     assert wait_until(lambda: not any(alive(p) for p in pids), timeout=5)
 
 
-def test_no_worker_outlives_a_killed_gateway(tiny_lm_path: Path, tmp_path: Path) -> None:
+def test_no_worker_outlives_a_killed_gateway(
+    tiny_lm_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temp folder of its own (short: it holds the ZeroMQ socket path): any other
+    # gateway starting on this machine meanwhile would remove the killed one's
+    # leftovers from the shared /tmp before this test looks at them.
+    own_tmp = tempfile.mkdtemp(prefix="gwk")
+    monkeypatch.setenv("TMPDIR", own_tmp)
     gw = Gateway(tmp_path, [{"served_model_name": "m", "model_path": str(tiny_lm_path)}])
     httpx.post(
         f"{gw.base_url}/v1/chat/completions",

@@ -16,7 +16,7 @@ the process exits.
 * ``fake/reasoner``: like ``ok``, and its Ready reports thinking markers
   (``<think>``/``</think>``) and the ``json_tools`` tool-call format, as a real
   worker does for a Qwen3 model.
-* ``fake/mlxparsed``: like ``ok``; its Ready reports the ``minimax_m2`` tool-call
+* ``fake/mlxparsed``: like ``ok``; its Ready reports the ``longcat`` tool-call
   format (one only mlx-lm parses), and with ``Generate.parse_tools`` its ``say``
   sends each ``<tool_call>{"name", "arguments"}</tool_call>`` as ``Chunk.tool_calls``
   instead of text, as a real worker's tokenizer parser does.
@@ -35,6 +35,10 @@ Per request, the last message's text (or the prompt) decides:
   calls and thinking blocks); with ``chat_template_kwargs.enable_thinking`` its
   Started says the prompt opened a thinking block.
 * ``roles``: says the roles of all the request's messages (``system user …``).
+* ``tools``: says the names of the tools its chat template gets (``a b …``).
+* ``prefill <seconds> …``: a long prompt: after Started, nothing for ``<seconds>``
+  but one ``Prefilled`` progress (half the prompt's words) halfway, then it echoes
+  the words like any other text.
 * anything else: echoes the words back, one per step, ``max_tokens`` capping them
   (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
 
@@ -68,6 +72,7 @@ from mlx_gateway.protocol.messages import (
     Memory,
     ModelFacts,
     Ping,
+    Prefilled,
     Progress,
     Ready,
     Shutdown,
@@ -89,6 +94,9 @@ class Active:
     sent: int = 0
     verbatim: bool = False
     calls: list[tuple[str, str]] = field(default_factory=list)
+    prefill_until: float = 0.0
+    halfway: float | None = None
+    """When to send the one ``Prefilled`` of a ``prefill`` request."""
 
 
 def text_of(msg: Generate) -> str:
@@ -158,7 +166,7 @@ def main() -> None:
     if mode == "reasoner":
         extra = {"think_start": "<think>", "think_end": "</think>", "tool_parser": "json_tools"}
     if mode == "mlxparsed":
-        extra = {"tool_parser": "minimax_m2"}
+        extra = {"tool_parser": "longcat"}
     send(
         Ready(
             pid=os.getpid(),
@@ -219,8 +227,15 @@ def main() -> None:
                         len(words),
                         behaviour,
                     )
+                    if behaviour == "prefill":
+                        seconds = float(words[1]) if len(words) > 1 else 1.0
+                        item.prefill_until = time.monotonic() + seconds
+                        item.halfway = time.monotonic() + seconds / 2
                     if behaviour == "roles":
                         item.words = [str(m.get("role")) for m in request.messages or []]
+                    if behaviour == "tools":
+                        tools = request.chat_template_kwargs.get("tools") or []
+                        item.words = [str(t["function"]["name"]) for t in tools]
                     if behaviour == "say":
                         rest = text.split("say", 1)[1].lstrip()
                         if request.parse_tools:
@@ -269,6 +284,12 @@ def main() -> None:
         chunks, finished = [], []
         for item in active.values():
             if item.behaviour == "hang":
+                continue
+            if item.halfway is not None and time.monotonic() >= item.halfway:
+                item.halfway = None
+                half = item.prompt_tokens // 2
+                send(Prefilled(request_id=item.request_id, done=half, total=item.prompt_tokens))
+            if time.monotonic() < item.prefill_until:
                 continue
             if item.behaviour == "crash" and item.sent >= 3:
                 print("crashing on purpose", flush=True)

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import msgspec
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
@@ -30,14 +31,21 @@ class LiveGateway:
     The socket is bound before the server starts (port 0, handed to Hypercorn as
     ``fd://``), so there is no race for a free port."""
 
-    def __init__(self, *models: dict[str, Any], **server: Any) -> None:
+    def __init__(
+        self, *models: dict[str, Any], config: GatewayConfig | None = None, **server: Any
+    ) -> None:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(1024)
         self.port: int = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.config: GatewayConfig = fake_config(*models, port=self.port, **server)
+        if config is not None:  # a config as loaded from a file (its port replaced)
+            self.config = msgspec.structs.replace(
+                config, server=msgspec.structs.replace(config.server, port=self.port)
+            )
+        else:
+            self.config = fake_config(*models, port=self.port, **server)
         self.app: Starlette = create_app(self.config, command=fake_command)
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None

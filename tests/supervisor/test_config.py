@@ -453,6 +453,8 @@ def test_out_of_range_and_wrong_type_values(tmp_path: Path, line: str, expected:
         ("log_level: verbose", "'verbose' is not allowed; use one of: debug, info"),
         ("shutdown_grace: -1", "expected a number >= 0, got -1"),
         ("start_timeout: later", "expected a number, got 'later'"),
+        ("stream_keepalive: 0", "expected a number >= 0.1, got 0"),
+        ("stream_keepalive: 2m", "expected a number <= 60, got 120"),
     ],
 )
 def test_server_value_errors(tmp_path: Path, line: str, expected: str) -> None:
@@ -461,6 +463,13 @@ def test_server_value_errors(tmp_path: Path, line: str, expected: str) -> None:
     assert err.line == 2
     assert str(err).startswith(f"server.{line.split(':')[0]} at {path}:2: ")
     assert expected in str(err)
+
+
+def test_stream_keepalive(tmp_path: Path) -> None:
+    plain = load(tmp_path, f"models:\n  - model_path: {HF_ID}\n")
+    assert plain.server.stream_keepalive == 2.0
+    text = f"server:\n  stream_keepalive: 5s\nmodels:\n  - model_path: {HF_ID}\n"
+    assert load(tmp_path, text).server.stream_keepalive == 5.0
 
 
 def test_durations(tmp_path: Path) -> None:

@@ -106,3 +106,47 @@ def test_parse_size() -> None:
     assert parse_size(" 16X16 ") == (16, 16)
     for bad in ("", "16", "x16", "16x", "-16x16", "0x16", "1.5x2", "16x16x16"):
         assert parse_size(bad) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "model_type", "sent"),
+    [
+        ("flux-kontext-dev", "image-edit", "dev-kontext"),
+        ("flux2-klein-edit-9b", "image-edit", "flux2-klein-9b"),
+        ("flux-schnell", "image-generation", "schnell"),
+        ("flux2-klein-9b", "image-generation", "flux2-klein-9b"),
+        ("klein-9b", "image-generation", "klein-9b"),  # mflux's own aliases pass through
+    ],
+)
+def test_mlx_openai_server_preset_names_reach_the_worker_as_mflux_keys(
+    tmp_path: Path, name: str, model_type: str, sent: str
+) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        models:
+          - model_path: some-org/weights
+            model_type: {model_type}
+            config_name: {name}
+        """,
+    )
+    (model,) = load_config(path).models
+    assert model.config_name == name  # the entry keeps what was written
+    assert worker_options(model)["config_name"] == sent
+
+
+@pytest.mark.parametrize("name", ["flux-kontext-dev", "flux2-klein-edit-4b", "qwen-image-edit"])
+def test_an_edit_preset_name_needs_model_type_image_edit(tmp_path: Path, name: str) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        models:
+          - model_path: some-org/weights
+            model_type: image-generation
+            config_name: {name}
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert "config_name" in message and "model_type: image-edit" in message, message

@@ -150,8 +150,14 @@ def test_parser_choice() -> None:
     assert resolve_tool_format(None, {"tool_parser": "qwen3_coder"}) is TOOL_FORMATS["qwen3_coder"]
     assert resolve_tool_format("auto", {"tool_parser": "json_tools"}) is TOOL_FORMATS["hermes"]
     # A format only mlx-lm parses is left to the worker's tokenizer.
-    assert resolve_tool_format("auto", {"tool_parser": "kimi_k2"}) is TOOL_FORMATS["tokenizer"]
-    assert resolve_tool_format("minimax_m2", {}) is TOOL_FORMATS["tokenizer"]
+    assert resolve_tool_format("auto", {"tool_parser": "longcat"}) is TOOL_FORMATS["tokenizer"]
+    assert resolve_tool_format("kimi_k3", {}) is TOOL_FORMATS["tokenizer"]
+    # Formats the gateway parses itself since mlx-lm named them.
+    assert resolve_tool_format("auto", {"tool_parser": "kimi_k2"}) is TOOL_FORMATS["kimi_k2"]
+    assert resolve_tool_format("minimax_m2", {}) is TOOL_FORMATS["minimax_m2"]
+    assert resolve_tool_format("auto", {"tool_parser": "glm47"}) is TOOL_FORMATS["glm47"]
+    assert resolve_tool_format("glm4_moe", {}) is TOOL_FORMATS["glm45"]
+    assert resolve_tool_format("auto", {"tool_parser": "harmony"}) is TOOL_FORMATS["harmony"]
     assert resolve_tool_format("auto", {}) is TOOL_FORMATS["hermes"]
     assert resolve_tool_format("llama3", {}) is TOOL_FORMATS["llama3_json"]
     assert resolve_tool_format("none", {"tool_parser": "json_tools"}) is None
@@ -169,6 +175,9 @@ def test_parser_choice() -> None:
     assert resolve_reasoning("auto", {}) is None
     assert resolve_reasoning("qwen3", {}) == REASONING_PARSERS["think"]
     assert resolve_reasoning("none", think) is None
+    assert resolve_reasoning("kimi_k2", {}) == REASONING_PARSERS["think"]
+    harmony = {"reasoning_parser": "harmony"}
+    assert resolve_reasoning("auto", harmony) == REASONING_PARSERS["harmony"]
 
 
 def test_stop_scanner_and_markers() -> None:

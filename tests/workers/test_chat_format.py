@@ -44,6 +44,15 @@ LLAMA3_TEMPLATE = (
     "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n{% endif %}"
 )
 
+# gpt-oss's harmony layout, shortened: every message a header, a channel, its text.
+HARMONY_TEMPLATE = (
+    "<|start|>system<|message|>Reasoning: medium\n\n# Valid channels: analysis, commentary, "
+    "final.<|end|>{% for m in messages %}{% if m['role'] == 'assistant' %}"
+    "<|start|>assistant<|channel|>final<|message|>{{ m['content'] }}<|end|>"
+    "{% else %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|end|>{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
 
 def tiny_with_template(out: Path, template: str) -> Path:
     build_tiny_lm(out)
@@ -80,6 +89,8 @@ def test_the_reported_tool_format(hermes: Any, tmp_path: Path, tiny_lm_path: Pat
     assert facts.extra["tool_parser"] == "json_tools"
     _, _, llama = load(tiny_with_template(tmp_path / "llama", LLAMA3_TEMPLATE))
     assert llama.extra["tool_parser"] == "llama3_json"
+    _, _, gpt_oss = load(tiny_with_template(tmp_path / "harmony", HARMONY_TEMPLATE))
+    assert gpt_oss.extra["tool_parser"] == gpt_oss.extra["reasoning_parser"] == "harmony"
     _, _, plain = load(tiny_lm_path)
     assert "tool_parser" not in plain.extra and "think_start" not in plain.extra
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config.image import worker_options
 from mlx_gateway.workers.hub import LoadError
 from mlx_gateway.workers.image_families import (
     FAMILIES,
@@ -79,3 +81,39 @@ def test_a_preset_without_the_pipeline_names_the_other_model_type() -> None:
         pipeline_class(resolve_preset("flux2-klein-4b", "/x", {}), "edit").__name__
         == "Flux2KleinEdit"
     )
+
+
+# Every ``--config-name`` of mlx-openai-server (its IMAGE_CONFIG_NAMES) with the model
+# it loads there: the model_type it implies, mflux's Hugging Face repo of those weights
+# and the pipeline class that serves them.
+MLX_OPENAI_SERVER_PRESETS = [
+    ("flux-schnell", "image-generation", "black-forest-labs/FLUX.1-schnell", "Flux1"),
+    ("flux-dev", "image-generation", "black-forest-labs/FLUX.1-dev", "Flux1"),
+    ("flux-krea-dev", "image-generation", "black-forest-labs/FLUX.1-Krea-dev", "Flux1"),
+    ("flux-kontext-dev", "image-edit", "black-forest-labs/FLUX.1-Kontext-dev", "Flux1Kontext"),
+    ("qwen-image", "image-generation", "Qwen/Qwen-Image-2512", "QwenImage"),
+    ("qwen-image-edit", "image-edit", "Qwen/Qwen-Image-Edit-2509", "QwenImageEdit"),
+    ("fibo", "image-generation", "briaai/FIBO", "FIBO"),
+    ("z-image-turbo", "image-generation", "Tongyi-MAI/Z-Image-Turbo", "ZImage"),
+    ("flux2-klein-4b", "image-generation", "black-forest-labs/FLUX.2-klein-4B", "Flux2Klein"),
+    ("flux2-klein-9b", "image-generation", "black-forest-labs/FLUX.2-klein-9B", "Flux2Klein"),
+    ("flux2-klein-edit-4b", "image-edit", "black-forest-labs/FLUX.2-klein-4B", "Flux2KleinEdit"),
+    ("flux2-klein-edit-9b", "image-edit", "black-forest-labs/FLUX.2-klein-9B", "Flux2KleinEdit"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "model_type", "repo", "pipeline"),
+    MLX_OPENAI_SERVER_PRESETS,
+    ids=[row[0] for row in MLX_OPENAI_SERVER_PRESETS],
+)
+def test_every_mlx_openai_server_preset_loads_its_model(
+    name: str, model_type: str, repo: str, pipeline: str
+) -> None:
+    # What the gateway tells the worker (supervisor/config/image.py), then what the
+    # worker makes of it with mflux's own registry.
+    entry = ModelConfig(model_path="/models/weights", model_type=model_type, config_name=name)
+    options = worker_options(entry)
+    preset = resolve_preset(options["config_name"], "/models/weights", {})
+    assert preset.model_config.model_name == repo
+    assert pipeline_class(preset, options["mode"]).__name__ == pipeline

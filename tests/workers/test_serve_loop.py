@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Sequence
 
 from mlx_gateway.protocol.messages import (
@@ -147,3 +148,31 @@ def test_cancel_and_abort() -> None:
     assert result["a"].finish_reason == "cancelled"  # type: ignore[union-attr]
     assert result["b"].finish_reason == "cancelled"  # type: ignore[union-attr]
     assert "zz" not in result
+
+
+class TickedBackend(ScriptedBackend):
+    """Like rank 0 of a sharded model: ticked while idle."""
+
+    idle_interval = 0.02
+
+    def __init__(self, emit: Emit) -> None:
+        super().__init__(emit)
+        self.ticks = 0
+
+    def idle_tick(self) -> None:
+        self.ticks += 1
+
+
+def test_an_idle_backend_with_idle_tick_is_ticked_and_still_served() -> None:
+    replies: list[Reply] = []
+    backend = TickedBackend(replies.append)
+    inbox: queue.Queue[InboxItem] = queue.Queue()
+    timer = threading.Timer(0.3, lambda: (inbox.put(gen("late")), inbox.put((Shutdown(10), []))))
+    timer.start()
+    try:
+        code = serve(backend, inbox, replies.append)
+    finally:
+        timer.cancel()
+    assert code == EXIT_OK
+    assert backend.ticks >= 3  # about 15 in 0.3 s; a loaded machine ticks fewer
+    assert isinstance(ends(replies)["late"], Done)

@@ -9,6 +9,7 @@ import zlib
 
 import pytest
 from PIL import Image
+from pillow_heif import register_heif_opener
 
 from mlx_gateway.workers.base import RequestError
 from mlx_gateway.workers.vlm_images import (
@@ -18,6 +19,7 @@ from mlx_gateway.workers.vlm_images import (
     decode_image,
 )
 
+register_heif_opener()  # only to encode HEIC here: decode_image registers it itself
 WHERE = "messages[0].content[1].image_url"
 RED = (255, 0, 0)
 
@@ -56,6 +58,39 @@ def test_jpeg() -> None:
     assert decoded.size == (40, 30)
     r, g, b = decoded.getpixel((20, 15))
     assert r > 240 and g < 15 and b < 15
+
+
+LOSSY_MODERN = ["HEIF", "AVIF"]
+
+
+@pytest.mark.parametrize("fmt", LOSSY_MODERN)
+def test_heic_and_avif_decode(fmt: str) -> None:
+    data = encode(solid((40, 30)), fmt, quality=90)
+    assert data[4:12] in (b"ftypheic", b"ftypavif")  # the real container, not a PNG
+    decoded = decode_image(data, where=WHERE)
+    assert decoded.mode == "RGB"
+    assert decoded.size == (40, 30)
+    r, g, b = decoded.getpixel((20, 15))
+    assert r > 240 and g < 15 and b < 15
+
+
+@pytest.mark.parametrize("fmt", LOSSY_MODERN)
+def test_heic_and_avif_orientation_and_transparency(fmt: str) -> None:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to view
+    rotated = decode_image(encode(solid((40, 30)), fmt, exif=exif.tobytes()), where=WHERE)
+    assert rotated.size == (30, 40)
+    clear = decode_image(encode(solid((40, 30), (0, 0, 0, 0), "RGBA"), fmt), where=WHERE)
+    assert all(channel > 240 for channel in clear.getpixel((5, 5)))
+
+
+@pytest.mark.parametrize("fmt", LOSSY_MODERN)
+def test_truncated_heic_and_avif_are_400(fmt: str) -> None:
+    data = encode(solid((40, 30)), fmt)
+    with pytest.raises(RequestError) as caught:
+        decode_image(data[:120], where=WHERE)
+    assert caught.value.status == 400
+    assert WHERE in str(caught.value)
 
 
 def test_exif_orientation_is_applied() -> None:

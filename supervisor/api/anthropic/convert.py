@@ -32,6 +32,7 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
     ToolUseBlock,
 )
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
+from mlx_gateway.supervisor.engine.thinking import Thinking, from_anthropic
 from mlx_gateway.supervisor.engine.tools import ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
 
@@ -144,8 +145,13 @@ def tool_spec(tools: list[AnthropicTool] | None, choice: ToolChoice | None) -> T
     return checked_spec(functions, mode, parallel, "tool_choice")
 
 
-def thinking_switch(thinking: ThinkingConfig | None) -> bool | None:
-    """``thinking`` as the templates' ``enable_thinking`` (``None``: the model's default)."""
-    if thinking is None or thinking.type == "adaptive":
-        return None
-    return thinking.type == "enabled"
+def thinking_of(
+    thinking: ThinkingConfig | None,
+    enable_thinking: bool | None = None,
+    thinking_budget: int | None = None,
+) -> Thinking:
+    """``thinking`` (and the top-level extensions, which win) as the engine's
+    thinking settings (see :mod:`~mlx_gateway.supervisor.engine.thinking`)."""
+    if thinking is None:
+        return from_anthropic(None, None, enable_thinking, thinking_budget)
+    return from_anthropic(thinking.type, thinking.budget_tokens, enable_thinking, thinking_budget)

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import CountTokens, Done
 from mlx_gateway.supervisor.api.anthropic import betas
-from mlx_gateway.supervisor.api.anthropic.convert import thinking_switch, to_chat, tool_spec
+from mlx_gateway.supervisor.api.anthropic.convert import thinking_of, to_chat, tool_spec
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.conversation import for_template
@@ -31,6 +31,7 @@ from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 
@@ -130,10 +131,12 @@ async def create_message(request: Request) -> Response:
         top_p=req.top_p,
         top_k=req.top_k,
     )
+    thinking = thinking_of(req.thinking, req.enable_thinking, req.thinking_budget)
     turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(fields, handle.config),
-        template_kwargs=template_kwargs(None, tools, thinking_switch(req.thinking)),
+        template_kwargs=template_kwargs(None, tools, thinking.enabled),
+        thinking_budget=thinking.budget,
         tools=tools,
         stops=[s for s in req.stop_sequences or [] if s],
         files=inputs.files,
@@ -163,7 +166,8 @@ async def create_message(request: Request) -> Response:
         def failed(exc: GatewayError) -> bytes:
             return builder.error(error_type(exc.status), error_message(exc))
 
-        return await start_stream(handle, start, events, failed)  # type: ignore[arg-type]
+        keepalive = keepalive_for(request.app.state, anthropic=True)
+        return await start_stream(handle, start, events, keepalive, failed)  # type: ignore[arg-type]
     running = await start
     try:
 
@@ -189,7 +193,7 @@ async def count_tokens(request: Request) -> Response:
     msg = CountTokens(
         request_id=f"count-{uuid4().hex}",
         messages=for_template(to_chat(req.system, req.messages)),
-        chat_template_kwargs=template_kwargs(None, tools, thinking_switch(req.thinking)),
+        chat_template_kwargs=template_kwargs(None, tools, thinking_of(req.thinking).enabled),
     )
 
     async def count() -> int:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import Meta, Struct
 
-from mlx_gateway.supervisor.engine.requests import MaxTokens, TopK, TopP
+from mlx_gateway.supervisor.engine.requests import MaxTokens, ThinkingBudget, TopK, TopP
 from mlx_gateway.supervisor.engine.tools import FunctionName
 
 Temperature = Annotated[float, Meta(ge=0.0, le=1.0)]
@@ -84,7 +84,7 @@ class ToolChoice(Struct):
 
 class ThinkingConfig(Struct):
     type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: int | None = None
+    budget_tokens: ThinkingBudget | None = None
 
 
 class MessagesRequest(Struct, kw_only=True):
@@ -102,6 +102,10 @@ class MessagesRequest(Struct, kw_only=True):
     tools: list[AnthropicTool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    enable_thinking: bool | None = None
+    """Extension: the chat template's ``enable_thinking`` (wins over ``thinking``)."""
+    thinking_budget: ThinkingBudget | None = None
+    """Extension: most tokens inside a thinking block (wins over ``budget_tokens``)."""
     metadata: dict[str, Any] | None = None
     context_management: Any = None
     output_config: Any = None

@@ -29,6 +29,7 @@ from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, messages_to_builtins
 from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
 from mlx_gateway.supervisor.engine.streaming import relay
+from mlx_gateway.supervisor.engine.thinking import from_effort
 from mlx_gateway.supervisor.engine.tools import output_spec, tool_spec
 from mlx_gateway.supervisor.engine.turns import (
     ChoiceResult,
@@ -41,6 +42,7 @@ from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 
@@ -72,12 +74,12 @@ async def create_chat_completion(request: Request) -> Response:
     tools = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
     messages = for_template(messages_to_builtins(req.messages))
     inputs = await prepare_images(request, handle, messages)
+    thinking = from_effort(req.reasoning_effort, req.enable_thinking, req.thinking_budget)
     turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(req, handle.config),
-        template_kwargs=template_kwargs(
-            req.chat_template_kwargs, tools, thinking_of(req.reasoning_effort)
-        ),
+        template_kwargs=template_kwargs(req.chat_template_kwargs, tools, thinking.enabled),
+        thinking_budget=thinking.budget,
         tools=tools,
         output=output_spec(req.response_format),
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
@@ -101,7 +103,8 @@ async def create_chat_completion(request: Request) -> Response:
             )
             return stream.events(running)
 
-        return await start_stream(handle, start, events)  # type: ignore[arg-type]
+        keepalive = keepalive_for(request.app.state)
+        return await start_stream(handle, start, events, keepalive)  # type: ignore[arg-type]
     running = await unless_disconnected(request, Turn.start(handle, turn, request_id))
     try:
         results = await unless_disconnected(request, running.collect())
@@ -116,13 +119,6 @@ async def create_chat_completion(request: Request) -> Response:
             usage=usage_from(total_usage([r.finish.usage for r in results if r.finish])),
         )
     )
-
-
-def thinking_of(effort: str | None) -> bool | None:
-    """``reasoning_effort`` as the templates' ``enable_thinking`` (``None``: leave it)."""
-    if effort is None:
-        return None
-    return effort not in ("none", "minimal")
 
 
 def plain(turn: Turn) -> bool:

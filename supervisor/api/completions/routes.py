@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 
@@ -110,7 +111,8 @@ async def create_completion(request: Request) -> Response:
         include_usage = req.stream_options is not None and req.stream_options.include_usage
         events = CompletionEvents(msg.request_id, created, handle.name, include_usage, echo)
         start = unless_disconnected(request, Generation.start(handle, msg))
-        return await start_stream(handle, start, lambda g: relay(g, events))
+        keepalive = keepalive_for(request.app.state)
+        return await start_stream(handle, start, lambda g: relay(g, events), keepalive)
     generation = await unless_disconnected(request, Generation.start(handle, msg))
     try:
         text, done = await unless_disconnected(request, generation.collect())

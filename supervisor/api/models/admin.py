@@ -1,4 +1,5 @@
-"""Admin endpoints: ``POST /v1/models/{id}/load`` and ``POST /v1/models/{id}/unload``.
+"""Admin endpoints: ``POST /v1/models/{id}/load``, ``…/unload`` and ``…/pin``, and
+``POST /unload`` (every idle model).
 
 ``load`` starts the model now (through the memory budget) and clears a failure
 backoff; ``unload`` stops it, refusing (409) while it is busy unless the query or
@@ -6,6 +7,8 @@ JSON body says ``force: true`` — then its in-flight requests fail at once.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 import msgspec
 from starlette.requests import Request
@@ -20,23 +23,54 @@ class UnloadOptions(msgspec.Struct):
     force: bool = False
 
 
+class PinOptions(msgspec.Struct):
+    pinned: bool = True
+
+
 async def load_model(request: Request) -> Response:
     handle = await request.app.state.registry.load(request.path_params["model_id"])
     return JSONResponse(model_object(handle))
 
 
+T = TypeVar("T", UnloadOptions, PinOptions)
+
+
+async def _options(request: Request, type_: type[T], param: str) -> T:
+    """The optional JSON body of an admin request (defaults when empty)."""
+    body = await request.body()
+    if not body.strip():
+        return type_()
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:
+        raise BadRequest(f"Invalid body: {exc}", param=param) from None
+
+
 async def unload_model(request: Request) -> Response:
     force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
-    body = await request.body()
-    if body.strip():
-        try:
-            force = force or msgspec.json.decode(body, type=UnloadOptions).force
-        except (
-            msgspec.DecodeError,
-            msgspec.ValidationError,
-            UnicodeDecodeError,
-            RecursionError,
-        ) as exc:
-            raise BadRequest(f"Invalid body: {exc}", param="force") from None
+    force = force or (await _options(request, UnloadOptions, "force")).force
     handle = await request.app.state.registry.unload(request.path_params["model_id"], force=force)
+    return JSONResponse(model_object(handle))
+
+
+async def unload_all(request: Request) -> Response:
+    """``POST /unload`` (mlx-vlm's server): stop every idle ready model; busy ones
+    keep running. ``{"unloaded": [names], "busy": [names]}``."""
+    registry = request.app.state.registry
+    stopped = await registry.unload_idle()
+    busy = [h.name for h in registry.handles if not h.idle]
+    return JSONResponse({"status": "ok", "unloaded": [h.name for h in stopped], "busy": busy})
+
+
+async def pin_model(request: Request) -> Response:
+    """``{"pinned": true|false}`` (default true): a pinned model is never evicted for
+    another one. Lasts until the gateway restarts or a reload replaces the entry."""
+    options = await _options(request, PinOptions, "pinned")
+    handle = request.app.state.registry.resolve(request.path_params["model_id"])
+    handle.pin(options.pinned)
     return JSONResponse(model_object(handle))

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.api.models.routes import memory_summary
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.blas import find_openblas
+from mlx_gateway.supervisor.pool.state import WorkerState
 
 
 async def health(request: Request) -> Response:
@@ -20,7 +21,12 @@ async def health(request: Request) -> Response:
     "failed"``). ``blas`` tells whether workers get OpenBLAS preloaded (the path
     found, ``null`` when none is or the switch is off); each ready model's
     ``blas`` is what its worker actually computes with. With ``server.spare_workers``,
-    ``spares`` lists the spare workers (kind, pid, ready, memory)."""
+    ``spares`` lists the spare workers (kind, pid, ready, memory). With ``server.peers``,
+    ``peers`` lists each peer's state (``up``/``down``, its models, the requests in
+    flight there from this gateway, the last check's error). ``loaded_model`` and
+    ``loaded_adapter`` are the fields of mlx-vlm's server: the ``model_path`` of the
+    ready model used last (``null`` when none is ready) and its adapter (always
+    ``null``: adapters are not served yet)."""
     registry = request.app.state.registry
     handles = registry.handles
     body: dict[str, Any] = {
@@ -28,13 +34,22 @@ async def health(request: Request) -> Response:
         "blas": _gateway_blas(registry),
         "memory": memory_summary(registry),
         "models": {h.name: h.status() for h in handles},
+        **_loaded(handles),
     }
     if (spares := getattr(registry, "spares", None)) is not None:
         body["spares"] = spares.status()
+    directory = getattr(request.app.state, "peers", None)
+    if directory is not None and directory.peers:
+        body["peers"] = directory.status()
     return JSONResponse(body)
 
 
 def _gateway_blas(registry: Any) -> dict[str, Any]:
-    config = getattr(registry, "config", None)
-    preload = config.server.preload_openblas if config is not None else True
+    preload = registry.config.server.preload_openblas
     return {"preload_openblas": preload, "openblas": find_openblas() if preload else None}
+
+
+def _loaded(handles: list[Any]) -> dict[str, Any]:
+    ready = [h for h in handles if h.state is WorkerState.READY]
+    last = max(ready, key=lambda h: h.last_used_wall or 0.0, default=None)
+    return {"loaded_model": last.config.model_path if last else None, "loaded_adapter": None}

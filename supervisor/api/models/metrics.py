@@ -55,7 +55,7 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         "mlx_gateway_model_queue_depth",
         "Requests waiting in the gateway for the model to load or for a free slot.",
         ("model",),
-        each(lambda h: getattr(h, "waiting", 0)),
+        each(lambda h: h.waiting),
     )
     yield from gauge(
         "mlx_gateway_model_memory_bytes",
@@ -91,13 +91,13 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         "mlx_gateway_model_crashes_total",
         "Worker exits the gateway did not ask for (the next request restarts it).",
         ("model",),
-        each(lambda h: getattr(h, "crashes", 0)),
+        each(lambda h: h.crashes),
     )
     yield from counter_of(
         "mlx_gateway_model_evictions_total",
         "Times the model was stopped to make room for another one.",
         ("model",),
-        each(lambda h: getattr(h, "evictions", 0)),
+        each(lambda h: h.evictions),
     )
 
 

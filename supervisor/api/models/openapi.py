@@ -141,6 +141,14 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         extra={"application/json": {"schema": _MODEL}},
         statuses=(400, 404, 409),
     ),
+    ("POST", "/v1/models/{model_id}/pin"): Operation(
+        "pinModel",
+        "Pin (never evict) or unpin the model at run time (an admin endpoint).",
+        request="api.models.admin:PinOptions",
+        optional_body=True,
+        extra={"application/json": {"schema": _MODEL}},
+        statuses=(400, 404),
+    ),
     ("GET", "/v1/models"): Operation(
         "listModels",
         "Every served model with its live state.",

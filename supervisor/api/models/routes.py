@@ -11,7 +11,9 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.api.images.job import progress_of
 from mlx_gateway.supervisor.config.image import IMAGE_KIND
 from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.supervisor.errors import ModelNotFound
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.model_files import configured_context_window
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CREATED = int(time.time())
@@ -33,28 +35,86 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
         entry.setdefault(key, value)
     entry.setdefault("aliases", list(handle.config.aliases))
     entry.setdefault("model_type", handle.config.model_type)
+    window = handle.facts.context_length if handle.facts is not None else None
+    if window is None:
+        window = configured_context_window(handle.config)
+    if window is not None:
+        entry.setdefault("context_window", window)
     if kind_of(handle) == IMAGE_KIND:  # how far each image request got
         entry.setdefault("progress", progress_of(handle.name))
     return entry
 
 
+def peer_model_object(model_id: str, peers: list[Any]) -> dict[str, Any]:
+    """A model served by peer gateways (those that are up): the first one's model
+    object, with ``peer`` (its name) and ``peers`` (every peer serving it)."""
+    entry = dict(peers[0].models[model_id])
+    entry["peer"] = peers[0].name
+    entry["peers"] = [p.name for p in peers]
+    return entry
+
+
+def _peer_entries(request: Request, local: set[str]) -> list[dict[str, Any]]:
+    directory = getattr(request.app.state, "peers", None)
+    if directory is None:
+        return []
+    entries: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for peer in directory.peers:
+        for model_id in peer.models if peer.up else ():
+            if model_id in local or model_id in seen:
+                continue
+            seen.add(model_id)
+            serving = [p for p in directory.serving(model_id) if model_id in p.models]
+            entries.append(peer_model_object(model_id, serving))
+    return entries
+
+
+def _with_peers(request: Request, entry: dict[str, Any]) -> dict[str, Any]:
+    """A local model also served by peers lists them in ``peers``."""
+    directory = getattr(request.app.state, "peers", None)
+    if directory is not None and not request.headers.get("x-mlx-gateway-via"):
+        also = [p.name for p in directory.serving(entry["id"])]
+        if also:
+            entry["peers"] = also
+    return entry
+
+
 def memory_summary(registry: Any) -> dict[str, int] | None:
     """The memory budget, what the resident models reserve and what is free (bytes);
-    ``None`` for a registry without a placement."""
-    placement = getattr(registry, "placement", None)
+    ``None`` for a registry without a placement (the API tests' in-process fake)."""
+    placement = registry.placement
     return placement.summary() if placement is not None else None
 
 
 async def list_models(request: Request) -> Response:
-    """Every served model, in configuration order, and the memory budget."""
+    """Every served model, in configuration order, then the models of peer gateways
+    (not listed to a peer's own health check, so two gateways peering each other
+    list only their own models to each other), and the memory budget."""
     registry = request.app.state.registry
-    body: dict[str, Any] = {"object": "list", "data": [model_object(h) for h in registry.handles]}
+    handles = registry.handles
+    data = [_with_peers(request, model_object(h)) for h in handles]
+    if not request.headers.get("x-mlx-gateway-via"):
+        data += _peer_entries(request, {h.name for h in handles})
+    body: dict[str, Any] = {"object": "list", "data": data}
     if (memory := memory_summary(registry)) is not None:
         body["memory"] = memory
     return JSONResponse(body)
 
 
 async def retrieve_model(request: Request) -> Response:
-    """One model by served name or alias; 404 listing the served names otherwise."""
-    handle = request.app.state.registry.resolve(request.path_params["model_id"])
-    return JSONResponse(model_object(handle))
+    """One model by served name or alias (here, else at a peer that is up); 404
+    listing the served names otherwise."""
+    name = request.path_params["model_id"]
+    registry = request.app.state.registry
+    try:
+        handle = registry.resolve(name)
+    except ModelNotFound:
+        directory = getattr(request.app.state, "peers", None)
+        peers = directory.serving(name) if directory is not None else []
+        if not peers:
+            raise
+        model_id = peers[0].names[name]
+        serving = [p for p in peers if model_id in p.models]
+        return JSONResponse(peer_model_object(model_id, serving or peers[:1]))
+    return JSONResponse(_with_peers(request, model_object(handle)))

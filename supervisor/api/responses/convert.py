@@ -1,7 +1,8 @@
 """Between Responses API items and the chat messages a turn runs on.
 
 Input items become chat-completions messages: ``function_call`` items join the
-assistant message before them as ``tool_calls``, ``function_call_output`` items
+assistant message before them as ``tool_calls`` (a call in a namespace under the
+flat name the model saw, see :mod:`.tools`), ``function_call_output`` items
 become ``tool`` messages, reasoning items are dropped (templates re-render
 thinking from scratch, and most drop earlier turns' thinking anyway). A stored
 response's output goes through the same conversion, so ``previous_response_id``
@@ -26,6 +27,7 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     OutputText,
     Refusal,
 )
+from mlx_gateway.supervisor.api.responses.tools import flat_name
 from mlx_gateway.supervisor.errors import BadRequest
 
 
@@ -68,7 +70,7 @@ def to_chat(items: list[InputItem], where: str = "input") -> list[dict[str, Any]
                 call = {
                     "id": call_id,
                     "type": "function",
-                    "function": {"name": name, "arguments": arguments},
+                    "function": {"name": flat_name(item.namespace, name), "arguments": arguments},
                 }
                 last = messages[-1] if messages else None
                 if last is not None and last["role"] == "assistant":
@@ -96,7 +98,10 @@ def output_items(output: list[dict[str, Any]]) -> list[InputItem]:
         elif entry["type"] == "function_call":
             items.append(
                 FunctionCallItem(
-                    call_id=entry["call_id"], name=entry["name"], arguments=entry["arguments"]
+                    call_id=entry["call_id"],
+                    name=entry["name"],
+                    arguments=entry["arguments"],
+                    namespace=entry.get("namespace"),
                 )
             )
     return items

@@ -12,7 +12,9 @@ Every stream event carries a ``sequence_number`` (0, 1, 2, …) and goes out as
                   output_text.delta…, output_text.done, content_part.done,
                   output_item.done
       function    output_item.added (arguments ""), function_call_arguments.delta,
-      call        function_call_arguments.done, output_item.done
+      call        function_call_arguments.done, output_item.done (a function of a
+                  namespace tool: ``name`` and ``namespace`` apart, as the client
+                  declared it)
     response.completed (or response.incomplete when max_output_tokens cut it)
 
 The same builder makes the answer of a request that is not streamed (then it
@@ -21,6 +23,7 @@ writes no events).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -71,10 +74,19 @@ def usage_object(usage: WireUsage, reasoning_tokens: int) -> dict[str, Any]:
 class ResponseBuilder:
     """Folds :data:`TurnEvent`\\ s into a response (and its events, with ``stream``)."""
 
-    def __init__(self, skeleton: dict[str, Any], *, stream: bool, logprobs: bool) -> None:
+    def __init__(
+        self,
+        skeleton: dict[str, Any],
+        *,
+        stream: bool,
+        logprobs: bool,
+        origin: Callable[[str], tuple[str | None, str]] = lambda name: (None, name),
+    ) -> None:
         self.response = {**skeleton, "status": "in_progress", "output": [], "usage": None}
         self.stream = stream
         self.logprobs = logprobs
+        self.origin = origin
+        """(namespace or None, name) of the function the model called by a flat name."""
         self._sequence = 0
         self._open: dict[str, Any] | None = None
         self._text = ""
@@ -199,14 +211,17 @@ class ResponseBuilder:
         return out + self._event("response.output_item.done", output_index=self._index(), item=item)
 
     def _call(self, call: ToolCallMade) -> bytes:
-        item = {
+        namespace, name = self.origin(call.name)
+        item: dict[str, Any] = {
             "id": new_id("fc"),
             "type": "function_call",
             "call_id": call.id,
-            "name": call.name,
+            "name": name,
             "arguments": "",
             "status": "in_progress",
         }
+        if namespace is not None:
+            item["namespace"] = namespace
         self.response["output"].append(item)
         index = self._index()
         out = self._event("response.output_item.added", output_index=index, item=dict(item))
@@ -220,7 +235,7 @@ class ResponseBuilder:
             "response.function_call_arguments.done",
             item_id=item["id"],
             output_index=index,
-            name=call.name,
+            name=name,
             arguments=call.arguments,
         )
         item["arguments"], item["status"] = call.arguments, "completed"

@@ -18,7 +18,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.supervisor.api.chat.routes import thinking_of
 from mlx_gateway.supervisor.api.responses.convert import new_id, output_items, stored_input, to_chat
 from mlx_gateway.supervisor.api.responses.events import ResponseBuilder
 from mlx_gateway.supervisor.api.responses.schemas import (
@@ -26,22 +25,23 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     ResponsesRequest,
     TextFormatJsonObject,
     TextFormatJsonSchema,
-    function_tools,
     input_items,
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
+from mlx_gateway.supervisor.api.responses.tools import flat_name, request_tools
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
-from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
+from mlx_gateway.supervisor.engine.thinking import from_effort
 from mlx_gateway.supervisor.engine.tools import OutputSpec, checked_spec
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
 from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,10 @@ def _skeleton(req: ResponsesRequest, name: str, tools: list[Any]) -> dict[str, A
     """The response object's fields that come from the request."""
     choice: Any = req.tool_choice or "auto"
     if isinstance(choice, FunctionToolChoice):
-        choice = {"type": "function", "name": choice.name}
+        named = choice
+        choice = {"type": "function", "name": named.name}
+        if named.namespace is not None:
+            choice["namespace"] = named.namespace
     fmt: dict[str, Any] = {"type": "text"}
     if req.text and req.text.format is not None:
         fmt = {"type": type(req.text.format).__struct_config__.tag}
@@ -134,18 +137,20 @@ async def create_response(request: Request) -> Response:
             )
         earlier = previous.conversation
     new_messages = to_chat(items)
-    tools = function_tools(req.tools)
-    functions = [Function(t.name, t.parameters or {}, t.description, bool(t.strict)) for t in tools]
+    tools = request_tools(req.tools)
     choice = req.tool_choice
     spec = checked_spec(
-        functions,
-        choice.name if isinstance(choice, FunctionToolChoice) else choice or "auto",
+        tools.functions,
+        flat_name(choice.namespace, choice.name)
+        if isinstance(choice, FunctionToolChoice)
+        else choice or "auto",
         req.parallel_tool_calls,
         "tool_choice",
     )
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     inputs = await prepare_images(request, handle, for_template([*system, *earlier, *new_messages]))
     effort = req.reasoning.effort if req.reasoning else None
+    thinking = from_effort(effort, req.enable_thinking, req.thinking_budget)
     fields = SamplingFields(
         model=req.model,
         max_tokens=req.max_output_tokens,
@@ -162,7 +167,8 @@ async def create_response(request: Request) -> Response:
     turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(fields, handle.config),
-        template_kwargs=template_kwargs(req.chat_template_kwargs, spec, thinking_of(effort)),
+        template_kwargs=template_kwargs(req.chat_template_kwargs, spec, thinking.enabled),
+        thinking_budget=thinking.budget,
         tools=spec,
         output=_output_spec(req),
         logprobs=(req.top_logprobs or 0) if logprobs else None,
@@ -170,8 +176,8 @@ async def create_response(request: Request) -> Response:
         images=inputs.frame_indices,
     )
     check_turn(handle, turn, logprobs_param="include")
-    skeleton = _skeleton(req, handle.name, [_tool_object(t) for t in tools])
-    builder = ResponseBuilder(skeleton, stream=req.stream, logprobs=logprobs)
+    skeleton = _skeleton(req, handle.name, tools.listing)
+    builder = ResponseBuilder(skeleton, stream=req.stream, logprobs=logprobs, origin=tools.origin)
 
     def keep() -> None:
         if req.store:
@@ -179,7 +185,7 @@ async def create_response(request: Request) -> Response:
             conversation = [*earlier, *new_messages, *to_chat(output_items(response["output"]))]
             store.put(response, stored_input(items), conversation)
 
-    start = Turn.start(handle, turn, skeleton["id"])
+    start = _start(handle, turn, skeleton["id"])
     if req.stream:
 
         async def events(running: Turn) -> AsyncIterator[bytes]:
@@ -197,7 +203,9 @@ async def create_response(request: Request) -> Response:
             finally:
                 await running.aclose()
 
-        return await start_stream(handle, unless_disconnected(request, start), events)  # type: ignore[arg-type]
+        keepalive = keepalive_for(request.app.state)
+        starting = unless_disconnected(request, start)
+        return await start_stream(handle, starting, events, keepalive)  # type: ignore[arg-type]
     running = await unless_disconnected(request, start)
     try:
 
@@ -212,14 +220,22 @@ async def create_response(request: Request) -> Response:
     return JSONResponse(builder.response)
 
 
-def _tool_object(tool: Any) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": tool.parameters,
-        "strict": tool.strict,
-    }
+_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}
+"""The workers' names of request fields (chat completions') → this API's."""
+
+
+async def _start(handle: Any, turn: TurnRequest, request_id: str) -> Turn:
+    """:meth:`Turn.start`, with a rejection worded in this API's field names (a
+    prompt beyond the context is about ``input``, not ``messages``)."""
+    try:
+        return await Turn.start(handle, turn, request_id)
+    except GatewayError as exc:
+        if exc.code == "context_length_exceeded":
+            for word in ("the", "your"):
+                exc.message = exc.message.replace(f"{word} messages", f"{word} input")
+        if exc.param in _PARAMS:
+            exc.param = _PARAMS[exc.param]
+        raise
 
 
 def _stored(request: Request) -> Any:

@@ -18,6 +18,7 @@ from mlx_gateway.supervisor.engine.requests import (
     Penalty,
     RepetitionPenalty,
     Temperature,
+    ThinkingBudget,
     TopK,
     TopP,
 )
@@ -37,6 +38,7 @@ class ResponsesFunctionTool(Struct, tag="function", tag_field="type"):
 
 class FunctionToolChoice(Struct, tag="function", tag_field="type"):
     name: FunctionName
+    namespace: str | None = None
 
 
 class TextFormatText(Struct, tag="text", tag_field="type"):
@@ -94,6 +96,10 @@ class ResponsesRequest(Struct, kw_only=True):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    enable_thinking: bool | None = None
+    """The chat template's ``enable_thinking`` (wins over ``reasoning.effort``)."""
+    thinking_budget: ThinkingBudget | None = None
+    """Most tokens inside a thinking block (wins over ``reasoning.effort``'s)."""
 
 
 # ---------------------------------------------------------------- input items
@@ -133,6 +139,7 @@ class FunctionCallItem(Struct, kw_only=True):
     name: str
     arguments: str
     type: Literal["function_call"] = "function_call"
+    namespace: str | None = None
     id: str | None = None
     status: str | None = None
 
@@ -188,22 +195,3 @@ def input_items(raw: str | list[dict[str, Any]]) -> list[InputItem]:
                 error.message.replace(f"'{inner}'", f"'{param}'"), param=param
             ) from None
     return items
-
-
-def function_tools(raw: list[dict[str, Any]] | None) -> list[ResponsesFunctionTool]:
-    """The request's ``tools``; tools of other types (web search, …) are a 400."""
-    tools = []
-    for i, tool in enumerate(raw or []):
-        if tool.get("type") != "function":
-            raise BadRequest(
-                f"Invalid value for 'tools[{i}].type': {tool.get('type')!r} tools are not "
-                "supported by this gateway (only 'function').",
-                param=f"tools[{i}].type",
-            )
-        try:
-            tools.append(msgspec.convert(tool, ResponsesFunctionTool))
-        except msgspec.ValidationError as exc:
-            error = validation_error(str(exc))
-            param = f"tools[{i}].{error.param}" if error.param else f"tools[{i}]"
-            raise BadRequest(f"Invalid value for '{param}': {exc}.", param=param) from None
-    return tools

@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlx_gateway.supervisor.engine.parsers.gemma_formats import FunctionGemma, Gemma4
+from mlx_gateway.supervisor.engine.parsers.glm_format import Glm45, Glm47
+from mlx_gateway.supervisor.engine.parsers.harmony import Harmony
 from mlx_gateway.supervisor.engine.parsers.json_formats import Hermes, Llama3Json, MistralJson
-from mlx_gateway.supervisor.engine.parsers.pythonic_format import Pythonic
+from mlx_gateway.supervisor.engine.parsers.kimi_format import KimiK2
+from mlx_gateway.supervisor.engine.parsers.minimax_format import MiniMaxM2
+from mlx_gateway.supervisor.engine.parsers.pythonic_format import Pythonic, ToolCode
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function, ParsedCall, ToolFormat
 from mlx_gateway.supervisor.engine.parsers.xml_format import Qwen3Coder
 
 
 class WorkerParsed:
     """The tokenizer's own parser, run by the worker: mlx-lm parses the formats this
-    gateway does not (MiniMax, GLM, Kimi, LongCat, …) with the markers and parser it
+    gateway does not (LongCat, Kimi-K3, MiniCPM 5, …) with the markers and parser it
     inferred from the chat template; calls arrive as ``Chunk.tool_calls``."""
 
     name = "tokenizer"
@@ -38,6 +42,12 @@ TOOL_FORMATS: dict[str, ToolFormat] = {
         FunctionGemma(),
         Gemma4(),
         Pythonic(),
+        ToolCode(),
+        Glm45(),
+        Glm47(),
+        MiniMaxM2(),
+        KimiK2(),
+        Harmony(),
         WorkerParsed(),
     )
 }
@@ -58,17 +68,17 @@ TOOL_ALIASES: dict[str, str] = {
     "llama": "llama3_json",
     "llama4_json": "llama3_json",
     "functiongemma": "function_gemma",
+    "tool_code": "gemma3",
+    "glm4_moe": "glm45",
+    "glm46": "glm45",
+    "glm47_flash": "glm47",
+    "minimax": "minimax_m2",
+    "gpt_oss": "harmony",
+    "openai": "harmony",
 } | {
     # Families mlx-lm parses and this gateway does not: the worker does it.
     name: "tokenizer"
     for name in (
-        "minimax_m2",
-        "minimax",
-        "glm4_moe",
-        "glm45",
-        "glm47",
-        "glm47_flash",
-        "kimi_k2",
         "kimi_k3",
         "longcat",
         "longcat_flash_lite",

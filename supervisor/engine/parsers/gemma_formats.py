@@ -14,7 +14,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from mlx_gateway.supervisor.engine.parsers.grammars import json_value, lit, repeated
+from mlx_gateway.supervisor.engine.parsers.grammars import (
+    choices,
+    json_value,
+    lit,
+    raw_text,
+    repeated,
+)
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function, ParsedCall
 
 _CALL_HEAD = re.compile(r"\s*call:([\w.\-]+)\s*\{")
@@ -97,16 +103,26 @@ class _GemmaCalls:
         parts = [lit(self.start), lit(f"call:{function.name}{{")]
         # Required keys only, in order: a forced call then always parses and validates.
         for i, key in enumerate(k for k in props if k in required):
-            schema = props[key]
-            value = (
-                f"{lit(self.quote)} GEMMASTR {lit(self.quote)}"
-                if isinstance(schema, dict) and schema.get("type") == "string"
-                else _plain_value(schema)
-            )
             parts.append(lit(("," if i else "") + f"{key}:"))
-            parts.append(value)
+            parts.append(self._value(props[key]))
         parts += [lit("}"), lit(self.end)]
         return "(" + " ".join(parts) + ")"
+
+    def _value(self, schema: Any) -> str:
+        """One argument's value: a string between the escape markers (held to its
+        ``enum``, ``const`` or length), a number or a boolean as in JSON."""
+        quoted = f"{lit(self.quote)} {{}} {lit(self.quote)}"
+        values = choices(schema)
+        if values is not None:
+            if not all(isinstance(v, str | int | float | bool) for v in values):
+                raise ValueError("forced Gemma calls support enums of strings and numbers")
+            options = [
+                quoted.format(lit(v)) if isinstance(v, str) else lit(json.dumps(v)) for v in values
+            ]
+            return "(" + " | ".join(options) + ")"
+        if isinstance(schema, dict) and schema.get("type") == "string":
+            return quoted.format(raw_text(schema, "GEMMASTR", self.quote[0]))
+        return _plain_value(schema)
 
 
 def _plain_value(schema: Any) -> str:

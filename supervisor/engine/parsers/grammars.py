@@ -49,3 +49,36 @@ def repeated(call_rules: Sequence[str], parallel: bool, separator: str = "") -> 
         return f"start: {call}\n"
     sep = f"{lit(separator)} " if separator else ""
     return f"start: call ({sep}call)*\ncall: {call}\n"
+
+
+def choices(schema: Any) -> list[Any] | None:
+    """The values an ``enum`` or ``const`` allows (``None``: the schema has neither)."""
+    if not isinstance(schema, dict):
+        return None
+    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    return values if isinstance(values, list) and values else None
+
+
+def raw_text(schema: Any, terminal: str, excluded: str, tail: str = "") -> str:
+    """A Lark expression for a string parameter written as raw text (no quotes):
+    one of its ``enum``/``const`` values, text of its ``minLength``..``maxLength``
+    (a regular expression of characters other than ``excluded``), else ``terminal``.
+
+    ``tail``: text that must follow the value (a line break before the closing
+    tag). It goes inside the same regular expression: llguidance's lexer takes the
+    longest match, so free text followed by a separate ``"\n</tag>"`` literal would
+    swallow the line break and never reach the tag."""
+    values = choices(schema)
+    if values is not None:
+        if not all(isinstance(v, str) for v in values):
+            raise ValueError("a raw-text parameter's enum must hold strings")
+        return "(" + " | ".join(lit(v + tail) for v in values) + ")"
+    char = "".join(f"\\x{ord(c):02x}" if ord(c) < 0x80 else c for c in excluded)
+    end = "".join(f"\\x{ord(c):02x}" for c in tail)
+    low = schema.get("minLength") if isinstance(schema, dict) else None
+    high = schema.get("maxLength") if isinstance(schema, dict) else None
+    if not isinstance(low, int) and not isinstance(high, int):
+        return f"/[^{char}]*{end}/" if tail else terminal
+    low = low if isinstance(low, int) and low >= 0 else 0
+    bound = f"{low}," + (str(high) if isinstance(high, int) and high >= low else "")
+    return f"/[^{char}]{{{bound}}}{end}/"

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mlx_gateway.supervisor.engine.parsers.harmony import HarmonySplitter
 from mlx_gateway.supervisor.engine.parsers.markers import held_suffix
 
 Kind = Literal["reasoning", "content"]
@@ -28,6 +29,8 @@ class ThinkMarkers:
 
     start: str
     end: str
+    harmony: bool = False
+    """gpt-oss's channels rather than a block (see :mod:`.harmony`)."""
 
 
 REASONING_PARSERS: dict[str, ThinkMarkers] = {
@@ -37,6 +40,7 @@ REASONING_PARSERS: dict[str, ThinkMarkers] = {
     "kimi": ThinkMarkers("◁think▷", "◁/think▷"),
     "longcat": ThinkMarkers("<longcat_think>", "</longcat_think>"),
     "seed": ThinkMarkers("<seed:think>", "</seed:think>"),
+    "harmony": ThinkMarkers("<|channel|>analysis<|message|>", "<|end|>", harmony=True),
 }
 """Named markers for ``reasoning_parser``."""
 
@@ -58,12 +62,13 @@ REASONING_ALIASES: dict[str, str] = {
         "minimax_m2",
         "nemotron3_nano",
         "solar_open",
+        "kimi_k2",
         "hunyuan_a13b",
         "ernie45",
         "olmo3",
         "step3",
     )
-} | {"kimi_k2": "kimi", "magistral": "mistral", "seed_oss": "seed"}
+} | {"magistral": "mistral", "seed_oss": "seed", "gpt_oss": "harmony", "openai_gptoss": "harmony"}
 
 REASONING_CHOICES = ("auto", "none", *REASONING_PARSERS, *REASONING_ALIASES)
 """Every value ``reasoning_parser`` accepts."""
@@ -74,11 +79,21 @@ def resolve_reasoning(name: str | None, extra: dict[str, str] | None) -> ThinkMa
     ``auto``: the markers its worker found in the vocabulary, from ``extra``, the
     worker's ``ModelFacts.extra``); ``none`` turns splitting off."""
     if name in (None, "auto"):
+        if (extra or {}).get("reasoning_parser") == "harmony":
+            return REASONING_PARSERS["harmony"]
         start, end = (extra or {}).get("think_start"), (extra or {}).get("think_end")
         return ThinkMarkers(start, end) if start and end else None
     if name == "none":
         return None
     return REASONING_PARSERS[REASONING_ALIASES.get(name, name)]
+
+
+def make_splitter(markers: ThinkMarkers, *, inside: bool = False) -> Splitter:
+    """The splitter for one output with ``markers`` (``inside``: the prompt opened
+    the block)."""
+    if markers.harmony:
+        return HarmonySplitter()
+    return ReasoningSplitter(markers, inside=inside)
 
 
 class ReasoningSplitter:
@@ -159,3 +174,6 @@ class ReasoningSplitter:
                 return
             self._trim = False
         out.append(("content", text))
+
+
+Splitter = ReasoningSplitter | HarmonySplitter

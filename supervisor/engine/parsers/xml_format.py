@@ -19,7 +19,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from mlx_gateway.supervisor.engine.parsers.grammars import json_value, lit, repeated
+from mlx_gateway.supervisor.engine.parsers.grammars import (
+    choices,
+    json_value,
+    lit,
+    raw_text,
+    repeated,
+)
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function, ParsedCall
 
 _FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)(?:</function>|$)", re.DOTALL)
@@ -66,16 +72,29 @@ def convert(raw: str, schema: Any) -> Any:
         return text
 
 
-def _value_rule(schema: Any) -> str:
-    """A Lark expression for one parameter's text."""
-    if isinstance(schema, dict):
-        choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
-        if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
-            return "(" + " | ".join(lit(c) for c in choices) + ")"
+def value_rule(schema: Any, tail: str = "") -> str:
+    """A Lark expression for one parameter's text and then ``tail``: raw text for
+    a string (its ``enum``, ``const`` or length kept), else a JSON value of the
+    schema (see :func:`.grammars.raw_text` for why ``tail`` belongs here)."""
+    values = choices(schema)
     kinds = _types(schema)
-    if kinds & _STRING_TYPES and not kinds - _STRING_TYPES:
-        return "XMLTEXT"
-    return json_value(schema if isinstance(schema, dict) else None)
+    if (values is not None and all(isinstance(v, str) for v in values)) or (
+        kinds & _STRING_TYPES and not kinds - _STRING_TYPES
+    ):
+        return raw_text(schema, "XMLTEXT", "<", tail)
+    value = json_value(schema if isinstance(schema, dict) else None)
+    return f"{value} {lit(tail)}" if tail else value
+
+
+def properties(function: Function | None) -> dict[str, Any]:
+    """A function's ``properties`` (``{}`` when it has none)."""
+    return _properties(function)
+
+
+def required(function: Function) -> set[str]:
+    """The names of a function's required parameters."""
+    names = function.parameters.get("required")
+    return set(names) if isinstance(names, list) else set()
 
 
 class Qwen3Coder:
@@ -107,8 +126,8 @@ class Qwen3Coder:
         required = set(required) if isinstance(required, list) else set()
         parts = [lit(self.start), lit(f"\n<function={function.name}>\n")]
         for key, schema in _properties(function).items():
-            opening, closing = lit(f"<parameter={key}>\n"), lit("\n</parameter>\n")
-            param = f"{opening} {_value_rule(schema)} {closing}"
+            opening, closing = lit(f"<parameter={key}>\n"), lit("</parameter>\n")
+            param = f"{opening} {value_rule(schema, chr(10))} {closing}"
             parts.append(param if key in required else f"({param})?")
         parts += [lit("</function>\n"), lit(self.end)]
         return "(" + " ".join(parts) + ")"

@@ -1,0 +1,195 @@
+"""The ``tools`` of a Responses API request: function tools, namespaces, hosted tools.
+
+* ``function`` tools are offered to the model as they are.
+* ``namespace`` tools (``{"type": "namespace", "name": "crm", "tools": [functions…]}``,
+  as Codex CLI sends them) are groups of function tools. The model sees each member
+  as one flat function named ``<namespace>__<name>``; its calls go back to the client
+  as ``function_call`` items with ``name`` and ``namespace`` apart, and such items in
+  the input are flattened again for the prompt.
+* Tools that OpenAI's servers run or that need their own call item types
+  (``web_search``, ``file_search``, ``code_interpreter``, ``computer_use_preview``,
+  ``image_generation``, ``mcp``, ``local_shell``, ``custom`` …) cannot run here: they
+  are left out of the model's tools, and the gateway logs a notice (once per type).
+* Any other ``type`` is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from mlx_gateway.supervisor.api.responses.schemas import ResponsesFunctionTool
+from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
+from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.http.body import validation_error
+
+logger = logging.getLogger(__name__)
+
+SEPARATOR = "__"
+"""Between a namespace and a member's name in the flat name the model sees (a
+plain identifier, which every tool-call format can write)."""
+
+HOSTED_TOOL_TYPES = frozenset(
+    {
+        "web_search",
+        "web_search_2025_08_26",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "file_search",
+        "code_interpreter",
+        "computer",
+        "computer_use_preview",
+        "image_generation",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "custom",
+        "tool_search",
+        "programmatic_tool_calling",
+    }
+)
+"""Tool types this gateway leaves out (with a logged notice) instead of refusing."""
+
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_noticed: set[str] = set()
+
+
+def flat_name(namespace: str | None, name: str) -> str:
+    """The name the model sees for ``name`` in ``namespace`` (``name`` without one)."""
+    return f"{namespace}{SEPARATOR}{name}" if namespace else name
+
+
+@dataclass
+class RequestTools:
+    """What a request's ``tools`` became: the model's functions, the response's
+    ``tools`` field, and the way back from a flat name to (namespace, name)."""
+
+    functions: list[Function] = field(default_factory=list)
+    listing: list[dict[str, Any]] = field(default_factory=list)
+    origins: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Flat name → (namespace, name), for members of namespaces only."""
+    dropped: list[str] = field(default_factory=list)
+
+    def origin(self, flat: str) -> tuple[str | None, str]:
+        """(namespace or None, name) of a call the model made under ``flat``."""
+        namespace, name = self.origins.get(flat, (None, flat))
+        return namespace, name
+
+
+def _function(raw: Any, param: str) -> ResponsesFunctionTool:
+    if not isinstance(raw, dict):
+        raise BadRequest(f"Invalid value for '{param}': a tool must be an object.", param=param)
+    try:
+        return msgspec.convert(raw, ResponsesFunctionTool)
+    except msgspec.ValidationError as exc:
+        error = validation_error(str(exc))
+        where = f"{param}.{error.param}" if error.param else param
+        raise BadRequest(f"Invalid value for '{where}': {exc}.", param=where) from None
+
+
+def _listed(tool: ResponsesFunctionTool) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+        "strict": tool.strict,
+    }
+
+
+def _model_function(tool: ResponsesFunctionTool, name: str, note: str | None) -> Function:
+    description = tool.description
+    if note:
+        description = f"{note} {description}" if description else note
+    return Function(name, tool.parameters or {}, description, bool(tool.strict))
+
+
+def request_tools(raw: list[dict[str, Any]] | None) -> RequestTools:
+    """Check and sort the request's ``tools`` (see the module's docstring)."""
+    out = RequestTools()
+    seen: dict[str, str] = {}
+
+    def add(
+        tool: ResponsesFunctionTool, namespace: str | None, note: str | None, param: str
+    ) -> None:
+        flat = flat_name(namespace, tool.name)
+        if flat in seen:
+            raise BadRequest(
+                f"Invalid value for '{param}': the function name '{flat}' is given twice "
+                f"(also at '{seen[flat]}'); give every tool a distinct name.",
+                param=param,
+            )
+        seen[flat] = param
+        out.functions.append(_model_function(tool, flat, note))
+        if namespace:
+            out.origins[flat] = (namespace, tool.name)
+
+    for i, tool in enumerate(raw or []):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "function":
+            function = _function(tool, f"tools[{i}]")
+            add(function, None, None, f"tools[{i}]")
+            out.listing.append(_listed(function))
+        elif kind == "namespace":
+            out.listing.append(_namespace(tool, i, add, out.dropped))
+        elif isinstance(kind, str) and kind in HOSTED_TOOL_TYPES:
+            out.dropped.append(kind)
+        else:
+            raise BadRequest(
+                f"Invalid value for 'tools[{i}].type': {kind!r} is not a tool type this "
+                "gateway knows (it runs 'function' tools and 'namespace' groups of them, "
+                "and leaves out hosted tools such as 'web_search').",
+                param=f"tools[{i}].type",
+            )
+    for kind in out.dropped:
+        if kind not in _noticed:
+            _noticed.add(kind)
+            logger.warning(
+                "Responses API: leaving out the %r tool: it runs on OpenAI's servers (or "
+                "needs its own call items), and this gateway only runs function tools; "
+                "further %r tools are left out silently",
+                kind,
+                kind,
+            )
+    return out
+
+
+def _namespace(tool: dict[str, Any], i: int, add: Any, dropped: list[str]) -> dict[str, Any]:
+    name = tool.get("name")
+    if not isinstance(name, str) or not _NAMESPACE.match(name) or SEPARATOR in name:
+        raise BadRequest(
+            f"Invalid value for 'tools[{i}].name': a namespace needs a name of 1 to 64 "
+            f"letters, digits, '_', '.' or '-', without '{SEPARATOR}' (got {name!r}).",
+            param=f"tools[{i}].name",
+        )
+    members = tool.get("tools")
+    if not isinstance(members, list):
+        raise BadRequest(
+            f"Invalid value for 'tools[{i}].tools': a namespace needs a list of tools.",
+            param=f"tools[{i}].tools",
+        )
+    description = tool.get("description")
+    description = description if isinstance(description, str) else ""
+    note = f"({name}: {description})" if description else None
+    listed = []
+    for j, member in enumerate(members):
+        param = f"tools[{i}].tools[{j}]"
+        kind = member.get("type") if isinstance(member, dict) else None
+        if kind != "function":
+            if isinstance(kind, str) and kind in HOSTED_TOOL_TYPES:
+                dropped.append(kind)  # e.g. a custom tool inside the namespace
+                continue
+            raise BadRequest(
+                f"Invalid value for '{param}.type': a namespace holds 'function' tools, "
+                f"not {kind!r}.",
+                param=f"{param}.type",
+            )
+        function = _function(member, param)
+        add(function, name, note, param)
+        listed.append(_listed(function))
+    return {"type": "namespace", "name": name, "description": description, "tools": listed}

@@ -1,0 +1,112 @@
+"""Keep-alives for streams that have nothing to send yet.
+
+Once a stream's headers went out, it can stay silent for a long time: its model
+loads, the worker reads (prefills) a prompt of tens of thousands of tokens, the
+request waits for a free slot, or the gateway holds back a tool call it is still
+parsing. Clients and proxies with an idle timeout give up on such a stream (Claude
+Code aborts after 300 s without a byte, and sends the request again). So a stream
+that wrote nothing for ``interval`` seconds gets a keep-alive event, which clients
+ignore: an SSE comment on the OpenAI APIs (``: prefill 4096/20000 tokens``), and
+on Anthropic Messages an ``event: ping`` as Anthropic's own API sends, preceded by
+the same note as a comment line.
+
+:func:`stream_with_keepalive` writes a response body with a ticker task beside it;
+the ticker writes only when the stream was quiet for the whole interval, so a
+stream that flows costs one timer wake-up per interval and nothing per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Send
+
+DEFAULT_INTERVAL = 2.0
+"""Seconds of silence before a keep-alive (``server.stream_keepalive``)."""
+
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+"""Anthropic's keep-alive event."""
+
+
+def comment_event(note: str) -> bytes:
+    """An SSE comment: ``: <note>`` (``: keep-alive`` without a note)."""
+    return f": {_one_line(note) or 'keep-alive'}\n\n".encode()
+
+
+def ping_event(note: str) -> bytes:
+    """Anthropic's ``event: ping``, with the note as a comment line of the same event."""
+    line = _one_line(note)
+    return (f": {line}\n".encode() if line else b"") + PING
+
+
+def _one_line(note: str) -> str:
+    return " ".join(note.split())
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """What a quiet stream sends, and after how long."""
+
+    interval: float = DEFAULT_INTERVAL
+    event: Callable[[str], bytes] = comment_event
+    """The keep-alive event carrying a note (what the stream waits for)."""
+
+
+def keepalive_for(app_state: Any, *, anthropic: bool = False) -> KeepAlive:
+    """The keep-alive of a stream served by the app whose ``state`` this is."""
+    config = getattr(app_state, "config", None)
+    server = getattr(config, "server", None)
+    interval = getattr(server, "stream_keepalive", DEFAULT_INTERVAL)
+    return KeepAlive(interval, ping_event if anthropic else comment_event)
+
+
+def _body(chunk: bytes) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": chunk, "more_body": True}
+
+
+async def stream_with_keepalive(
+    body: AsyncIterable[bytes], send: Send, keepalive: KeepAlive, note: Callable[[], str]
+) -> None:
+    """Write every chunk of ``body`` (each a whole SSE event) to ``send``, and a
+    keep-alive carrying ``note()`` whenever nothing was written for
+    ``keepalive.interval`` seconds. Writes never interleave; the response start
+    must already be sent. A keep-alive that cannot be written stops the ticker
+    (the client left: the server's disconnect ends the stream)."""
+    loop = asyncio.get_running_loop()
+    lock = asyncio.Lock()
+    last = loop.time()
+
+    async def write(chunk: bytes) -> None:
+        nonlocal last
+        async with lock:
+            await send(_body(chunk))
+            last = loop.time()
+
+    async def tick() -> None:
+        nonlocal last
+        while True:
+            delay = last + keepalive.interval - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            async with lock:
+                if loop.time() - last < keepalive.interval:
+                    continue  # the stream wrote while this waited for the lock
+                try:
+                    await send(_body(keepalive.event(note())))
+                except Exception:
+                    return
+                last = loop.time()
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        async for chunk in body:
+            await write(chunk)
+    finally:
+        ticker.cancel()
+        await asyncio.wait({ticker})
+    async with lock:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,298 @@
+"""OpenAI-side coding agents and agent SDKs, unmodified, against a whole gateway.
+
+* Codex CLI (``@openai/codex`` from the npm registry) runs ``codex exec`` with its
+  default features (namespace tools, ``web_search``) through a custom provider with
+  ``wire_api = "responses"``: one turn on a real model, and one on the fake worker
+  scripted to call a function of Codex's ``multi_agent_v1`` namespace, which Codex
+  must run and answer.
+* ``openai-agents``: an Agent with a function tool, on both its chat-completions
+  and its Responses model.
+* ``langchain-openai``: ``bind_tools`` with a forced tool and
+  ``with_structured_output`` (json_schema).
+
+The model is the tiny random llama with 32k positions (``tiny_lm_32k_path``: Codex's
+first prompt is ~16k tokens of instructions; its chat template lists the tools by
+name) whose sampled text ends after a few tokens by itself: a response cut by a
+token limit is a failed turn for Codex. Forced tool calls and structured output are
+grammar-constrained, so even a random model writes them correctly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from ..supervisor.fakes import FAKE_WORKER
+from .gateway import Gateway
+
+pytestmark = pytest.mark.slow
+
+MODEL = "tiny-agent"
+SCRIPTED = "scripted"
+API_KEY = "sk-agents-test"
+CODEX_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
+    "mlx-gateway-tests/codex"
+)
+NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, tiny_lm_32k_path: Path) -> Any:
+    tmp = tmp_path_factory.mktemp("agents")
+    gw = Gateway(
+        tmp,
+        [{"model_path": str(tiny_lm_32k_path), "served_model_name": MODEL, "idle_timeout": 0}],
+        api_keys=[API_KEY],
+    )
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A gateway whose model is the fake worker (``say <text>`` makes it write
+    ``<text>``; other text is echoed), started through the ``python`` option."""
+    tmp = tmp_path_factory.mktemp("scripted")
+    shim = tmp / "worker.sh"
+    # The gateway runs "<python> -m mlx_gateway.workers --endpoint … --spec … …".
+    shim.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE_WORKER}" "$@"\n')
+    shim.chmod(0o755)
+    # The fake worker's mode is the path's last segment: "reasoner" reports thinking
+    # markers and a JSON tool-call format, as a real worker does for Qwen3.
+    (tmp / "fake" / "reasoner").mkdir(parents=True)
+    model = {
+        "model_path": str(tmp / "fake" / "reasoner"),
+        "served_model_name": SCRIPTED,
+        "python": str(shim),
+    }
+    gw = Gateway(tmp, [model], api_keys=[API_KEY])
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+# ---------------------------------------------------------------- Codex CLI
+
+
+@pytest.fixture(scope="module")
+def codex() -> Path:
+    """The ``codex`` command, installed from the npm registry into a cache folder
+    (``npm install`` again each session, which is quick once it is there)."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: Codex CLI comes from the npm registry")
+    CODEX_CACHE.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(CODEX_CACHE), "--no-audit", "--no-fund", "@openai/codex"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    binary = CODEX_CACHE / "node_modules" / ".bin" / "codex"
+    if done.returncode != 0:
+        if any(word in done.stderr for word in NETWORK_ERRORS):
+            pytest.skip(f"the npm registry is unreachable: {done.stderr.strip()[-300:]}")
+        raise RuntimeError(f"npm install @openai/codex failed:\n{done.stderr}")
+    assert binary.exists(), done.stdout
+    return binary
+
+
+def codex_config(gateway: Gateway, model: str = MODEL) -> str:
+    """The ``config.toml`` of docs/api.md ("Codex CLI"), for this gateway."""
+    return f"""\
+model = "{model}"
+model_provider = "mlx-gateway"
+check_for_update_on_startup = false
+
+[model_providers.mlx-gateway]
+name = "mlx-gateway"
+base_url = "{gateway.base_url}/v1"
+env_key = "MLX_GATEWAY_API_KEY"
+wire_api = "responses"
+
+[analytics]
+enabled = false
+"""
+
+
+def codex_exec(
+    codex: Path, gateway: Gateway, model: str, prompt: str, tmp: Path
+) -> list[dict[str, Any]]:
+    """Run ``codex exec --json`` and check that its turn completed without an error;
+    returns its JSON events."""
+    home, work = tmp / "codex-home", tmp / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(codex_config(gateway, model))
+    env = {**os.environ, "CODEX_HOME": str(home), "MLX_GATEWAY_API_KEY": API_KEY}
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(codex), "exec", "--skip-git-repo-check", "--json", prompt],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    print(f"codex exec on {model} took {time.monotonic() - started:.1f} s")
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    report = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, report
+    kinds = [e["type"] for e in events]
+    assert "turn.completed" in kinds, report
+    assert "turn.failed" not in kinds and "error" not in kinds, report
+    # Codex reports its own notices as error items; the only one allowed is that it
+    # has no metadata (context window, …) for a model name it does not know.
+    notices = [
+        e["item"]["message"]
+        for e in events
+        if e["type"] == "item.completed" and e["item"]["type"] == "error"
+    ]
+    assert all(n.startswith(f"Model metadata for `{model}` not found") for n in notices), report
+    return events
+
+
+def answers(events: list[dict[str, Any]]) -> list[str]:
+    return [
+        e["item"]["text"]
+        for e in events
+        if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"
+    ]
+
+
+def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -> None:
+    events = codex_exec(codex, gateway, MODEL, "Say hello.", tmp_path)
+    assert len(answers(events)) <= 1  # Codex shows no item for an empty answer
+    usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
+    assert usage["input_tokens"] > 4000  # its instructions reached the model
+    assert usage["output_tokens"] >= 1
+    # Its default tools: a namespace (flattened) and web_search (left out, logged).
+    assert "leaving out the 'web_search' tool" in gateway.log()
+
+
+def test_codex_runs_a_call_of_a_namespace_function(
+    scripted: Gateway, codex: Path, tmp_path: Path
+) -> None:
+    # The model thinks, then calls close_agent of Codex's multi_agent_v1 namespace by
+    # its flat name; Codex gets name and namespace apart, runs it (no such agent: an
+    # error result naming the id), and sends the whole history back (the reasoning
+    # item and the call with its namespace, then the result); the fake model
+    # echoes the result.
+    call = {"name": "multi_agent_v1__close_agent", "arguments": {"target": "nobody"}}
+    prompt = f"say <think>plan it</think><tool_call>\n{json.dumps(call)}\n</tool_call>"
+    events = codex_exec(codex, scripted, SCRIPTED, prompt, tmp_path)
+    (answer,) = answers(events)
+    # A name Codex could not route would come back as "unsupported call: …".
+    assert "unsupported call" not in answer
+    assert "nobody" in answer
+    usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
+    assert usage["reasoning_output_tokens"] > 0
+
+
+# ---------------------------------------------------------------- agent SDKs
+
+
+def test_openai_agents_runs_a_function_tool(gateway: Gateway) -> None:
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        ToolCallOutputItem,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # no uploads of traces to OpenAI
+    calls: list[str] = []
+
+    @function_tool
+    def get_weather(unit: Literal["C", "F"]) -> str:
+        """Today's weather."""
+        calls.append(unit)
+        return f"21 degrees {unit}"
+
+    client = AsyncOpenAI(base_url=f"{gateway.base_url}/v1", api_key=API_KEY, max_retries=0)
+    models = [
+        OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+        OpenAIResponsesModel(model=MODEL, openai_client=client),
+    ]
+    for model in models:
+        calls.clear()
+        agent = Agent(
+            name="weather",
+            instructions="Answer with the weather tool.",
+            tools=[get_weather],
+            model=model,
+            # Forced: the gateway constrains the call with a grammar. The SDK resets
+            # the choice after the call, so the run ends with a text answer.
+            model_settings=ModelSettings(tool_choice="get_weather"),
+        )
+        result = Runner.run_sync(agent, "What is the weather?", max_turns=4)
+        assert len(calls) == 1 and calls[0] in ("C", "F"), type(model).__name__
+        outputs = [i for i in result.new_items if isinstance(i, ToolCallOutputItem)]
+        assert [o.output for o in outputs] == [f"21 degrees {calls[0]}"]
+        assert isinstance(result.final_output, str)
+
+
+class Forecast(BaseModel):
+    unit: Literal["C", "F"]
+    rainy: bool
+
+
+@pytest.mark.parametrize("responses_api", [False, True], ids=["chat", "responses"])
+def test_langchain_tools_and_structured_output(gateway: Gateway, responses_api: bool) -> None:
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(unit: Literal["C", "F"]) -> str:
+        """Today's weather."""
+        return f"21 degrees {unit}"
+
+    llm = ChatOpenAI(
+        model=MODEL,
+        base_url=f"{gateway.base_url}/v1",
+        api_key=API_KEY,  # type: ignore[arg-type]
+        max_retries=0,
+        use_responses_api=responses_api,
+    )
+    message = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather?")
+    assert isinstance(message, AIMessage)
+    (call,) = message.tool_calls
+    assert call["name"] == "get_weather" and call["args"]["unit"] in ("C", "F")
+    assert get_weather.invoke(call["args"]).startswith("21 degrees")
+
+    forecast = llm.with_structured_output(Forecast, method="json_schema").invoke("Forecast?")
+    assert isinstance(forecast, Forecast)
+
+
+def test_a_prompt_beyond_the_context_names_input(gateway: Gateway) -> None:
+    body = {"model": MODEL, "input": "hello world " * 40000, "max_output_tokens": 8}
+    r = httpx.post(
+        f"{gateway.base_url}/v1/responses",
+        json=body,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=60,
+    )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("input", "context_length_exceeded")
+    assert "input" in error["message"] and "messages" not in error["message"]
