@@ -10,7 +10,7 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.api.models.routes import memory_summary
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.blas import find_openblas
-from mlx_gateway.supervisor.pool.state import WorkerState
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 
 async def health(request: Request) -> Response:
@@ -49,7 +49,10 @@ def _gateway_blas(registry: Any) -> dict[str, Any]:
     return {"preload_openblas": preload, "openblas": find_openblas() if preload else None}
 
 
-def _loaded(handles: list[Any]) -> dict[str, Any]:
-    ready = [h for h in handles if h.state is WorkerState.READY]
-    last = max(ready, key=lambda h: h.last_used_wall or 0.0, default=None)
+def _loaded(handles: list[ModelHandle]) -> dict[str, Any]:
+    """mlx-vlm's fields: the ``model_path`` of the ready model used last (``None``
+    when none is ready), and its adapter (none yet)."""
+    ready = [(h, h.status()) for h in handles]
+    ready = [(h, s) for h, s in ready if s["state"] == "ready"]
+    last = max(ready, key=lambda hs: hs[1].get("last_used") or 0.0, default=(None, None))[0]
     return {"loaded_model": last.config.model_path if last else None, "loaded_adapter": None}
