@@ -40,6 +40,11 @@ def fp16_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def prefill_and_measure(model: Path, **options: object) -> tuple[int, list[int]]:
     """KV bytes of the long prompt once prefilled, and the greedy tokens after it."""
     rec = Recorder(model, prompt_cache_bytes=0, **options)
+    # The whole prompt in one prefill step, as in every run: the cache's buffers grow
+    # in steps of 256 tokens per write, so the bytes depend on how the prompt was cut
+    # (which the worker otherwise sizes from the measured speed).
+    pace = rec.backend.pace
+    pace.slice = lambda rows=1: pace.most  # type: ignore[method-assign]
     rec.submit("long", LONG, max_tokens=NEW_TOKENS)
     while rec.backend._solo is None or rec.backend._solo.solo.prefilling:
         rec.step()
