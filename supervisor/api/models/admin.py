@@ -27,12 +27,16 @@ class PinOptions(msgspec.Struct):
     pinned: bool = True
 
 
+class UnloadAllOptions(msgspec.Struct):
+    """``POST /unload`` takes no options; a body, when sent, must be a JSON object."""
+
+
 async def load_model(request: Request) -> Response:
     handle = await request.app.state.registry.load(request.path_params["model_id"])
     return JSONResponse(model_object(handle))
 
 
-T = TypeVar("T", UnloadOptions, PinOptions)
+T = TypeVar("T", UnloadOptions, PinOptions, UnloadAllOptions)
 
 
 async def _options(request: Request, type_: type[T], param: str) -> T:
@@ -61,6 +65,7 @@ async def unload_model(request: Request) -> Response:
 async def unload_all(request: Request) -> Response:
     """``POST /unload`` (mlx-vlm's server): stop every idle ready model; busy ones
     keep running. ``{"unloaded": [names], "busy": [names]}``."""
+    await _options(request, UnloadAllOptions, "body")
     registry = request.app.state.registry
     stopped = await registry.unload_idle()
     busy = [h.name for h in registry.handles if not h.idle]

@@ -224,6 +224,20 @@ _HAND_WRITTEN: dict[str, dict[str, Any]] = {
     },
 }
 
+SSE_EVENT: dict[str, Any] = {
+    "description": "One server-sent event: its JSON payload in `data` (or `[DONE]`), "
+    "and on Responses and Anthropic Messages streams its type in `event`.",
+    "type": "object",
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+"""A ``text/event-stream`` body is described event by event (as OpenAPI 3.2's
+``itemSchema`` does, and as schemathesis checks each event)."""
+
 _PATH_PARAM = re.compile(r"\{([^}:]+)(?::[^}]*)?\}")
 
 
@@ -357,7 +371,7 @@ def _operation(
         ok["application/json"] = {"schema": by_ref[op.response]}
     ok.update(op.extra)
     if op.stream:
-        ok["text/event-stream"] = {"schema": {"type": "string"}}
+        ok["text/event-stream"] = {"schema": SSE_EVENT}
     responses: dict[str, Any] = {"200": {"description": "OK", "content": ok}}
     for status in op.statuses:
         responses[str(status)] = _error_response(_STATUS_TEXT[status])
