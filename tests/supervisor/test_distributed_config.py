@@ -9,8 +9,8 @@ import pytest
 from mlx_gateway.protocol.spec import decode_spec
 from mlx_gateway.supervisor.config import ConfigError, ModelConfig, load_config
 from mlx_gateway.supervisor.config.schema import DistributedConfig
-from mlx_gateway.supervisor.pool.handle import default_command, spec_for
 from mlx_gateway.supervisor.pool.memory import estimate
+from mlx_gateway.supervisor.pool.worker_spec import default_command, spec_for
 
 
 def write(tmp_path: Path, model: str) -> Path:

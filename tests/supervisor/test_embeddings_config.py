@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, load_config
-from mlx_gateway.supervisor.pool.handle import spec_for
+from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -9,7 +9,7 @@ import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, load_config
 from mlx_gateway.supervisor.config.image import is_edit_model, parse_size, worker_options
-from mlx_gateway.supervisor.pool.handle import spec_for
+from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -20,8 +20,8 @@ from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.config import ConfigError, load_config
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.blas import find_openblas, openblas_for, with_preload
-from mlx_gateway.supervisor.pool.handle import spec_for
 from mlx_gateway.supervisor.pool.registry import Registry
+from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
 from .fakes import chat, fake_config
 

@@ -12,7 +12,7 @@ from mlx_gateway.supervisor.config import ConfigError, config_from_model_path, l
 from mlx_gateway.supervisor.config.vision import worker_options
 from mlx_gateway.supervisor.engine.image_fetch import MIB
 from mlx_gateway.supervisor.engine.vision_input import image_policy
-from mlx_gateway.supervisor.pool.handle import spec_for
+from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
 VLM = "mlx-community/Qwen2-VL-2B-Instruct-4bit"
 

@@ -1,0 +1,60 @@
+"""What a model's worker is started with: its :class:`WorkerSpec` (the model's
+settings the worker needs, kind-specific options included) and its command line
+(plain, or through ``mlx.launch`` for a distributed model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config.image import IMAGE_KIND
+from mlx_gateway.supervisor.config.image import worker_options as image_options
+from mlx_gateway.supervisor.config.lm import LM_KIND
+from mlx_gateway.supervisor.config.lm import worker_options as lm_options
+from mlx_gateway.supervisor.config.vision import VISION_KIND
+from mlx_gateway.supervisor.config.vision import worker_options as vision_options
+from mlx_gateway.supervisor.pool.spawn import WorkerCommand, distributed_command, worker_command
+
+
+def spec_for(config: ModelConfig, worker_id: str, heartbeat_interval: float = 2.0) -> WorkerSpec:
+    return WorkerSpec(
+        heartbeat_interval=heartbeat_interval,
+        worker_id=worker_id,
+        kind=config.worker_kind,
+        model_path=config.model_path,
+        served_model_name=config.served_model_name,
+        context_length=config.context_length,
+        chat_template_file=config.chat_template_file,
+        trust_remote_code=config.trust_remote_code,
+        max_concurrency=config.max_concurrency,
+        prefill_batch_size=config.prefill_batch_size,
+        prefill_step_size=config.prefill_step_size,
+        options=kind_options(config),
+    )
+
+
+def kind_options(config: ModelConfig) -> dict[str, Any]:
+    """The kind-specific settings of ``config`` for ``WorkerSpec.options``; unset
+    ones are left out, so the worker applies its own defaults."""
+    options: dict[str, Any] = {}
+    if config.max_batch_tokens is not None:
+        options["max_batch_tokens"] = config.max_batch_tokens
+    if config.worker_kind == VISION_KIND:
+        options.update(vision_options(config))
+    if config.worker_kind == IMAGE_KIND:
+        options.update(image_options(config))
+    if config.worker_kind == LM_KIND:
+        options.update(lm_options(config))
+    if config.distributed is not None:
+        options["distributed"] = config.distributed.parallel
+    return options
+
+
+def default_command(config: ModelConfig) -> WorkerCommand:
+    spread = config.distributed
+    if spread is not None:
+        return lambda spec, endpoint: distributed_command(
+            spec, endpoint, spread, python=config.python, env=config.worker_env
+        )
+    return lambda spec, endpoint: worker_command(spec, endpoint, python=config.python)
