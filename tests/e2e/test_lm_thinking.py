@@ -41,24 +41,6 @@ async def app(tiny_thinking_lm_path: Path) -> AsyncIterator[Starlette]:
         yield app
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def http(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=60) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url="http://gw/v1",
-        api_key="unused",
-        http_client=http,
-        max_retries=0,
-        _strict_response_validation=True,
-    )
-
-
 def reasoning_of(message: Any) -> str:
     return (message.model_extra or {}).get("reasoning_content") or ""
 
