@@ -8,13 +8,14 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
 
 T = TypeVar("T")
 
 
-async def _disconnected(request: Request) -> None:
+async def _disconnected(receive: Receive) -> None:
     # Only called once the body was read: the next ASGI message is the disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
@@ -23,8 +24,14 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     clean up after itself when cancelled) and raise :class:`ClientDisconnect`.
 
     Call only after the request body was read."""
+    return await unless_gone(request.receive, work)
+
+
+async def unless_gone(receive: Receive, work: Awaitable[T]) -> T:
+    """:func:`unless_disconnected` for an ASGI ``receive`` (middleware has no
+    :class:`Request`)."""
     task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnected(request))
+    watch = asyncio.ensure_future(_disconnected(receive))
     try:
         await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
     finally:

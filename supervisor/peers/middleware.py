@@ -18,18 +18,18 @@ While a request is at a peer, a client that leaves closes the upstream request
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
+from mlx_gateway.supervisor.http.disconnect import unless_gone
 from mlx_gateway.supervisor.peers.directory import VIA_HEADER, Peer, PeerDirectory, _describe
 from mlx_gateway.supervisor.peers.forward import open_upstream, relay
 from mlx_gateway.supervisor.peers.target import model_of
@@ -183,32 +183,12 @@ async def _at_peer(
             await relay(peer, response, send)
             return None
 
-        return await _unless_client_leaves(receive, attempt())
+        try:
+            return await unless_gone(receive, attempt())
+        except ClientDisconnect:
+            return None  # the upstream request was closed with the cancelled attempt
     finally:
         peer.inflight -= 1
-
-
-async def _unless_client_leaves(receive: Receive, work: Awaitable[str | None]) -> str | None:
-    """Await ``work``; if the client disconnects first, cancel it (closing the
-    upstream request) and return ``None``."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(_disconnect(receive))
-    try:
-        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-    if task.cancelled():
-        return None
-    return task.result()
-
-
-async def _disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _read_body(receive: Receive) -> bytes | None:
