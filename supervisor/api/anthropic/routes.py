@@ -16,7 +16,6 @@ from uuid import uuid4
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.protocol.messages import CountTokens, Done
 from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import thinking_of, to_chat, tool_spec
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
@@ -24,6 +23,7 @@ from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, Mes
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
+from mlx_gateway.supervisor.engine.overflow import count_tokens as prompt_tokens
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
@@ -33,7 +33,6 @@ from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 
 logger = logging.getLogger(__name__)
 
@@ -190,21 +189,7 @@ async def count_tokens(request: Request) -> Response:
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/messages/count_tokens")
     tools = tool_spec(req.tools, req.tool_choice)
-    msg = CountTokens(
-        request_id=f"count-{uuid4().hex}",
-        messages=for_template(to_chat(req.system, req.messages)),
-        chat_template_kwargs=template_kwargs(None, tools, thinking_of(req.thinking).enabled),
-    )
-
-    async def count() -> int:
-        tokens: int | None = None
-        async with WorkerCall(handle, msg) as call:
-            async for reply in call:
-                if isinstance(reply, Done):
-                    tokens = reply.usage.prompt_tokens
-        if tokens is None:
-            raise GatewayError("The worker ended the count without a result.")
-        return tokens
-
-    tokens = await unless_disconnected(request, count())
+    messages = for_template(to_chat(req.system, req.messages))
+    kwargs = template_kwargs(None, tools, thinking_of(req.thinking).enabled)
+    tokens = await unless_disconnected(request, prompt_tokens(handle, messages, kwargs))
     return JSONResponse({"input_tokens": tokens})
