@@ -56,6 +56,7 @@ from mlx_gateway.supervisor.pool.spares import SpareKey, SparePool, spare_key
 from mlx_gateway.supervisor.pool.spawn import (
     WorkerCommand,
     describe_exit,
+    start_process,
 )
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 from mlx_gateway.supervisor.pool.worker_spec import default_command, spec_for
@@ -675,14 +676,7 @@ class WorkerHandle:
         else:
             self._relay.attach(worker_id, on_reply)
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,  # own process group: signals reach its children too
-                )
+                proc = await start_process(argv, env)
             except OSError as exc:
                 self._relay.detach(worker_id, WorkerCrashed(str(exc)))
                 self.last_error = f"could not start the worker ({argv[0]}): {exc}"

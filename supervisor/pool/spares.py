@@ -35,7 +35,7 @@ from mlx_gateway.protocol.messages import Ready, Reply, Shutdown
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.errors import WorkerCrashed
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
-from mlx_gateway.supervisor.pool.spawn import describe_exit
+from mlx_gateway.supervisor.pool.spawn import describe_exit, start_process
 
 log = logging.getLogger("mlx_gateway.spares")
 
@@ -154,14 +154,7 @@ class SparePool:
         self, key: SpareKey, worker_id: str, command: Sequence[str], env: dict[str, str]
     ) -> None:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+            proc = await start_process(command, env)
         except OSError as exc:
             log.warning("could not start a spare %s worker: %s", key[0], exc)
             self._died_at[key] = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -15,6 +16,21 @@ WorkerCommand = Callable[[WorkerSpec, str], Sequence[str]]
 
 LOAD_FAILED_EXIT_CODE = 3
 """A worker exits with this code after it reported that its model could not load."""
+
+
+async def start_process(argv: Sequence[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+    """Start a worker: no stdin, stdout and stderr as one pipe the gateway reads, in
+    its own session (its own process group: signals reach its children too).
+
+    Raises :class:`OSError` when it cannot be started."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def worker_command(spec: WorkerSpec, endpoint: str, python: str | None = None) -> list[str]:
