@@ -36,6 +36,10 @@ class Peer:
     """Every name routing to a model there (ids and aliases) → its id."""
     inflight: int = 0
     """Requests this gateway is forwarding to it right now."""
+    forwarded: int = 0
+    """Requests this gateway has sent it (answered by it, whatever the status)."""
+    failed: int = 0
+    """Requests it could not take (unreachable, or 502/503/504 passed to another replica)."""
     error: str | None = None
     checked_at: float | None = None
 

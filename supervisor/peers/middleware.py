@@ -176,10 +176,13 @@ async def _at_peer(
             except httpx.HTTPError as exc:
                 why = _describe(exc)
                 directory.mark_down(peer, why)
+                peer.failed += 1
                 return why
             if response.status_code in pass_over and not last:
                 await response.aclose()
+                peer.failed += 1
                 return f"HTTP {response.status_code}"
+            peer.forwarded += 1
             await relay(peer, response, send)
             return None
 

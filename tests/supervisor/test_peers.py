@@ -392,6 +392,16 @@ def test_failover_when_a_peer_is_killed(peer_process: Any) -> None:
             assert "cannot reach it" in health[0]["error"]
             listed = httpx.get(f"{a.url}/v1/models/alpha").json()
             assert listed["peer"] == "c" and listed["peers"] == ["c"]
+            metrics = httpx.get(f"{a.url}/metrics").text
+            for line in (
+                'mlx_gateway_peer_up{peer="doomed"} 0',
+                'mlx_gateway_peer_up{peer="c"} 1',
+                'mlx_gateway_peer_inflight{peer="doomed"} 0',
+                'mlx_gateway_peer_models{peer="c"} 1',
+                'mlx_gateway_peer_requests_total{peer="doomed",outcome="answered"} 2',
+                'mlx_gateway_peer_requests_total{peer="c",outcome="answered"} 1',
+            ):
+                assert line in metrics.splitlines(), (line, metrics)
 
 
 @pytest.mark.slow  # a gateway in its own process
@@ -413,6 +423,11 @@ def test_a_model_whose_only_peer_is_down_is_a_clear_503(peer_process: Any) -> No
             json={"model": "beta", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]},
         )
         assert claude.status_code == 503 and claude.json()["type"] == "error"
+        metrics = httpx.get(f"{a.url}/metrics").text.splitlines()
+        assert 'mlx_gateway_peer_requests_total{peer="mac-2",outcome="answered"} 1' in metrics
+        # The 502: tried and unreachable. The 503s: known down, never tried.
+        assert 'mlx_gateway_peer_requests_total{peer="mac-2",outcome="failed"} 1' in metrics
+        assert 'mlx_gateway_peer_up{peer="mac-2"} 0' in metrics
 
 
 def test_a_peer_that_comes_back_is_used_again() -> None:

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.api.models.routes import memory_summary
 from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.metrics import CONTENT_TYPE, counter_of, gauge
+from mlx_gateway.supervisor.peers.directory import Peer
 from mlx_gateway.supervisor.pool.state import WorkerState
 
 STATES = tuple(dict.fromkeys(state.public for state in WorkerState))
@@ -101,6 +102,43 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
     )
 
 
+def peer_lines(peers: Iterable[Peer]) -> Iterator[str]:
+    """The peer gateways (``server.peers``): up or down, their models, this
+    gateway's requests to them."""
+    peers = list(peers)
+    if not peers:
+        return
+    yield from gauge(
+        "mlx_gateway_peer_up",
+        "1 while the peer answers its health checks and requests, 0 while it is down.",
+        ("peer",),
+        (((p.name,), float(p.up)) for p in peers),
+    )
+    yield from gauge(
+        "mlx_gateway_peer_models",
+        "Models the peer listed at its last successful health check.",
+        ("peer",),
+        (((p.name,), float(len(p.models))) for p in peers),
+    )
+    yield from gauge(
+        "mlx_gateway_peer_inflight",
+        "Requests this gateway is forwarding to the peer now.",
+        ("peer",),
+        (((p.name,), float(p.inflight)) for p in peers),
+    )
+    yield from counter_of(
+        "mlx_gateway_peer_requests_total",
+        "Requests this gateway forwarded to the peer, by outcome: answered (relayed, "
+        "whatever the status) or failed (unreachable, or passed to another replica).",
+        ("peer", "outcome"),
+        (
+            ((p.name, outcome), float(count))
+            for p in peers
+            for outcome, count in (("answered", p.forwarded), ("failed", p.failed))
+        ),
+    )
+
+
 def budget_lines(summary: dict[str, int] | None) -> Iterator[str]:
     """The memory budget: the whole, what resident models reserve, what is free."""
     if summary is None:
@@ -168,12 +206,14 @@ def render(
     handles: Iterable[Any],
     port: int | None,
     memory: dict[str, int] | None = None,
+    peers: Iterable[Peer] = (),
 ) -> str:
     """The whole exposition."""
     request_lines = (line for family in recorder.families() for line in family.render())
     lines = itertools.chain(
         model_lines(handles),
         budget_lines(memory),
+        peer_lines(peers),
         request_lines,
         gateway_lines(recorder, port),
     )
@@ -184,5 +224,12 @@ async def metrics(request: Request) -> Response:
     """Every metric in Prometheus text format (an admin endpoint)."""
     state = request.app.state
     port = getattr(state, "http_port", None)
-    body = render(state.metrics, state.registry.handles, port, memory_summary(state.registry))
+    directory = getattr(state, "peers", None)
+    body = render(
+        state.metrics,
+        state.registry.handles,
+        port,
+        memory_summary(state.registry),
+        directory.peers if directory is not None else (),
+    )
     return Response(body, media_type=CONTENT_TYPE)
