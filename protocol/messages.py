@@ -47,6 +47,10 @@ class Usage(msgspec.Struct, omit_defaults=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    draft_proposed: int = 0
+    """Tokens a draft model proposed (speculative decoding; 0 without one)."""
+    draft_accepted: int = 0
+    """Proposed tokens the model took (each is one of ``completion_tokens``)."""
 
 
 class Memory(msgspec.Struct, omit_defaults=True):

@@ -165,12 +165,15 @@ class BatchRequests(ABC, Generic[A, G]):
         self._by_id.pop(active.request_id, None)
         if active.uid is not None:
             self._by_uid.pop(active.uid, None)
-        usage = Usage(
+        usage = self._usage(active)
+        self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
+
+    def _usage(self, active: A) -> Usage:
+        return Usage(
             prompt_tokens=active.prompt_tokens,
             completion_tokens=active.generated,
             cached_tokens=active.cached,
         )
-        self._emit(Done(request_id=active.request_id, finish_reason=reason, usage=usage))
 
     def fail_active(self, message: str) -> None:
         # Every request that left the queue: running, or caught between the queue

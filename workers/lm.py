@@ -94,6 +94,7 @@ from mlx_gateway.workers.sampling import (
     make_request_sampler,
 )
 from mlx_gateway.workers.solo import SoloDecode, private_copy, supports_solo
+from mlx_gateway.workers.speculative import DRAFT_TOKENS, Draft, SpeculativeDecode, load_draft
 from mlx_gateway.workers.thinking_budget import make_thinking_budget
 from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.tool_scan import ToolScan, make_tool_scan
@@ -131,6 +132,9 @@ class _Active(Active):
     """KV cache bytes its prompt and completion budget may take (admission)."""
     decoding: bool = False
     """The batch finished its prompt (it no longer takes prefill slices)."""
+    draft_proposed: int = 0
+    draft_accepted: int = 0
+    """Tokens the draft model proposed for it, and those taken (speculative decoding)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -161,6 +165,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         :mod:`.tool_prompt`), found once at load."""
         self.pace = PrefillPace(2048)
         """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
+        self.draft: Draft | None = None
+        """The draft model solo requests decode with (see :mod:`.speculative`)."""
 
     # ------------------------------------------------------------ loading
 
@@ -217,6 +223,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "(llama, qwen, mistral…) and no max_kv_size: mlx-lm quantizes only such "
                 "caches; remove kv_bits (or max_kv_size) from this model's entry"
             )
+        if draft_path := spec.options.get("draft_model_path"):
+            self.draft = self._load_draft(str(draft_path), spec, parallel, downloading)
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
         cache_bytes = _option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES)
         if parallel == "pipeline" and cache_bytes:
@@ -236,16 +244,44 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 _option_int(spec, "prompt_cache_disk_bytes", 0),
                 _option_int(spec, "prompt_cache_dir_bytes", 0) or None,
             )
+        extra = {
+            "vocab_size": str(config.get("vocab_size", "")),
+            "blas": blas_in_use(),
+            **template_facts(tokenizer),
+            "tool_prompt": self.tool_prompt.fact,
+        }
+        if self.draft is not None:
+            extra["draft_model"] = f"{self.draft.path} ({self.draft.tokens} tokens a round)"
         return ModelFacts(
             context_length=self.context_length,
             model_type=config.get("model_type"),
-            extra={
-                "vocab_size": str(config.get("vocab_size", "")),
-                "blas": blas_in_use(),
-                **template_facts(tokenizer),
-                "tool_prompt": self.tool_prompt.fact,
-            },
+            extra=extra,
         )
+
+    def _load_draft(self, path: str, spec: WorkerSpec, parallel: object, downloading: Any) -> Draft:
+        """The draft model of ``draft_model_path``, checked against this model."""
+        if parallel:
+            raise LoadError(
+                "draft_model_path cannot be used with distributed: remove one of them "
+                "from this model's entry"
+            )
+        if not self.solo_enabled or self.kv.bits is not None:
+            raise LoadError(
+                "speculative decoding (draft_model_path) needs a model whose KV cache is a "
+                "plain, unquantized cache in every layer (llama, qwen, mistral…), without "
+                "kv_bits or max_kv_size; remove draft_model_path or those keys"
+            )
+        assert self.tokenizer is not None
+        self._emit(Progress(stage="load", detail=f"draft model {path}"))
+        draft = load_draft(
+            path,
+            _option_int(spec, "num_draft_tokens", DRAFT_TOKENS),
+            self.tokenizer.get_vocab(),
+            spec.trust_remote_code,
+            downloading,
+        )
+        log.info("speculative decoding with %s, %d tokens a round", path, draft.tokens)
+        return draft
 
     def close(self) -> None:
         """Write the prompt cache to its disk tier (if any), then free the batch."""
@@ -481,7 +517,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if active.finish is not None:
             if active.solo is not None:  # not stopped by a stop string (that kept it)
                 self._keep_cache(active, *active.solo.finished_cache())
-                active.solo = None
+                self._drop_solo(active)
             self._finish(active, active.finish)
 
     def _solo_finish(self, active: _Active, token: int) -> str | None:
@@ -543,6 +579,20 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         else:
             cache, cached = private_copy(hit.cache, hit.tokens), hit.tokens
         active.cached = cached
+        if self.draft is not None and not active.processors:
+            active.solo = SpeculativeDecode(
+                self.model,
+                self._stream,
+                cache,
+                cached=active.prompt[:cached],
+                prompt=active.prompt[cached:],
+                sampler=active.sampler,
+                prefill_step_size=self._spec.prefill_step_size,
+                draft=self.draft,
+                budget=active.max_tokens,
+            )
+            self._solo = active
+            return
         active.solo = SoloDecode(
             self.model,
             self._stream,
@@ -570,10 +620,10 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             if active.finish is not None:
                 if active.solo is not None:
                     self._keep_cache(active, *active.solo.finished_cache())
-                    active.solo = None
+                    self._drop_solo(active)
                 self._finish(active, active.finish)
                 return False
-        active.solo = None
+        self._drop_solo(active)
         (uid,) = generator.insert(
             [handover.prompt],
             max_tokens=[active.max_tokens - active.generated],
@@ -615,7 +665,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         keeping its KV cache."""
         if active.solo is not None:
             self._keep_cache(active, *active.solo.finished_cache())
-            active.solo = None
+            self._drop_solo(active)
             self._solo = None
             return
         assert self._generator is not None and active.uid is not None
@@ -626,6 +676,25 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         cache, tokens = caches.get(active.uid, (None, None))
         if cache and tokens is not None:
             self._keep_cache(active, tokens, cache)
+
+    def _drop_solo(self, active: _Active) -> None:
+        """End the request's solo decoding, keeping its draft model's counts."""
+        solo = active.solo
+        if isinstance(solo, SpeculativeDecode):
+            active.draft_proposed += solo.proposed
+            active.draft_accepted += solo.accepted
+            log.debug(
+                "%s: the draft model proposed %d tokens, %d taken",
+                active.request_id,
+                solo.proposed,
+                solo.accepted,
+            )
+        active.solo = None
+
+    def _usage(self, active: _Active) -> Usage:
+        usage = super()._usage(active)
+        usage.draft_proposed, usage.draft_accepted = active.draft_proposed, active.draft_accepted
+        return usage
 
     def _keep_cache(self, active: _Active, tokens: list[int], cache: list[Any]) -> None:
         # A request cancelled before its prefill started holds only the cache it

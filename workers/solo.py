@@ -117,18 +117,10 @@ class SoloDecode:
 
     def step(self) -> tuple[int, mx.array] | None:
         """Prefill one slice (``None``) or return the next token and its log-probs."""
+        if self._next is None and len(self._rest) > 1:
+            self._prefill_slice()
+            return None
         with mx.stream(self.stream):
-            if self._next is None and len(self._rest) > 1:
-                part = self._rest[: min(max(self.step_size, 1), len(self._rest) - 1)]
-                self.model(mx.array(part)[None], cache=self.cache)
-                if self._quantize is not None:
-                    self._quantize(self.cache)
-                mx.eval([layer.state for layer in self.cache])
-                self.fed.extend(part)
-                if self._context is not None:
-                    self._context.update_and_fetch(mx.array(part))
-                self._rest = self._rest[len(part) :]
-                return None
             if self._next is None:
                 last, self._rest = self._rest, []
                 self._next = self._forward(mx.array(last))
@@ -144,6 +136,21 @@ class SoloDecode:
         if self._returned % CLEAR_EVERY == 0:
             mx.clear_cache()
         return value, logprobs
+
+    def _prefill_slice(self) -> list[int]:
+        """Put the next slice of the prompt (never its last token) into the cache;
+        returns the slice."""
+        part = self._rest[: min(max(self.step_size, 1), len(self._rest) - 1)]
+        with mx.stream(self.stream):
+            self.model(mx.array(part)[None], cache=self.cache)
+            if self._quantize is not None:
+                self._quantize(self.cache)
+            mx.eval([layer.state for layer in self.cache])
+        self.fed.extend(part)
+        if self._context is not None:
+            self._context.update_and_fetch(mx.array(part))
+        self._rest = self._rest[len(part) :]
+        return part
 
     def handover(self) -> tuple[Handover, tuple[int, mx.array] | None]:
         """Stop decoding solo. Returns what the batch prefills next, and the token
