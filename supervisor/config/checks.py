@@ -99,6 +99,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         _check_paths(ctx, here, model)
         _check_image(ctx, here, model)
         _check_kv(ctx, here, model)
+        _check_draft(ctx, here, model)
         _check_parsers(ctx, here, model)
         _check_distributed(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
@@ -303,6 +304,46 @@ def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
             "kv_bits and max_kv_size together: mlx-lm quantizes only unbounded caches; "
             "keep one of them",
         )
+
+
+def _check_draft(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """A draft model only for language models, on a plain KV cache, in one process;
+    a local draft folder must exist."""
+    draft = model.draft_model_path
+    if draft is None:
+        if (*here, "num_draft_tokens") in ctx.origin:
+            log.warning(
+                "%s: num_draft_tokens without draft_model_path does nothing", _display(here)
+            )
+        return
+    path = (*here, "draft_model_path")
+    if model.worker_kind != "lm":
+        raise ctx.error(
+            path,
+            "draft_model_path (speculative decoding) applies to language models (model_type "
+            f"lm), and this entry's model_type is {model.model_type!r}; remove it",
+        )
+    for key in ("kv_bits", "max_kv_size", "distributed"):
+        if getattr(model, key) is not None:
+            raise ctx.error(
+                path,
+                f"draft_model_path and {key} together: speculative decoding needs a plain "
+                f"KV cache in one process; keep one of them",
+            )
+    written = draft.strip()
+    if not written:
+        raise ctx.error(path, "draft_model_path is empty")
+    if _looks_local(ctx.base_dir, written):
+        resolved = _absolute(ctx.base_dir, written)
+        if not os.path.isdir(resolved):
+            state = "is not a directory" if os.path.exists(resolved) else "does not exist"
+            raise ctx.error(
+                path,
+                f"local draft model directory {resolved!r} {state}; fix the path (relative "
+                "paths start from the config file's folder) or give a Hugging Face repo id "
+                "'org/name'",
+            )
+        model.draft_model_path = resolved
 
 
 def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:

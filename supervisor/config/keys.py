@@ -69,8 +69,6 @@ _MODEL_IGNORED = frozenset(
         "message_converter",
         "debug",
         "pipeline",
-        "draft_model_path",
-        "num_draft_tokens",
         "adapter_path",
         "default_presence_penalty",
         "default_xtc_probability",

@@ -136,9 +136,15 @@ LAUNCH_FLAGS: tuple[Flag, ...] = (
         "draft_model_path",
         "model",
         str,
-        "accepted, not used (no speculative decoding yet)",
+        "language models: draft model for speculative decoding",
     ),
-    Flag(("--num-draft-tokens",), "num_draft_tokens", "model", int, "accepted, not used"),
+    Flag(
+        ("--num-draft-tokens",),
+        "num_draft_tokens",
+        "model",
+        int,
+        "language models: tokens the draft proposes a round",
+    ),
     Flag(
         ("--adapter-path",),
         "adapter_path",

@@ -20,6 +20,17 @@ def worker_options(config: ModelConfig) -> dict[str, Any]:
         "prompt_cache_entries": config.prompt_cache_entries,
         "stream_interval": config.stream_interval,
         **kv_options(config),
+        **draft_options(config),
+    }
+
+
+def draft_options(config: ModelConfig) -> dict[str, Any]:
+    """The draft model of speculative decoding (``workers/speculative.py``), if any."""
+    if config.draft_model_path is None:
+        return {}
+    return {
+        "draft_model_path": config.draft_model_path,
+        "num_draft_tokens": config.num_draft_tokens,
     }
 
 

@@ -234,6 +234,12 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_kv_size: Annotated[int, msgspec.Meta(ge=16)] | None = None
     """Language and vision models: keep at most this many tokens of KV cache per
     sequence (a rotating window: older tokens are dropped)."""
+    draft_model_path: str | None = None
+    """Language models: a small model with the same tokenizer (a folder or a hub id)
+    that proposes tokens for the model to check in one pass (speculative decoding of
+    requests that run alone)."""
+    num_draft_tokens: _Positive = 3
+    """Language models with ``draft_model_path``: tokens the draft proposes a round."""
     prompt_cache_entries: Annotated[int, msgspec.Meta(ge=0)] = 32
     """Language models: most KV caches kept in the prompt cache (0: off)."""
     prompt_cache_dir: str | None = None

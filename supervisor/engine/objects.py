@@ -23,20 +23,37 @@ class PromptTokensDetails(Struct):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(Struct):
+    """OpenAI's fields for tokens of a prediction, here a draft model's proposals
+    (speculative decoding): those the model took and those it refused."""
+
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+
 class Usage(Struct):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails | UnsetType = UNSET
+    """Only when a draft model proposed tokens."""
 
 
 def usage_from(usage: wire.Usage) -> Usage:
     """The OpenAI usage object of a worker's :class:`~mlx_gateway.protocol.messages.Usage`."""
+    details: CompletionTokensDetails | UnsetType = UNSET
+    if usage.draft_proposed:
+        details = CompletionTokensDetails(
+            accepted_prediction_tokens=usage.draft_accepted,
+            rejected_prediction_tokens=usage.draft_proposed - usage.draft_accepted,
+        )
     return Usage(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         total_tokens=usage.prompt_tokens + usage.completion_tokens,
         prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens),
+        completion_tokens_details=details,
     )
 
 

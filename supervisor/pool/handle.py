@@ -250,6 +250,7 @@ class WorkerHandle:
             "evictions": self.evictions,
             "blas": self.facts.extra.get("blas") if self.facts else None,
             "tool_prompt": self.facts.extra.get("tool_prompt") if self.facts else None,
+            "draft_model": self.facts.extra.get("draft_model") if self.facts else None,
         }
 
     @contextlib.asynccontextmanager

@@ -229,9 +229,24 @@ def estimate(config: ModelConfig) -> Need:
         meta = text_config(directory)
         parts["kv"] = kv_working_set(meta, config)
         parts["activations"] += prefill_activations(meta, config)
+    if kind == "lm" and config.draft_model_path is not None:
+        parts["draft"] = draft_need(config, profile.weight_factor)
     if config.distributed is not None:
         parts = _this_machines_share(parts, config)
     return Need(sum(parts.values()), "estimated", parts)
+
+
+def draft_need(config: ModelConfig, weight_factor: float) -> int:
+    """A draft model's weights and the KV cache of the one sequence it drafts for
+    (0 while its files are not on this machine: the measured need corrects it)."""
+    directory = model_dir(config.draft_model_path or "")
+    if directory is None:
+        return 0
+    meta = text_config(directory)
+    tokens = min(KV_WORKING_TOKENS, context_of(meta, config))
+    return int(
+        weights_on_disk(directory) * weight_factor + kv_bytes_per_token(meta, config) * tokens
+    )
 
 
 def _this_machines_share(parts: dict[str, int], config: ModelConfig) -> dict[str, int]:

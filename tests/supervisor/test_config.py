@@ -23,6 +23,7 @@ from mlx_gateway.supervisor.config import (
     override_server,
 )
 from mlx_gateway.supervisor.config import checks as config_checks
+from mlx_gateway.supervisor.config.lm import worker_options as lm_worker_options
 
 DATA = Path(__file__).with_name("data")
 REPO = Path(__file__).resolve().parents[2]
@@ -688,13 +689,15 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     assert (qwen.kv_bits, qwen.kv_group_size, qwen.quantized_kv_start) == (8, 64, 1024)
     assert llama.served_model_name == "llama-1b"  # model_id
     assert llama.max_concurrency == 1  # disable_batching: true
+    assert llama.draft_model_path == "mlx-community/Llama-3.2-1B-Instruct-4bit"
+    assert llama.num_draft_tokens == 2
     assert tiny.model_path == str(DATA / "models" / "tiny-lm")
     assert tiny.idle_timeout == 120
     # ignored keys are listed, with their lines, as warnings — never errors
     text = caplog.text
     assert "max_loaded_models (line 11)" in text
     assert "enable_auto_tool_choice (line 24)" in text
-    assert "draft_model_path (line 55)" in text
+    assert "draft_model_path" not in text  # used now: speculative decoding
     assert "kv_bits" not in text  # used now: KV cache quantization
 
 
@@ -713,6 +716,36 @@ def test_kv_cache_settings_only_where_a_backend_applies_them(
     with pytest.raises(ConfigError) as info:
         load(tmp_path, f"models:\n  - model_path: org/m\n    {entry}\n")
     assert key in str(info.value) and words in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("model_type: embeddings\n    draft_model_path: org/d", "applies to language models"),
+        ("kv_bits: 8\n    draft_model_path: org/d", "draft_model_path and kv_bits together"),
+        ("max_kv_size: 64\n    draft_model_path: org/d", "and max_kv_size together"),
+        ("draft_model_path: ./nowhere", "local draft model directory"),
+        ("draft_model_path: org/d\n    num_draft_tokens: 0", "num_draft_tokens"),
+    ],
+)
+def test_a_draft_model_only_where_it_can_work(tmp_path: Path, entry: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"models:\n  - model_path: org/m\n    {entry}\n")
+    message = str(info.value)
+    assert words in message and info.value.line in (3, 4), message
+
+
+def test_a_draft_model_reaches_the_worker(tmp_path: Path) -> None:
+    (tmp_path / "draft").mkdir()
+    config = load(tmp_path, "models:\n  - model_path: org/m\n    draft_model_path: draft\n")
+    model = config.models[0]
+    assert model.draft_model_path == str(tmp_path / "draft")  # from the file's folder
+    options = lm_worker_options(model)
+    assert options["draft_model_path"] == str(tmp_path / "draft")
+    assert options["num_draft_tokens"] == 3
+    assert "draft_model_path" not in lm_worker_options(
+        load(tmp_path, "models:\n  - model_path: org/m\n").models[0]
+    )
 
 
 def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) -> None:

@@ -50,6 +50,8 @@ def total_usage(usages: list[WireUsage]) -> WireUsage:
         prompt_tokens=first.prompt_tokens,
         completion_tokens=sum(u.completion_tokens for u in usages),
         cached_tokens=first.cached_tokens,
+        draft_proposed=sum(u.draft_proposed for u in usages),
+        draft_accepted=sum(u.draft_accepted for u in usages),
     )
 
 
