@@ -198,3 +198,23 @@ def test_a_draft_with_another_vocabulary_is_refused_at_load(
     other = build_tiny_lm(tmp_path / "thinking", thinking=True)  # two more tokens
     with pytest.raises(LoadError, match="another vocabulary than the model"):
         speculating(tiny_lm_path, other)
+
+
+def test_a_draft_of_the_contributing_layers_agrees_with_a_deeper_model(
+    tmp_path: Path,
+) -> None:
+    """The bench's pair (bench/speculative.py): a model with inert layers and a draft
+    of its other layers; the draft's proposals are all taken, ids unchanged."""
+    deep = build_tiny_lm(tmp_path / "deep", hidden=64, layers=2, inert_layers=4, seed=3)
+    shallow = build_tiny_lm(tmp_path / "shallow", hidden=64, layers=2, seed=3)
+    plain = Recorder(deep, prompt_cache_bytes=0)
+    plain.submit("x", PROMPTS["b"], max_tokens=24)
+    plain.run()
+    plain.close()
+    rec = speculating(deep, shallow, prompt_cache_bytes=0)
+    rec.submit("x", PROMPTS["b"], max_tokens=24)
+    rec.run()
+    rec.close()
+    assert rec.tokens["x"] == plain.tokens["x"]
+    usage = rec.done("x").usage
+    assert usage.draft_proposed > 0 and usage.draft_accepted == usage.draft_proposed
