@@ -128,6 +128,9 @@ class Generate(Message, tag="generate"):
     """Most tokens the model may generate inside one thinking block: at the limit the
     worker forces the end-of-thinking marker and the model goes on with its answer
     (``None``: no limit; ``0``: close a block as soon as it opens)."""
+    adapters: list[str] = []
+    """LoRA adapters (ids mounted with :class:`MountAdapter` or at load) applied to
+    this request, their deltas added; empty: the base model."""
 
 
 class Embed(Message, tag="embed"):
@@ -191,6 +194,27 @@ class CountTokens(Message, tag="count_tokens"):
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     chat_template_kwargs: dict[str, Any] = {}
+
+
+class MountAdapter(Message, tag="mount_adapter"):
+    """Language models: load the LoRA adapter in the folder ``path`` (mlx-lm's
+    ``adapter_config.json`` and ``adapters.safetensors``) as ``adapter_id``, beside the
+    base weights (replacing one mounted under that id). Answered by a :class:`Done`
+    (``finish_reason`` ``mounted``) or an :class:`Error` (400: the folder does not
+    fit the model)."""
+
+    request_id: str
+    adapter_id: str
+    path: str
+
+
+class UnmountAdapter(Message, tag="unmount_adapter"):
+    """Drop a mounted adapter and its prompt-cache entries. Answered by a :class:`Done`
+    (``finish_reason`` ``unmounted``) or an :class:`Error` (404: not mounted; 409:
+    requests running or waiting use it)."""
+
+    request_id: str
+    adapter_id: str
 
 
 class Cancel(Message, tag="cancel"):
@@ -386,6 +410,8 @@ Request = (
     | Transcribe
     | GenerateImage
     | CountTokens
+    | MountAdapter
+    | UnmountAdapter
     | Cancel
     | Shutdown
     | Ping

@@ -61,14 +61,17 @@ from mlx_gateway.protocol.messages import (
     Generate,
     Limits,
     ModelFacts,
+    MountAdapter,
     Prefilled,
     Progress,
     Request,
     Started,
+    UnmountAdapter,
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers import system_turns
+from mlx_gateway.workers.adapters import Adapters, read_adapter
 from mlx_gateway.workers.base import Emit, RequestError
 from mlx_gateway.workers.batch_requests import (
     Active,
@@ -86,7 +89,7 @@ from mlx_gateway.workers.hub import LoadError, resolve_model_path
 from mlx_gateway.workers.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.logprobs import LogprobTrack
 from mlx_gateway.workers.prefill_pace import PrefillPace
-from mlx_gateway.workers.prompt_cache import PromptCache
+from mlx_gateway.workers.prompt_cache import Hit, PromptCache
 from mlx_gateway.workers.sampling import (
     LogitsProcessor,
     Sampler,
@@ -135,6 +138,13 @@ class _Active(Active):
     draft_proposed: int = 0
     draft_accepted: int = 0
     """Tokens the draft model proposed for it, and those taken (speculative decoding)."""
+    adapters: tuple[str, ...] = ()
+    """The LoRA adapters it runs with (see :mod:`.adapters`); empty: the base model."""
+
+    @property
+    def space(self) -> str:
+        """Its prompt-cache space: caches never cross adapter sets."""
+        return "+".join(self.adapters)
 
     @property
     def prompt_tokens(self) -> int:
@@ -167,6 +177,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
         self.draft: Draft | None = None
         """The draft model solo requests decode with (see :mod:`.speculative`)."""
+        self.adapters: Adapters | None = None
+        """The LoRA adapters mounted on the model (see :mod:`.adapters`)."""
 
     # ------------------------------------------------------------ loading
 
@@ -223,6 +235,12 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "(llama, qwen, mistral…) and no max_kv_size: mlx-lm quantizes only such "
                 "caches; remove kv_bits (or max_kv_size) from this model's entry"
             )
+        self.adapters = Adapters(model)
+        for adapter_id, adapter_path in dict(spec.options.get("adapters") or {}).items():
+            try:
+                self.adapters.mount(read_adapter(str(adapter_id), str(adapter_path)))
+            except RequestError as exc:
+                raise LoadError(exc.message) from None
         if draft_path := spec.options.get("draft_model_path"):
             self.draft = self._load_draft(str(draft_path), spec, parallel, downloading)
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
@@ -313,6 +331,9 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         if isinstance(request, CountTokens):
             self._count(request)
             return
+        if isinstance(request, MountAdapter | UnmountAdapter):
+            self._adapter_request(request)
+            return
         if not isinstance(request, Generate):
             raise RequestError(f"an lm worker does not serve '{type(request).__name__}' requests")
         if request.request_id in self._by_id:
@@ -320,6 +341,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             return
         params = request.sampling
         check_sampling(params)
+        adapters = self._adapter_ids(request.adapters)
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where)
         max_tokens = self.kv_admission.admit(len(prompt), max_tokens, params.max_tokens is not None)
@@ -341,6 +363,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             stops=[s for s in params.stop if s],
             detokenizer=self.tokenizer.detokenizer,
             kv_reserved=self.kv_admission.bytes_for(len(prompt) + max_tokens),
+            adapters=adapters,
         )
         if request.logprobs is not None:
             active.logprobs = LogprobTrack(self.tokenizer, request.logprobs)
@@ -355,6 +378,60 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 reasoning=reasoning,
             )
         )
+
+    def _adapter_ids(self, requested: list[str]) -> tuple[str, ...]:
+        """The adapters a request names, each mounted, in order, once."""
+        assert self.adapters is not None
+        ids = tuple(dict.fromkeys(requested))
+        unknown = [i for i in ids if i not in self.adapters.mounted]
+        if unknown:
+            mounted = ", ".join(sorted(self.adapters.mounted)) or "none"
+            raise RequestError(
+                f"adapter {unknown[0]!r} is not mounted on this model (mounted: {mounted})",
+                param="adapter",
+            )
+        return ids
+
+    def _adapter_request(self, request: MountAdapter | UnmountAdapter) -> None:
+        """Mount or unmount an adapter between two steps; answered at once."""
+        assert self.adapters is not None
+        if isinstance(request, MountAdapter):
+            if any(request.adapter_id in a.adapters for a in self._by_id.values()):
+                raise RequestError(
+                    f"adapter {request.adapter_id!r} is in use by running or waiting "
+                    "requests; mount the new one under another id, or retry when they end",
+                    status=409,
+                    type="conflict",
+                )
+            self.adapters.mount(read_adapter(request.adapter_id, request.path))
+            self._forget_caches_of(request.adapter_id)  # a replaced one's are stale
+            finish = "mounted"
+        else:
+            if request.adapter_id not in self.adapters.mounted:
+                mounted = ", ".join(sorted(self.adapters.mounted)) or "none"
+                raise RequestError(
+                    f"adapter {request.adapter_id!r} is not mounted (mounted: {mounted})",
+                    status=404,
+                    type="not_found_error",
+                )
+            users = sum(request.adapter_id in a.adapters for a in self._by_id.values())
+            if users:
+                raise RequestError(
+                    f"adapter {request.adapter_id!r} is in use by {users} running or waiting "
+                    "request(s); retry when they end",
+                    status=409,
+                    type="conflict",
+                )
+            self.adapters.unmount(request.adapter_id)
+            self._forget_caches_of(request.adapter_id)
+            finish = "unmounted"
+        log.info("%s adapter %s", finish, request.adapter_id)
+        self._emit(Done(request_id=request.request_id, finish_reason=finish))
+
+    def _forget_caches_of(self, adapter_id: str) -> None:
+        for space in self.prompt_cache.spaces():
+            if adapter_id in space.split("+"):
+                self.prompt_cache.forget(space)
 
     def _count(self, request: CountTokens) -> None:
         """Answer a :class:`CountTokens` at once: one ``Done`` carrying the count."""
@@ -535,19 +612,26 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         running = len(self._by_uid) + (self._solo is not None)
         if not self._queue or running >= max(self._spec.max_concurrency, 1):
             return False
+        group = self._queue[0].adapters
+        if not self._group_turn(group, running):
+            return False  # the head of the queue waits for the running group to end
         if self._solo is not None and not self._join_batch(self._solo, generator):
             return True  # the solo request ended with the token it had sampled
         if self.solo_enabled and not self._by_uid and len(self._queue) == 1:
             self._start_solo(self._queue.popleft())
             return True
-        while self._queue and len(self._by_uid) < max(self._spec.max_concurrency, 1):
+        while (
+            self._queue
+            and len(self._by_uid) < max(self._spec.max_concurrency, 1)
+            and self._queue[0].adapters == group
+        ):
             reserved = sum(a.kv_reserved for a in self._by_uid.values())
             if self._by_uid and not self.kv_admission.fits_beside(
                 reserved, self._queue[0].kv_reserved
             ):
                 break  # it waits until running requests free their KV cache
             active = self._queue.popleft()
-            hit = self.prompt_cache.fetch(active.prompt) if self.prompt_cache.enabled else None
+            hit = self._cached(active)
             if hit is None:
                 (uid,) = generator.insert(
                     [active.prompt],
@@ -571,9 +655,27 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             self._by_uid[uid] = active
         return True
 
+    def _group_turn(self, group: tuple[str, ...], running: int) -> bool:
+        """Whether requests of the adapter set ``group`` may start now. All running
+        requests share one set (one step runs one set of weights): a request of
+        another set waits until they end, then the model switches to its set and
+        the queue goes on in order (later requests of the running set do not pass it)."""
+        assert self.adapters is not None
+        if group == self.adapters.active:
+            return True
+        if running:
+            return False
+        self.adapters.activate(group)
+        return True
+
+    def _cached(self, active: _Active) -> Hit | None:
+        if not self.prompt_cache.enabled:
+            return None
+        return self.prompt_cache.fetch(active.prompt, active.space)
+
     def _start_solo(self, active: _Active) -> None:
         assert self._spec is not None and self._stream is not None
-        hit = self.prompt_cache.fetch(active.prompt) if self.prompt_cache.enabled else None
+        hit = self._cached(active)
         if hit is None:
             cache, cached = make_prompt_cache(self.model), 0
         else:
@@ -700,7 +802,7 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         # A request cancelled before its prefill started holds only the cache it
         # was given: nothing new to keep.
         if len(tokens) > active.cached:
-            self.prompt_cache.store(list(tokens), cache)
+            self.prompt_cache.store(list(tokens), cache, active.space)
 
     def _finish(self, active: _Active, reason: str) -> None:
         if self._solo is active:

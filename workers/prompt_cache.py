@@ -92,6 +92,13 @@ class _Entry:
     cache: LayerCaches
     nbytes: int
     trimmable: bool
+    space: str = ""
+    """The adapter set the cache was computed with ("" for the base model): a
+    lookup sees only the entries of its own space."""
+
+    @property
+    def slot(self) -> tuple[str, bytes]:
+        return self.space, self.key
 
     @property
     def tokens(self) -> int:
@@ -116,7 +123,7 @@ class PromptCache:
     def __init__(self, max_bytes: int, max_entries: int) -> None:
         self.max_bytes = max(max_bytes, 0)
         self.max_entries = max(max_entries, 0)
-        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, bytes], _Entry] = OrderedDict()
         self.nbytes = 0
         self.hits = 0
         self.misses = 0
@@ -129,13 +136,15 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def fetch(self, prompt: list[int]) -> Hit | None:
-        """The cache of the entry sharing the longest prefix with ``prompt``.
+    def fetch(self, prompt: list[int], space: str = "") -> Hit | None:
+        """The cache of the entry of ``space`` sharing the longest prefix with ``prompt``.
 
         At least the prompt's last token is left to prefill (its logits start the
         generation), so a hit holds at most ``len(prompt) - 1`` tokens. The entry
-        becomes the most recently used."""
-        if len(prompt) < 2 or not (self._entries or self._disk_on):
+        becomes the most recently used. The disk tier holds the base model's
+        entries (space "") only."""
+        disk = self._disk_on and not space
+        if len(prompt) < 2 or not (self._entries or disk):
             self.misses += 1
             return None
         key = token_bytes(prompt)
@@ -145,24 +154,26 @@ class PromptCache:
         # Newest first, so that a tie (say, just the chat template's opening tokens)
         # goes to a recent entry and does not keep an old one alive.
         for entry in reversed(self._entries.values()):
+            if entry.space != space:
+                continue
             shared = min(common_prefix(key, entry.key), limit)
             if not entry.trimmable and shared < entry.tokens:
                 continue  # only whole entries of a non-trimmable cache can be used
             if shared > best_tokens:
                 best, best_tokens = entry, shared
-        if self._disk_on and (found := self._from_disk(key, limit, best_tokens)) is not None:
+        if disk and (found := self._from_disk(key, limit, best_tokens)) is not None:
             best, best_tokens = found
         if best is None:
             self.misses += 1
             return None
-        if best.key in self._entries:
-            self._entries.move_to_end(best.key)
+        if best.slot in self._entries:
+            self._entries.move_to_end(best.slot)
         self.hits += 1
         if best.trimmable:
             return Hit(_view(best.cache, best_tokens), best_tokens)
         return Hit(copy.deepcopy(best.cache), best_tokens)
 
-    def store(self, tokens: list[int], cache: LayerCaches) -> None:
+    def store(self, tokens: list[int], cache: LayerCaches, space: str = "") -> None:
         """Keep ``cache``, which holds exactly ``tokens``, evicting the least recently
         used entries beyond the caps. The arrays are evaluated here, so the entry
         does not keep a whole batch's cache alive through a lazy slice."""
@@ -171,28 +182,30 @@ class PromptCache:
         key = token_bytes(tokens)
         trimmable = is_trimmable(cache)
         for other in list(self._entries.values()):
+            if other.space != space:
+                continue
             if trimmable and other.trimmable and other.key.startswith(key):
-                self._entries.move_to_end(other.key)  # already covered by a longer one
+                self._entries.move_to_end(other.slot)  # already covered by a longer one
                 return
             if other.key != key and key.startswith(other.key) and trimmable == other.trimmable:
-                self._drop(other.key)
+                self._drop(other.slot)
         mx.eval([layer.state for layer in cache])
-        entry = _Entry(key, cache, cache_nbytes(cache), trimmable)
+        entry = _Entry(key, cache, cache_nbytes(cache), trimmable, space)
         if entry.nbytes > self.max_bytes:
             self._save(entry)  # too big for memory: the disk tier may still keep it
             return
         self._insert(entry)
 
     def _insert(self, entry: _Entry) -> None:
-        self._drop(entry.key)
-        self._entries[entry.key] = entry
+        self._drop(entry.slot)
+        self._entries[entry.slot] = entry
         self.nbytes += entry.nbytes
         while self._entries and (
             len(self._entries) > self.max_entries or self.nbytes > self.max_bytes
         ):
             oldest = self._entries[next(iter(self._entries))]
             self._save(oldest)
-            self._drop(oldest.key)
+            self._drop(oldest.slot)
 
     def spill(self) -> int:
         """Write every entry to the disk tier (the worker stops); returns how many
@@ -210,7 +223,7 @@ class PromptCache:
         return self.disk is not None and self.disk.enabled
 
     def _save(self, entry: _Entry) -> None:
-        if self.disk is not None and self.disk.enabled:
+        if self.disk is not None and self.disk.enabled and not entry.space:
             self.disk.save(entry.key, entry.cache)
 
     def _from_disk(self, key: bytes, limit: int, best_tokens: int) -> tuple[_Entry, int] | None:
@@ -244,7 +257,16 @@ class PromptCache:
         self._entries.clear()
         self.nbytes = 0
 
-    def _drop(self, key: bytes) -> None:
-        entry = self._entries.pop(key, None)
+    def spaces(self) -> set[str]:
+        """The spaces that hold entries."""
+        return {space for space, _ in self._entries}
+
+    def forget(self, space: str) -> None:
+        """Drop every entry of ``space`` (its adapter was unmounted)."""
+        for slot in [slot for slot in self._entries if slot[0] == space]:
+            self._drop(slot)
+
+    def _drop(self, slot: tuple[str, bytes]) -> None:
+        entry = self._entries.pop(slot, None)
         if entry is not None:
             self.nbytes -= entry.nbytes

@@ -199,6 +199,12 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         _check_supported(request)
         params = request.sampling
         check_sampling(params)
+        if request.adapters:
+            raise RequestError(
+                "LoRA adapters are served for language models (model_type lm) only; "
+                "send this request without 'adapter'",
+                param="adapter",
+            )
         assert self._stream is not None
         with mx.stream(self._stream):
             prompt = self._prompt(request, payloads)
