@@ -2,8 +2,8 @@
 
 An adapter is mlx-lm's fine-tuning output: a folder with ``adapter_config.json``
 (``fine_tune_type: lora`` and ``lora_parameters.scale``) and
-``adapters.safetensors``, whose ``<layer>.lora_a`` (``in × rank``) and
-``<layer>.lora_b`` (``rank × out``) low-rank matrices add
+``adapters.safetensors``, whose ``<layer>.lora_a`` (``in x rank``) and
+``<layer>.lora_b`` (``rank x out``) low-rank matrices add
 ``scale · (x @ lora_a) @ lora_b`` to the output of ``<layer>``, a linear layer of
 the model (quantized or not).
 
@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -58,7 +58,7 @@ class SwitchedLora(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         y = self.base(x)
-        for a, b, scale in self._deltas:  # type: ignore[attr-defined]
+        for a, b, scale in self._deltas:
             y = y + (scale * ((x @ a) @ b)).astype(x.dtype)
         return y
 
@@ -87,7 +87,7 @@ def read_adapter(adapter_id: str, folder: str) -> Adapter:
         )
     try:
         config = json.loads(config_file.read_text())
-        weights = mx.load(str(weights_file))
+        weights = cast(dict[str, mx.array], mx.load(str(weights_file)))
     except (OSError, ValueError, RuntimeError) as exc:
         raise RequestError(f"adapter {adapter_id!r}: cannot read {path}: {exc}") from None
     kind = config.get("fine_tune_type", "lora")
