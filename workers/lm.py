@@ -236,11 +236,13 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
                 "caches; remove kv_bits (or max_kv_size) from this model's entry"
             )
         self.adapters = Adapters(model)
+        skipped = []
         for adapter_id, adapter_path in dict(spec.options.get("adapters") or {}).items():
             try:
                 self.adapters.mount(read_adapter(str(adapter_id), str(adapter_path)))
-            except RequestError as exc:
-                raise LoadError(exc.message) from None
+            except RequestError as exc:  # the model serves on; requests naming it get a 400
+                log.warning("adapter %s not mounted: %s", adapter_id, exc.message)
+                skipped.append(f"{adapter_id}: {exc.message}")
         if draft_path := spec.options.get("draft_model_path"):
             self.draft = self._load_draft(str(draft_path), spec, parallel, downloading)
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
@@ -268,6 +270,10 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
             **template_facts(tokenizer),
             "tool_prompt": self.tool_prompt.fact,
         }
+        if self.adapters.mounted:
+            extra["adapters"] = ", ".join(self.adapters.mounted)
+        if skipped:
+            extra["adapters_skipped"] = "; ".join(skipped)
         if self.draft is not None:
             extra["draft_model"] = f"{self.draft.path} ({self.draft.tokens} tokens a round)"
         return ModelFacts(

@@ -14,6 +14,11 @@ from mlx_gateway.supervisor.api.chat.routes import create_chat_completion
 from mlx_gateway.supervisor.api.completions.routes import create_completion
 from mlx_gateway.supervisor.api.embeddings.routes import create_embeddings
 from mlx_gateway.supervisor.api.images.routes import create_image, create_image_edit, get_image_file
+from mlx_gateway.supervisor.api.models.adapters import (
+    list_adapters,
+    mount_adapter,
+    unmount_adapter,
+)
 from mlx_gateway.supervisor.api.models.admin import load_model, pin_model, unload_all, unload_model
 from mlx_gateway.supervisor.api.models.health import health
 from mlx_gateway.supervisor.api.models.metrics import metrics
@@ -51,6 +56,9 @@ routes: list[Route] = [
     Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}/pin", pin_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
+    Route("/v1/adapters", list_adapters, methods=["GET"]),
+    Route("/v1/adapters", mount_adapter, methods=["POST"]),
+    Route("/v1/adapters/{adapter_id}", unmount_adapter, methods=["DELETE"]),
     Route("/health", health, methods=["GET"]),
     # mlx-vlm's server answers these without the /v1 prefix too.
     Route("/chat/completions", create_chat_completion, methods=["POST"]),

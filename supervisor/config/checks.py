@@ -100,6 +100,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
         _check_image(ctx, here, model)
         _check_kv(ctx, here, model)
         _check_draft(ctx, here, model)
+        _check_adapters(ctx, here, model)
         _check_parsers(ctx, here, model)
         _check_distributed(ctx, here, model)
         for path, name in _name_paths(ctx, here, model):
@@ -344,6 +345,57 @@ def _check_draft(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
                 "'org/name'",
             )
         model.draft_model_path = resolved
+
+
+def _check_adapters(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
+    """LoRA adapters: language models only, valid ids, existing mlx-lm adapter folders
+    (relative paths from the config file's folder)."""
+    from mlx_gateway.supervisor.config.lm import (
+        DEFAULT_ADAPTER,
+        adapter_folder_problem,
+        adapter_id_problem,
+    )
+
+    entries: list[tuple[_KeyPath, str | None, str]] = [
+        ((*here, "adapters", adapter_id), adapter_id, path)
+        for adapter_id, path in model.adapters.items()
+    ]
+    if model.adapter_path is not None:
+        entries.append(((*here, "adapter_path"), None, model.adapter_path))
+    if not entries:
+        return
+    if model.worker_kind != "lm":
+        raise ctx.error(
+            entries[0][0],
+            "LoRA adapters are served for language models (model_type lm), and this "
+            f"entry's model_type is {model.model_type!r}; remove them",
+        )
+    if model.distributed is not None:
+        raise ctx.error(
+            entries[0][0],
+            "LoRA adapters and distributed together: a sharded model's layers take no "
+            "adapter here; keep one of them",
+        )
+    if model.adapter_path is not None and DEFAULT_ADAPTER in model.adapters:
+        raise ctx.error(
+            (*here, "adapter_path"),
+            f"adapter_path mounts its adapter as {DEFAULT_ADAPTER!r}, and adapters has an "
+            f"entry {DEFAULT_ADAPTER!r} too; rename that entry or drop adapter_path",
+        )
+    resolved: dict[str, str] = {}
+    for path, adapter_id, folder in entries:
+        if adapter_id is not None and (why := adapter_id_problem(adapter_id)):
+            raise ctx.error(path, f"{adapter_id!r} cannot be an adapter id: {why}")
+        absolute = _absolute(ctx.base_dir, folder)
+        if (why := adapter_folder_problem(absolute)) is not None:
+            raise ctx.error(
+                path, f"{why}; fix the path (relative paths start from the config file's folder)"
+            )
+        if adapter_id is None:
+            model.adapter_path = absolute
+        else:
+            resolved[adapter_id] = absolute
+    model.adapters = resolved
 
 
 def _check_image(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:

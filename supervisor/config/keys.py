@@ -69,7 +69,6 @@ _MODEL_IGNORED = frozenset(
         "message_converter",
         "debug",
         "pipeline",
-        "adapter_path",
         "default_presence_penalty",
         "default_xtc_probability",
         "default_xtc_threshold",

@@ -150,7 +150,7 @@ LAUNCH_FLAGS: tuple[Flag, ...] = (
         "adapter_path",
         "model",
         str,
-        "accepted, not used (adapters are not served yet)",
+        "language models: LoRA adapter applied by default",
         origin="mlx_lm.server",
     ),
     Flag(("--model-load-timeout",), "model_load_timeout", "server", float, "start timeout (s)"),

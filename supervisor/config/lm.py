@@ -11,6 +11,34 @@ from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 
 LM_KIND = "lm"
+DEFAULT_ADAPTER = "default"
+"""The id ``adapter_path`` mounts its adapter under (mlx_lm.server's one adapter)."""
+ADAPTER_NONE = "none"
+"""The ``adapter`` value that asks for the base model."""
+
+
+def adapter_id_problem(adapter_id: str) -> str | None:
+    """Why ``adapter_id`` cannot name an adapter, or ``None`` when it can."""
+    if not adapter_id or any(c.isspace() for c in adapter_id):
+        return "an adapter id must be a non-empty word without spaces"
+    if "+" in adapter_id:
+        return "'+' stacks adapters in a request, so an adapter id cannot contain it"
+    if adapter_id == ADAPTER_NONE:
+        return "'none' asks for the base model, so it cannot be an adapter id"
+    return None
+
+
+def adapter_folder_problem(path: str) -> str | None:
+    """Why the folder ``path`` is not an mlx-lm adapter, or ``None`` (reads no file)."""
+    import os
+
+    for name in ("adapter_config.json", "adapters.safetensors"):
+        if not os.path.isfile(os.path.join(path, name)):
+            return (
+                f"{path!r} has no {name}: an adapter is the folder mlx_lm.lora writes "
+                "(adapter_config.json and adapters.safetensors)"
+            )
+    return None
 
 
 def worker_options(config: ModelConfig) -> dict[str, Any]:

@@ -234,6 +234,12 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_kv_size: Annotated[int, msgspec.Meta(ge=16)] | None = None
     """Language and vision models: keep at most this many tokens of KV cache per
     sequence (a rotating window: older tokens are dropped)."""
+    adapters: dict[str, str] = {}
+    """Language models: LoRA adapters (id → folder written by ``mlx_lm.lora``) a
+    request may pick with its ``adapter`` field; more can be mounted at run time."""
+    adapter_path: str | None = None
+    """Language models: an adapter mounted as ``default`` and applied to requests that
+    name none (mlx_lm.server's ``--adapter-path``)."""
     draft_model_path: str | None = None
     """Language models: a small model with the same tokenizer (a folder or a hub id)
     that proposes tokens for the model to check in one pass (speculative decoding of

@@ -156,6 +156,8 @@ class SamplingFields(Struct, kw_only=True):
     stream_options: StreamOptions | None = None
     n: N | None = None
     user: str | None = None
+    adapter: str | None = None
+    """LoRA adapters of the model to run with: ``"id"``, ``"a+b"``, ``"none"``."""
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

@@ -66,6 +66,8 @@ class TurnRequest:
     call_id_prefix: str = "call_"
     thinking_budget: int | None = None
     """Most tokens inside one thinking block (the worker closes it); ``None``: no limit."""
+    adapters: list[str] = field(default_factory=list)
+    """LoRA adapters the worker applies (see :mod:`.adapters`)."""
 
 
 # ---------------------------------------------------------------- events
@@ -261,6 +263,7 @@ class Turn:
                     images=turn.images,
                     logprobs=turn.logprobs,
                     thinking_budget=turn.thinking_budget,
+                    adapters=turn.adapters,
                 )
             )
         starts = [

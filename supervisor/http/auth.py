@@ -57,6 +57,8 @@ def is_admin(method: str, path: str) -> bool:
         return True
     if method == "POST" and path == "/unload":  # every idle model (mlx-vlm's route)
         return True
+    if path == "/v1/adapters" or path.startswith("/v1/adapters/"):  # LoRA mounts
+        return True
     return method == "POST" and path.startswith("/v1/models/")
 
 

@@ -47,6 +47,7 @@ from mlx_gateway.supervisor.errors import (
     TooManyRequests,
     WorkerCrashed,
 )
+from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
 from mlx_gateway.supervisor.pool.memory import Need, local_ranks, measured_need
@@ -156,6 +157,8 @@ class WorkerHandle:
         self.progress: Progress | None = None
         self.last_error: str | None = None
         self.failures = 0
+        self.adapters = AdapterSet(config)
+        """The LoRA adapters it serves (language models); its worker gets them at start."""
         self.placement: Room | None = None  # set by the registry
         self.spares: SparePool | None = None  # set by the registry (server.spare_workers)
         self._pinned: bool | None = None  # set at run time by an admin
@@ -660,6 +663,8 @@ class WorkerHandle:
             spec.options["kv_budget_bytes"] = kv_budget  # per-request admission
         if self.config.worker_kind == LM_KIND:
             spec.options.update(disk_tier_options(self.config, self._server))
+            if len(self.adapters):
+                spec.options["adapters"] = self.adapters.paths()
         argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
         if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from mlx_gateway.protocol.messages import Generate, ModelFacts
 from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.pool.adapters import AdapterSet
 
 
 class Replies(Protocol):
@@ -43,6 +44,7 @@ class ModelHandle(Protocol):
     name: str
     config: ModelConfig
     facts: ModelFacts | None
+    adapters: AdapterSet
 
     def status(self) -> dict[str, Any]: ...
 

@@ -15,6 +15,7 @@ from mlx_gateway.protocol.messages import Chunk, Done, Generate, ModelFacts, Sta
 from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
+from mlx_gateway.supervisor.pool.adapters import AdapterSet
 
 
 def defaults(**values: Any) -> ModelConfig:
@@ -49,6 +50,7 @@ class FakeHandle:
 
     def __post_init__(self) -> None:
         self.config.served_model_name = self.name
+        self.adapters = AdapterSet(self.config)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -56,7 +56,7 @@ CASES: dict[str, tuple[list[str], str | None, Any]] = {
     "--lora-scales": (["0.5"], "model.lora_scales", [0.5]),
     "--draft-model-path": (["org/draft"], "model.draft_model_path", "org/draft"),
     "--num-draft-tokens": (["5"], "model.num_draft_tokens", 5),
-    "--adapter-path": (["adapters/"], None, None),
+    "--adapter-path": (["adapters/"], "model.adapter_path", None),
     "--model-load-timeout": (["30"], "server.start_timeout", 30.0),
     "--log-file": (["logs/gw.log"], "server.log_file", None),
     "--no-log-file": ([], "server.no_log_file", True),
@@ -95,6 +95,9 @@ def test_each_flag_sets_its_key(
     (tmp_path / "a.safetensors").write_bytes(b"")
     (tmp_path / "b.safetensors").write_bytes(b"")
     (tmp_path / "one.safetensors").write_bytes(b"")
+    (tmp_path / "adapters").mkdir()
+    (tmp_path / "adapters" / "adapter_config.json").write_text("{}")
+    (tmp_path / "adapters" / "adapters.safetensors").write_bytes(b"")
     words, path, expected = CASES[flag]
     base = launch("--model-path", "org/model", *COMPANIONS.get(flag, []))
     with caplog.at_level(logging.WARNING):
@@ -110,6 +113,8 @@ def test_each_flag_sets_its_key(
         expected = str(tmp_path / "tpl.jinja")
     elif flag == "--lora-paths":
         expected = [str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")]
+    elif flag == "--adapter-path":
+        expected = str(tmp_path / "adapters")
     elif flag == "--log-file":
         expected = str(tmp_path / "logs" / "gw.log")
     assert got == expected

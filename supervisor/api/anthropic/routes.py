@@ -20,6 +20,7 @@ from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import thinking_of, to_chat, tool_spec
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
+from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
@@ -136,6 +137,7 @@ async def create_message(request: Request) -> Response:
         sampling=sampling_params(fields, handle.config),
         template_kwargs=template_kwargs(None, tools, thinking.enabled),
         thinking_budget=thinking.budget,
+        adapters=adapters_for(handle, req.adapter),
         tools=tools,
         stops=[s for s in req.stop_sequences or [] if s],
         files=inputs.files,

@@ -106,6 +106,8 @@ class MessagesRequest(Struct, kw_only=True):
     """Extension: the chat template's ``enable_thinking`` (wins over ``thinking``)."""
     thinking_budget: ThinkingBudget | None = None
     """Extension: most tokens inside a thinking block (wins over ``budget_tokens``)."""
+    adapter: str | None = None
+    """Extension: LoRA adapters of the model (``"id"``, ``"a+b"``, ``"none"``)."""
     metadata: dict[str, Any] | None = None
     context_management: Any = None
     output_config: Any = None

@@ -21,6 +21,7 @@ from mlx_gateway.supervisor.api.chat.objects import (
     logprobs_out,
 )
 from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
+from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
@@ -80,6 +81,7 @@ async def create_chat_completion(request: Request) -> Response:
         sampling=sampling_params(req, handle.config),
         template_kwargs=template_kwargs(req.chat_template_kwargs, tools, thinking.enabled),
         thinking_budget=thinking.budget,
+        adapters=adapters_for(handle, req.adapter),
         tools=tools,
         output=output_spec(req.response_format),
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,

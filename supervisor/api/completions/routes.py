@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Generate
+from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.kinds import COMPLETION_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
@@ -105,6 +106,7 @@ async def create_completion(request: Request) -> Response:
         request_id=f"cmpl-{uuid4().hex}",
         prompt=prompt,
         sampling=sampling_params(req, handle.config),
+        adapters=adapters_for(handle, req.adapter),
     )
     created = int(time.time())
     if req.stream:

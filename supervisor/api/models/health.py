@@ -25,8 +25,9 @@ async def health(request: Request) -> Response:
     ``peers`` lists each peer's state (``up``/``down``, its models, the requests in
     flight there from this gateway, the last check's error). ``loaded_model`` and
     ``loaded_adapter`` are the fields of mlx-vlm's server: the ``model_path`` of the
-    ready model used last (``null`` when none is ready) and its adapter (always
-    ``null``: adapters are not served yet)."""
+    ready model used last (``null`` when none is ready) and the folder of the LoRA
+    adapter its latest request ran with (``null``: the base model; stacked adapters'
+    folders joined with ``+``)."""
     registry = request.app.state.registry
     handles = registry.handles
     body: dict[str, Any] = {
@@ -51,8 +52,12 @@ def _gateway_blas(registry: Any) -> dict[str, Any]:
 
 def _loaded(handles: list[ModelHandle]) -> dict[str, Any]:
     """mlx-vlm's fields: the ``model_path`` of the ready model used last (``None``
-    when none is ready), and its adapter (none yet)."""
+    when none is ready), and the adapter folder(s) of its latest request."""
     ready = [(h, h.status()) for h in handles]
     ready = [(h, s) for h, s in ready if s["state"] == "ready"]
     last = max(ready, key=lambda hs: hs[1].get("last_used") or 0.0, default=(None, None))[0]
-    return {"loaded_model": last.config.model_path if last else None, "loaded_adapter": None}
+    adapter = None
+    if last is not None and last.adapters.last_used:
+        paths = {m.id: m.path for m in last.adapters}
+        adapter = "+".join(paths.get(i, i) for i in last.adapters.last_used.split("+"))
+    return {"loaded_model": last.config.model_path if last else None, "loaded_adapter": adapter}

@@ -149,6 +149,25 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         extra={"application/json": {"schema": _MODEL}},
         statuses=(400, 404),
     ),
+    ("GET", "/v1/adapters"): Operation(
+        "listAdapters",
+        "The LoRA adapters of the language models (an admin endpoint); ?model= for one.",
+        extra={"application/json": {"schema": {"type": "object"}}},
+        statuses=(404,),
+    ),
+    ("POST", "/v1/adapters"): Operation(
+        "mountAdapter",
+        "Mount a LoRA adapter on a language model at run time (an admin endpoint).",
+        request="api.models.adapters:MountRequest",
+        extra={"application/json": {"schema": {"type": "object"}}},
+        statuses=(400, 404, 409),
+    ),
+    ("DELETE", "/v1/adapters/{adapter_id}"): Operation(
+        "unmountAdapter",
+        "Unmount a LoRA adapter (an admin endpoint); ?model= names the model.",
+        extra={"application/json": {"schema": {"type": "object"}}},
+        statuses=(400, 404, 409),
+    ),
     ("GET", "/v1/models"): Operation(
         "listModels",
         "Every served model with its live state.",

@@ -29,6 +29,7 @@ from mlx_gateway.supervisor.api.responses.schemas import (
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.api.responses.tools import flat_name, request_tools
+from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.loading import start_stream
@@ -169,6 +170,7 @@ async def create_response(request: Request) -> Response:
         sampling=sampling_params(fields, handle.config),
         template_kwargs=template_kwargs(req.chat_template_kwargs, spec, thinking.enabled),
         thinking_budget=thinking.budget,
+        adapters=adapters_for(handle, req.adapter),
         tools=spec,
         output=_output_spec(req),
         logprobs=(req.top_logprobs or 0) if logprobs else None,

@@ -100,6 +100,8 @@ class ResponsesRequest(Struct, kw_only=True):
     """The chat template's ``enable_thinking`` (wins over ``reasoning.effort``)."""
     thinking_budget: ThinkingBudget | None = None
     """Most tokens inside a thinking block (wins over ``reasoning.effort``'s)."""
+    adapter: str | None = None
+    """Extension: LoRA adapters of the model (``"id"``, ``"a+b"``, ``"none"``)."""
 
 
 # ---------------------------------------------------------------- input items
