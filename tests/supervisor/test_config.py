@@ -748,6 +748,44 @@ def test_a_draft_model_reaches_the_worker(tmp_path: Path) -> None:
     )
 
 
+def adapter_folder(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text("{}")
+    (folder / "adapters.safetensors").write_bytes(b"")
+    return folder
+
+
+def test_adapters_resolve_from_the_config_folder(tmp_path: Path) -> None:
+    adapter_folder(tmp_path, "sql")
+    adapter_folder(tmp_path, "style")
+    config = load(
+        tmp_path,
+        "models:\n  - model_path: org/m\n    adapters:\n      sql: sql\n"
+        "    adapter_path: ./style\n",
+    )
+    model = config.models[0]
+    assert model.adapters == {"sql": str(tmp_path / "sql")}
+    assert model.adapter_path == str(tmp_path / "style")
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("model_type: embeddings\n    adapters: {sql: sql}", "served for language models"),
+        ("adapters: {a+b: sql}", "'+' stacks adapters"),
+        ("adapters: {none: sql}", "'none' asks for the base model"),
+        ("adapters: {sql: ./missing}", "has no adapter_config.json"),
+        ("adapter_path: sql\n    adapters: {default: sql}", "mounts its adapter as 'default'"),
+    ],
+)
+def test_adapters_are_checked(tmp_path: Path, entry: str, words: str) -> None:
+    adapter_folder(tmp_path, "sql")
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"models:\n  - model_path: org/m\n    {entry}\n")
+    assert words in str(info.value) and info.value.line in (3, 4), str(info.value)
+
+
 def test_mlx_openai_server_hub_layout_loads(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="mlx_gateway.supervisor.config"):
         config = load_config(DATA / "mlx_openai_server_hub.yaml")
