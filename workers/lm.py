@@ -515,6 +515,8 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         solo = self._solo
         if solo is not None and solo.solo is not None:
             active += cache_bytes(solo.solo.cache)
+            if isinstance(solo.solo, SpeculativeDecode):
+                active += cache_bytes(solo.solo.draft_cache)
         generator = self._generator
         for part in ("_generation_batch", "_prompt_batch"):  # mlx-lm's own batches
             batch = getattr(generator, part, None)

@@ -129,7 +129,11 @@ class Generation:
             case Done(usage=usage):
                 self._finished = True
                 recorder.note_done(
-                    reply.finish_reason, usage.prompt_tokens, usage.completion_tokens
+                    reply.finish_reason,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.draft_proposed,
+                    usage.draft_accepted,
                 )
                 return reply
             case Started():

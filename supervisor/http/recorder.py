@@ -31,6 +31,9 @@ class RequestRecord:
     first_token: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    draft_proposed: int = 0
+    draft_accepted: int = 0
+    """A draft model's proposals for this request and those taken (speculative decoding)."""
     outcome: str | None = None
     """How the model's work ended: a finish reason (``stop``, ``length``…),
     ``error`` (failed after it started) or ``client_left``."""
@@ -86,13 +89,22 @@ def note_output(tokens: int) -> None:
         record.completion_tokens += tokens
 
 
-def note_done(finish_reason: str, prompt_tokens: int, completion_tokens: int) -> None:
-    """The worker's ``Done``: its usage replaces the counts noted so far."""
+def note_done(
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    draft_proposed: int = 0,
+    draft_accepted: int = 0,
+) -> None:
+    """The worker's ``Done``: its usage replaces the counts noted so far (``n``
+    choices of one request add their draft counts up)."""
     record = _current.get()
     if record is not None:
         record.outcome = finish_reason
         if prompt_tokens or completion_tokens:
             record.prompt_tokens, record.completion_tokens = prompt_tokens, completion_tokens
+        record.draft_proposed += draft_proposed
+        record.draft_accepted += draft_accepted
 
 
 def note_outcome(outcome: str) -> None:
@@ -131,6 +143,12 @@ class Recorder:
             "Completion (output) tokens generated.",
             ("model",),
         )
+        self.draft_tokens = Counter(
+            "mlx_gateway_draft_tokens_total",
+            "Tokens a draft model proposed (speculative decoding), by outcome: accepted "
+            "(the model took them) or rejected.",
+            ("model", "outcome"),
+        )
         self.ttft = Histogram(
             "mlx_gateway_time_to_first_token_seconds",
             "From the request's arrival to the worker's first output (model load included).",
@@ -159,6 +177,10 @@ class Recorder:
             self.prompt_tokens.inc(model, amount=record.prompt_tokens)
         if record.completion_tokens:
             self.completion_tokens.inc(model, amount=record.completion_tokens)
+        if record.draft_proposed:
+            self.draft_tokens.inc(model, "accepted", amount=record.draft_accepted)
+            rejected = record.draft_proposed - record.draft_accepted
+            self.draft_tokens.inc(model, "rejected", amount=rejected)
         if record.first_token is not None:
             self.ttft.observe(model, value=record.first_token - record.started)
         self.duration.observe(model, value=ended - record.started)
@@ -170,6 +192,7 @@ class Recorder:
             self.outcomes,
             self.prompt_tokens,
             self.completion_tokens,
+            self.draft_tokens,
             self.ttft,
             self.duration,
         ]

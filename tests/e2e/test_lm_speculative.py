@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -39,8 +40,15 @@ def gateway(tiny_lm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     gw.stop()
 
 
+def draft_counter(gateway: Gateway, outcome: str) -> float:
+    line = f'mlx_gateway_draft_tokens_total{{model="drafted",outcome="{outcome}"}} '
+    metrics = httpx.get(f"{gateway.base_url}/metrics", timeout=5).text.splitlines()
+    return sum(float(x.removeprefix(line)) for x in metrics if x.startswith(line))
+
+
 def test_greedy_answers_are_the_same_with_a_draft_model(gateway: Gateway) -> None:
     client = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="unused", max_retries=0)
+    accepted, rejected = 0, 0
     for ask in ASKS:
         answers = {}
         for model in ("plain", "drafted"):
@@ -61,6 +69,13 @@ def test_greedy_answers_are_the_same_with_a_draft_model(gateway: Gateway) -> Non
             details.rejected_prediction_tokens or 0
         )
         assert proposed > 0 and (details.accepted_prediction_tokens or 0) < proposed
+        accepted += details.accepted_prediction_tokens or 0
+        rejected += details.rejected_prediction_tokens or 0
+    # /metrics counts the same proposals.
+    assert (draft_counter(gateway, "accepted"), draft_counter(gateway, "rejected")) == (
+        accepted,
+        rejected,
+    )
     # Streamed too, with the usage chunk.
     stream = client.chat.completions.create(
         model="drafted",
