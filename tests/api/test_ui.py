@@ -27,7 +27,11 @@ CLIENT_KEY, ADMIN_KEY = "client-key-1", "admin-key-1"
 @pytest.fixture
 def gateway() -> Iterator[LiveGateway]:
     models = (
-        {"model_path": "fake/ok", "served_model_name": "chat-model"},
+        {
+            "model_path": "fake/ok",
+            "served_model_name": "chat-model",
+            "adapters": {"sql": "/adapters/sql", "style": "/adapters/style"},
+        },
         {"model_path": "fake/slow-start", "served_model_name": "slow-model"},
     )
     with LiveGateway(*models, api_keys=[CLIENT_KEY], admin_keys=[ADMIN_KEY]) as gw:
@@ -81,6 +85,24 @@ def test_ui_models_chat_logs_and_admin_actions(
         timeout=20_000,
     )
     assert "error" not in answer.inner_text()
+    # The model's LoRA adapters: one picked in the list goes with the request.
+    assert page.is_visible("#chat-adapter-label")
+    options = page.locator("#chat-adapter option").all_inner_texts()
+    assert options == ["model default", "none (base model)", "sql", "style"]
+    page.select_option("#chat-adapter", "style")
+    page.fill("#chat-input", "adapters")  # the fake worker answers with the adapter ids
+    page.click("#chat-send")
+    page.wait_for_function(
+        "[...document.querySelectorAll('.msg.assistant')].pop()?.textContent.includes('style')",
+        timeout=20_000,
+    )
+    page.select_option("#chat-adapter", "")
+    page.fill("#chat-input", "adapters")
+    page.click("#chat-send")
+    page.wait_for_function(
+        "[...document.querySelectorAll('.msg.assistant')].pop()?.textContent.includes('base')",
+        timeout=20_000,
+    )
     shoot(page, "playground")
 
     # Logs need the admin key: with the client key the page says so.

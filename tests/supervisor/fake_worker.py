@@ -233,6 +233,8 @@ def main() -> None:
                         item.halfway = time.monotonic() + seconds / 2
                     if behaviour == "roles":
                         item.words = [str(m.get("role")) for m in request.messages or []]
+                    if behaviour == "adapters":  # the LoRA adapters it was asked for
+                        item.words = list(request.adapters) or ["base"]
                     if behaviour == "tools":
                         tools = request.chat_template_kwargs.get("tools") or []
                         item.words = [str(t["function"]["name"]) for t in tools]

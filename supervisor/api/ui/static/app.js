@@ -180,6 +180,7 @@ function fillModelSelects() {
     if (names.includes(value)) select.value = value;
     if (sel === "#pg-model") choosePlayground();
   }
+  chooseAdapters(state.models.find((m) => m.id === $("#pg-model").value));
 }
 function stopLogs() {
   if (state.logAbort) state.logAbort.abort();
@@ -230,9 +231,28 @@ function choosePlayground() {
   $("#pg-kind").textContent = model ? model.model_type : "";
   $("#pg-chat").hidden = !(kind === "lm" || kind === "vlm");
   $("#chat-image-label").hidden = kind !== "vlm";
+  chooseAdapters(model);
   $("#pg-embeddings").hidden = kind !== "embeddings";
   $("#pg-audio").hidden = kind !== "audio";
   $("#pg-image").hidden = kind !== "image";
+}
+function chooseAdapters(model) {
+  // A language model's LoRA adapters: the model's default, the base model, or one.
+  const ids = model?.adapters || [];
+  const select = $("#chat-adapter");
+  const listed = (model?.id || "") + ":" + ids.join("\n");
+  if (select.dataset.listed === listed) return; // unchanged: keep the open list as it is
+  select.dataset.listed = listed;
+  const kept = select.value;
+  select.replaceChildren();
+  for (const [value, label] of [["", "model default"], ["none", "none (base model)"], ...ids.map((id) => [id, id])]) {
+    const option = document.createElement("option");
+    option.value = value;
+    option.textContent = label;
+    select.appendChild(option);
+  }
+  if (ids.includes(kept) || kept === "none") select.value = kept;
+  $("#chat-adapter-label").hidden = ids.length === 0;
 }
 function bubble(role) {
   const el = document.createElement("div");
@@ -278,7 +298,12 @@ async function sendChat(event) {
     const response = await api("/v1/chat/completions", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ model: $("#pg-model").value, messages: chatHistory, stream: true }),
+      body: JSON.stringify({
+        model: $("#pg-model").value,
+        messages: chatHistory,
+        stream: true,
+        ...(!$("#chat-adapter-label").hidden && $("#chat-adapter").value ? { adapter: $("#chat-adapter").value } : {}),
+      }),
       signal: controller.signal,
     });
     await readSSE(response, (chunk) => {
