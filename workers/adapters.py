@@ -42,6 +42,9 @@ class Adapter:
     scale: float
     layers: dict[str, tuple[mx.array, mx.array]]
     """Layer path (``model.layers.3.self_attn.q_proj``) → ``(lora_a, lora_b)``."""
+    identity: str = ""
+    """Its folder and its weight file's size and time: what a saved KV cache computed
+    with it depends on (the prompt cache's disk tier keys its files with it)."""
 
 
 class SwitchedLora(nn.Module):
@@ -123,7 +126,9 @@ def read_adapter(adapter_id: str, folder: str) -> Adapter:
         layers[layer] = (pair["lora_a"], pair["lora_b"])
     if not layers:
         raise RequestError(f"adapter {adapter_id!r}: {WEIGHTS_FILE} is empty", param="path")
-    return Adapter(adapter_id, str(path), float(scale), layers)
+    info = weights_file.stat()
+    identity = f"{path.resolve()}:{info.st_size}:{info.st_mtime_ns}:{scale}"
+    return Adapter(adapter_id, str(path), float(scale), layers, identity)
 
 
 class Adapters:
@@ -169,6 +174,10 @@ class Adapters:
                 self._wrapped[layer] = self._wrap(layer)
         self.mounted[adapter.id] = adapter
         self.activate(self.active)
+
+    def identity(self, space: str) -> str:
+        """What the KV caches of the adapter set ``space`` (``a+b``) depend on."""
+        return "+".join(self.mounted[i].identity for i in space.split("+") if i in self.mounted)
 
     def unmount(self, adapter_id: str) -> None:
         del self.mounted[adapter_id]

@@ -258,12 +258,20 @@ class LmBackend(BatchRequests[_Active, BatchGenerator]):
         )
         if folder := spec.options.get("prompt_cache_dir"):
             kv = ",".join(f"{k}={spec.options.get(k)}" for k in sorted(kv_option_names(spec)))
-            self.prompt_cache.disk = DiskCache(
-                Path(str(folder)).expanduser(),
-                model_key(spec.model_path, Path(path), adapter="", kv=kv),
-                _option_int(spec, "prompt_cache_disk_bytes", 0),
-                _option_int(spec, "prompt_cache_dir_bytes", 0) or None,
-            )
+            adapters = self.adapters
+
+            def disk_tier(adapter: str) -> DiskCache:
+                """The disk tier of the base model ("") or of an adapter set: a folder
+                whose key names the adapters' files, so a changed adapter misses."""
+                return DiskCache(
+                    Path(str(folder)).expanduser(),
+                    model_key(spec.model_path, Path(path), adapter=adapter, kv=kv),
+                    _option_int(spec, "prompt_cache_disk_bytes", 0),
+                    _option_int(spec, "prompt_cache_dir_bytes", 0) or None,
+                )
+
+            self.prompt_cache.disk = disk_tier("")
+            self.prompt_cache.space_disk = lambda space: disk_tier(adapters.identity(space))
         extra = {
             "vocab_size": str(config.get("vocab_size", "")),
             "blas": blas_in_use(),

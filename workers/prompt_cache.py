@@ -23,7 +23,8 @@ longer one serves both), so multi-turn chats keep one entry per conversation.
 With a :class:`~.disk_cache.DiskCache` attached (``disk``), entries that fall out of
 the LRU (or never fit it) are written to disk, :meth:`PromptCache.spill` writes the
 rest when the worker stops, and a lookup that finds a longer prefix on disk than in
-memory loads that file into the store.
+memory loads that file into the store. Each adapter set's entries have a disk tier
+of their own (``space_disk`` makes it: a folder keyed by the adapters' files).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import copy
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +130,10 @@ class PromptCache:
         self.hits = 0
         self.misses = 0
         self.disk: DiskCache | None = None
+        """The disk tier of the base model's entries (space "")."""
+        self.space_disk: Callable[[str], DiskCache | None] | None = None
+        """Makes the disk tier of an adapter set's entries (its own folder)."""
+        self._space_disks: dict[str, DiskCache | None] = {}
 
     @property
     def enabled(self) -> bool:
@@ -141,9 +147,8 @@ class PromptCache:
 
         At least the prompt's last token is left to prefill (its logits start the
         generation), so a hit holds at most ``len(prompt) - 1`` tokens. The entry
-        becomes the most recently used. The disk tier holds the base model's
-        entries (space "") only."""
-        disk = self._disk_on and not space
+        becomes the most recently used."""
+        disk = self._disk(space)
         if len(prompt) < 2 or not (self._entries or disk):
             self.misses += 1
             return None
@@ -161,7 +166,7 @@ class PromptCache:
                 continue  # only whole entries of a non-trimmable cache can be used
             if shared > best_tokens:
                 best, best_tokens = entry, shared
-        if disk and (found := self._from_disk(key, limit, best_tokens)) is not None:
+        if disk and (found := self._from_disk(disk, space, key, limit, best_tokens)) is not None:
             best, best_tokens = found
         if best is None:
             self.misses += 1
@@ -210,40 +215,50 @@ class PromptCache:
     def spill(self) -> int:
         """Write every entry to the disk tier (the worker stops); returns how many
         were written. Most recently used first, so the byte cap keeps those."""
-        if not self._disk_on:
-            return 0
-        assert self.disk is not None
-        before = self.disk.saves
+        written = 0
         for entry in reversed(list(self._entries.values())):
-            self._save(entry)
-        return self.disk.saves - before
+            disk = self._disk(entry.space)
+            if disk is not None:
+                before = disk.saves
+                disk.save(entry.key, entry.cache)
+                written += disk.saves - before
+        return written
 
-    @property
-    def _disk_on(self) -> bool:
-        return self.disk is not None and self.disk.enabled
+    def _disk(self, space: str) -> DiskCache | None:
+        """The disk tier of ``space`` (``None``: off)."""
+        if not space:
+            disk = self.disk
+        elif space in self._space_disks:
+            disk = self._space_disks[space]
+        else:
+            disk = self.space_disk(space) if self.space_disk is not None else None
+            self._space_disks[space] = disk
+        return disk if disk is not None and disk.enabled else None
 
     def _save(self, entry: _Entry) -> None:
-        if self.disk is not None and self.disk.enabled and not entry.space:
-            self.disk.save(entry.key, entry.cache)
+        if (disk := self._disk(entry.space)) is not None:
+            disk.save(entry.key, entry.cache)
 
-    def _from_disk(self, key: bytes, limit: int, best_tokens: int) -> tuple[_Entry, int] | None:
+    def _from_disk(
+        self, disk: DiskCache, space: str, key: bytes, limit: int, best_tokens: int
+    ) -> tuple[_Entry, int] | None:
         """Load the saved cache sharing the longest prefix with ``key`` when it beats
         the memory's best by :data:`DISK_MIN_GAIN` tokens; it joins the store."""
-        assert self.disk is not None
         ranked = sorted(
             (
                 (min(common_prefix(key, tokens), limit), len(tokens) // 4, stem)
-                for stem, tokens in self.disk.candidates().items()
+                for stem, tokens in disk.candidates().items()
             ),
             reverse=True,
         )
         for shared, length, stem in ranked:
             if shared < best_tokens + DISK_MIN_GAIN:
                 return None
-            found = self.disk.load(stem)
+            found = disk.load(stem)
             if found is None:
                 continue  # corrupt or stale: removed and logged; try the next one
-            entry = _Entry(token_bytes(found.tokens), found.cache, 0, is_trimmable(found.cache))
+            trimmable = is_trimmable(found.cache)
+            entry = _Entry(token_bytes(found.tokens), found.cache, 0, trimmable, space)
             if not entry.trimmable and shared < length:
                 continue
             mx.eval([layer.state for layer in entry.cache])
@@ -258,11 +273,14 @@ class PromptCache:
         self.nbytes = 0
 
     def spaces(self) -> set[str]:
-        """The spaces that hold entries."""
-        return {space for space, _ in self._entries}
+        """The spaces that hold entries in memory or have a disk tier open."""
+        return {space for space, _ in self._entries} | set(self._space_disks)
 
     def forget(self, space: str) -> None:
-        """Drop every entry of ``space`` (its adapter was unmounted)."""
+        """Drop every entry of ``space`` from memory and its disk tier from this store
+        (its adapter was unmounted or replaced; the files stay, under a key that a
+        changed adapter no longer matches)."""
+        self._space_disks.pop(space, None)
         for slot in [slot for slot in self._entries if slot[0] == space]:
             self._drop(slot)
 

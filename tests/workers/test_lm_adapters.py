@@ -211,3 +211,38 @@ def test_a_bad_adapter_is_a_clear_error_and_the_worker_goes_on(
     rec.run()
     assert rec.tokens["after"] == mlx_lm_greedy(tiny_lm_path, None, PROMPTS["a"])
     rec.close()
+
+
+def test_each_adapter_set_has_a_disk_tier_of_its_own(
+    tiny_lm_path: Path, adapters: dict[str, Path], tmp_path: Path
+) -> None:
+    disk = {"prompt_cache_dir": str(tmp_path / "kv"), "prompt_cache_disk_bytes": 10**9}
+    own = {"a": build_tiny_adapter(tmp_path / "a", tiny_lm_path, seed=1), "b": adapters["b"]}
+    first = with_adapters(tiny_lm_path, own, **disk)
+    submit(first, "tuned", PROMPTS["d"], ["a"])
+    first.run()
+    first.close()  # the worker stops: its prompt cache goes to disk
+    folders = sorted(p.name for p in (tmp_path / "kv").iterdir())
+    assert len(folders) == 1  # the base model's folder is made only when it saves
+
+    second = with_adapters(tiny_lm_path, own, **disk)
+    submit(second, "base", PROMPTS["d"], [])
+    second.run()
+    assert second.done("base").usage.cached_tokens == 0  # not from the adapter's folder
+    submit(second, "b", PROMPTS["d"], ["b"])
+    second.run()
+    assert second.done("b").usage.cached_tokens == 0
+    submit(second, "tuned", PROMPTS["d"], ["a"])
+    second.run()
+    resumed = second.done("tuned").usage
+    assert resumed.cached_tokens == resumed.prompt_tokens - 1  # read back from disk
+    assert second.tokens["tuned"] == first.tokens["tuned"]
+    second.close()
+
+    # The adapter's weights change in place: its saved caches no longer match.
+    build_tiny_adapter(tmp_path / "a", tiny_lm_path, seed=9)
+    third = with_adapters(tiny_lm_path, own, **disk)
+    submit(third, "tuned", PROMPTS["d"], ["a"])
+    third.run()
+    assert third.done("tuned").usage.cached_tokens == 0
+    third.close()
