@@ -50,10 +50,19 @@ class Pulled:
     seconds: float = 0.0
 
 
-def is_local(model: ModelConfig) -> bool:
+def is_local(path: str) -> bool:
     """A local directory (the config made local paths absolute) rather than a repo id."""
-    path = model.model_path
     return os.path.isabs(path) or Path(path).expanduser().exists()
+
+
+def repos_of(model: ModelConfig) -> list[tuple[str, str]]:
+    """``(label, path)`` of each model folder an entry loads: the model, and its draft
+    model for speculative decoding."""
+    name = model.served_model_name
+    repos = [(name, model.model_path)]
+    if model.draft_model_path is not None:
+        repos.append((f"{name} (draft)", model.draft_model_path))
+    return repos
 
 
 def pull_models(
@@ -79,25 +88,28 @@ def pull_models(
     out = out or sys.stdout
     results: list[Pulled] = []
     seen: set[str] = set()
-    for model in config.models:
-        name = model.served_model_name
-        if only is not None and not (only & set(model.names)):
-            continue
-        result = Pulled(name, model.model_path)
+    wanted = [
+        repo
+        for model in config.models
+        if only is None or only & set(model.names)
+        for repo in repos_of(model)
+    ]
+    for name, repo in wanted:
+        result = Pulled(name, repo)
         results.append(result)
-        if is_local(model):
+        if is_local(repo):
             result.skipped = True
-            print(f"{name}: local directory {model.model_path}, nothing to pull", file=out)
+            print(f"{name}: local directory {repo}, nothing to pull", file=out)
             continue
-        if model.model_path in seen:
+        if repo in seen:
             result.skipped = True
-            print(f"{name}: {model.model_path} pulled above", file=out)
+            print(f"{name}: {repo} pulled above", file=out)
             continue
-        seen.add(model.model_path)
-        print(f"{name}: pulling {model.model_path}", file=out, flush=True)
+        seen.add(repo)
+        print(f"{name}: pulling {repo}", file=out, flush=True)
         started = time.monotonic()
         try:
-            result.path = Path(fetch(model.model_path, allow_patterns=ALLOW_PATTERNS))
+            result.path = Path(fetch(repo, allow_patterns=ALLOW_PATTERNS))
         except GatedRepoError:
             result.error = "gated repo: accept its terms on huggingface.co and set HF_TOKEN"
         except RepositoryNotFoundError:

@@ -78,6 +78,26 @@ def test_pull_offline(tmp_path: Path, hub: Path, capsys: pytest.CaptureFixture[s
     assert "no model named nope" in err
 
 
+def test_pull_takes_the_draft_models_too(
+    tmp_path: Path, hub: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = cache_repo(hub, "org/big", {"config.json": b"{}", "model.safetensors": b"\0" * 2**20})
+    small = cache_repo(hub, "org/small", {"config.json": b"{}", "model.safetensors": b"\0"})
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        "models:\n"
+        "  - model_path: org/big\n    served_model_name: big\n"
+        "    draft_model_path: org/small\n"
+        "  - model_path: org/small\n    served_model_name: small\n"
+    )
+    code, out, err = run_pull(capsys, "--config", str(config))
+    assert code == 0, out + err
+    assert f"big: ready in {big}" in out
+    assert f"big (draft): ready in {small}" in out
+    assert "small: org/small pulled above" in out
+    assert out.splitlines()[-1] == "2 pulled, 1 skipped, 0 failed"
+
+
 def test_pull_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "gw.yaml"
     config.write_text("models: []\n")
