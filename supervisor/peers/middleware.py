@@ -6,6 +6,8 @@
   requests in flight from this gateway (ties: this gateway first, then the order of
   ``server.peers``). A peer that cannot be reached is marked down and the next
   replica is tried; so is one answering 502/503/504 while another replica is left.
+  A Responses request with ``previous_response_id`` goes to the replica storing that
+  response first (this gateway's store, else the peers are asked for it).
 * ``GET``/``DELETE /v1/responses/{id}…`` and ``GET /v1/images/files/{name}``: stored
   on whichever gateway made them, so this gateway answers if it can, else the first
   peer that knows the id does.
@@ -32,8 +34,10 @@ from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
 from mlx_gateway.supervisor.http.disconnect import unless_gone
 from mlx_gateway.supervisor.peers.directory import VIA_HEADER, Peer, PeerDirectory, _describe
 from mlx_gateway.supervisor.peers.forward import open_upstream, relay
-from mlx_gateway.supervisor.peers.target import model_of
+from mlx_gateway.supervisor.peers.target import model_of, previous_response_of
 
+RESPONSES_PATHS = ("/v1/responses", "/responses")
+"""The Responses API's create routes (with and without ``/v1``)."""
 RETRY_ELSEWHERE = frozenset({502, 503, 504})
 """A peer's answers that send the request to the next replica, when one is left."""
 
@@ -106,6 +110,12 @@ class PeerMiddleware:
             replicas.append(_Local(local.name, max(busy, self._local_inflight[local.name])))
         # Stable sort: this gateway before the peers at equal load, peers in config order.
         replicas.sort(key=lambda r: (r.load if isinstance(r, _Local) else r.inflight, _rank(r)))
+        if scope["path"] in RESPONSES_PATHS and (previous := previous_response_of(body)):
+            # A conversation goes on where its stored response is.
+            owner = await _holder(directory, scope["app"].state, replicas, previous)
+            if owner is not None:
+                replicas.remove(owner)
+                replicas.insert(0, owner)
         failures: list[str] = []
         for i, replica in enumerate(replicas):
             if isinstance(replica, _Local):
@@ -192,6 +202,28 @@ async def _at_peer(
             return None  # the upstream request was closed with the cancelled attempt
     finally:
         peer.inflight -= 1
+
+
+async def _holder(
+    directory: PeerDirectory, state: Any, replicas: list[_Local | Peer], response_id: str
+) -> _Local | Peer | None:
+    """The replica that stores the response ``response_id`` (this gateway first, then
+    the peers, asked with ``GET /v1/responses/{id}``); ``None`` when none does."""
+    store = getattr(state, "response_store", None)
+    if store is not None and store.get(response_id) is not None:
+        return next((r for r in replicas if isinstance(r, _Local)), None)
+    for replica in replicas:
+        if isinstance(replica, Peer):
+            url = f"{replica.config.url}/v1/responses/{response_id}"
+            try:
+                answer = await directory.client.get(
+                    url, headers=replica.headers(), timeout=directory.timeout
+                )
+            except httpx.HTTPError:
+                continue  # unreachable: the replicas' own order and failover apply
+            if answer.status_code == 200:
+                return replica
+    return None
 
 
 async def _read_body(receive: Receive) -> bytes | None:

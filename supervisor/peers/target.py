@@ -15,6 +15,24 @@ class _Named(msgspec.Struct):
 _decoder = msgspec.json.Decoder(_Named)
 
 
+class _Continues(msgspec.Struct):
+    previous_response_id: Any = None
+
+
+_continues = msgspec.json.Decoder(_Continues)
+
+
+def previous_response_of(body: bytes) -> str | None:
+    """The ``previous_response_id`` of a Responses API body (``None``: none, or a
+    body that cannot be read: the handler explains that)."""
+    try:
+        named = _continues.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    value = named.previous_response_id
+    return value if isinstance(value, str) and value else None
+
+
 def model_of(content_type: str, body: bytes) -> str | None:
     """The model named by ``body``; ``None`` when it names none or cannot be read
     (the handler that serves it then explains what is wrong)."""

@@ -355,6 +355,31 @@ def test_each_request_goes_to_the_least_loaded_replica() -> None:
         assert chat(a, "alpha", "after").headers.get("x-mlx-gateway-peer") is None
 
 
+def test_a_conversation_goes_on_at_the_replica_that_stores_it() -> None:
+    with pair(alpha(), alpha()) as (a, b):
+        # Made at the peer (b) directly: only b stores it.
+        first = sdk(b).responses.create(model="alpha", input="first turn")
+        # Sent to a, which serves alpha too and is the less loaded (a tie goes to a):
+        # the turn must go to b, where previous_response_id is known.
+        raw = sdk(a).responses.with_raw_response.create(
+            model="alpha", input="second turn", previous_response_id=first.id
+        )
+        assert raw.headers.get("x-mlx-gateway-peer") == "b"
+        second = raw.parse()
+        assert second.previous_response_id == first.id
+        # Made at a: it stays at a even with b idle.
+        here = sdk(a).responses.create(model="alpha", input="local turn")
+        assert b.app.state.registry.resolve("alpha").status()["inflight"] == 0
+        again = sdk(a).responses.with_raw_response.create(
+            model="alpha", input="next", previous_response_id=here.id
+        )
+        assert again.headers.get("x-mlx-gateway-peer") is None
+        # An id nobody stores: the usual choice, and the usual 400 from it.
+        with pytest.raises(openai.BadRequestError) as info:
+            sdk(a).responses.create(model="alpha", input="x", previous_response_id="resp_none")
+        assert info.value.code == "previous_response_not_found"
+
+
 @pytest.mark.slow  # a gateway in its own process
 def test_failover_when_a_peer_is_killed(peer_process: Any) -> None:
     doomed = peer_process("alpha")
