@@ -8,6 +8,8 @@
   replica is tried; so is one answering 502/503/504 while another replica is left.
   A Responses request with ``previous_response_id`` goes to the replica storing that
   response first (this gateway's store, else the peers are asked for it).
+* ``POST /v1/models/{id}/load|unload|pin`` of a model only peers serve: at the
+  first of them.
 * ``GET``/``DELETE /v1/responses/{id}…`` and ``GET /v1/images/files/{name}``: stored
   on whichever gateway made them, so this gateway answers if it can, else the first
   peer that knows the id does.
@@ -70,6 +72,8 @@ class PeerMiddleware:
             await self.app(scope, receive, send)
         elif method == "POST" and path.startswith("/v1/") and not path.startswith("/v1/models"):
             await self._by_model(scope, receive, send, directory, state.registry)
+        elif method == "POST" and (name := _admin_target(path)) is not None:
+            await self._admin_action(scope, receive, send, directory, state.registry, name)
         elif (method in ("GET", "DELETE") and path.startswith("/v1/responses/")) or (
             method == "GET" and path.startswith("/v1/images/files/")
         ):
@@ -137,6 +141,28 @@ class PeerMiddleware:
             code="peer_unavailable",
         )
         await self.render_error(scope["path"], error)(scope, replay, send)
+
+    # ---------------------------------------------------- admin actions
+
+    async def _admin_action(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        directory: PeerDirectory,
+        registry: Any,
+        name: str,
+    ) -> None:
+        """``load``/``unload``/``pin`` of a model served only at peers: at the first
+        peer serving it (with that peer's key, which must be an admin key there)."""
+        peers = directory.serving(name)
+        if _local_handle(registry, name) is not None or not peers:
+            await self.app(scope, receive, send)
+            return
+        body = await _read_body(receive)
+        if body is None:
+            return
+        await _at_peer(directory, peers[0], scope, receive, send, body, True)
 
     # ---------------------------------------------------- stored objects
 
@@ -261,6 +287,19 @@ def _header(scope: Scope, name: bytes) -> str:
 
 def _came_from_peer(scope: Scope) -> bool:
     return bool(_header(scope, VIA_HEADER.encode()))
+
+
+ADMIN_ACTIONS = ("/load", "/unload", "/pin")
+
+
+def _admin_target(path: str) -> str | None:
+    """The model of ``POST /v1/models/{id}/load|unload|pin`` (ids may hold '/')."""
+    if not path.startswith("/v1/models/"):
+        return None
+    for action in ADMIN_ACTIONS:
+        if path.endswith(action) and len(path) > len("/v1/models/") + len(action):
+            return path[len("/v1/models/") : -len(action)]
+    return None
 
 
 def _local_handle(registry: Any, name: str | None) -> Any:

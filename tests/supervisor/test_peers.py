@@ -355,6 +355,23 @@ def test_each_request_goes_to_the_least_loaded_replica() -> None:
         assert chat(a, "alpha", "after").headers.get("x-mlx-gateway-peer") is None
 
 
+def test_load_and_unload_of_a_peer_model_are_done_at_the_peer() -> None:
+    with pair(alpha(), {"model_path": "fake/ok", "served_model_name": "mine"}) as (a, b):
+        there = b.registry.resolve("alpha")
+        loaded = httpx.post(f"{a.url}/v1/models/alpha/load", timeout=30)
+        assert loaded.status_code == 200, loaded.text
+        assert loaded.headers["x-mlx-gateway-peer"] == "b"
+        assert loaded.json()["state"] == "ready" and there.status()["state"] == "ready"
+        unloaded = httpx.post(f"{a.url}/v1/models/alpha/unload", timeout=30)
+        assert unloaded.status_code == 200 and unloaded.headers["x-mlx-gateway-peer"] == "b"
+        wait_until(lambda: there.status()["state"] == "unloaded")
+        # This gateway's own model stays here.
+        mine = httpx.post(f"{a.url}/v1/models/mine/load", timeout=30)
+        assert mine.status_code == 200 and "x-mlx-gateway-peer" not in mine.headers
+        # A name nobody serves: this gateway's 404.
+        assert httpx.post(f"{a.url}/v1/models/nope/load", timeout=30).status_code == 404
+
+
 def test_a_conversation_goes_on_at_the_replica_that_stores_it() -> None:
     with pair(alpha(), alpha()) as (a, b):
         # Made at the peer (b) directly: only b stores it.
