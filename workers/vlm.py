@@ -30,6 +30,7 @@ Replies per request are those of the lm worker (see :mod:`.lm`): ``Started``, on
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from PIL import Image
 from mlx_gateway.protocol.messages import (
     Chunk,
     Generate,
+    Limits,
     ModelFacts,
     Progress,
     Request,
@@ -65,7 +67,7 @@ from mlx_gateway.workers.batch_requests import (
 )
 from mlx_gateway.workers.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.hub import LoadError, resolve_model_path
-from mlx_gateway.workers.kv import KvSettings
+from mlx_gateway.workers.kv import KvAdmission, KvSettings
 from mlx_gateway.workers.row_sampler import argmax_sampler, row_processors
 from mlx_gateway.workers.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.vlm_audio import decode_input_audio, sampling_rate, takes_audio
@@ -107,6 +109,8 @@ class _Active(Active):
     prompt: Prompt
     processors: list[Any] | None
     prefilled: bool = False
+    kv_reserved: int = 0
+    """KV cache bytes its prompt and completion budget may take (admission)."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -126,6 +130,8 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         self.processor: Any = None
         self.context_length: int | None = None
         self.limits = ImageLimits()
+        self.kv_admission = KvAdmission()
+        """Per-request admission by KV cache bytes (see :class:`~.kv.KvAdmission`)."""
         self._spec: WorkerSpec | None = None
         self._stream: mx.Stream | None = None
         self._prefix_cache: apc.APCManager | None = None
@@ -151,6 +157,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             _set_chat_template(self.processor, spec.chat_template_file)
         config = _config_dict(self.model.config)
         KvSettings.from_spec(spec).check_model(config)  # kv_bits: mlx-vlm applies it
+        self.kv_admission = KvAdmission.for_model(config, spec)
         self.context_length = spec.context_length or _context_length(config)
         # A stream belongs to the thread that made it: this one, the MLX thread.
         self._stream = mx.new_stream(mx.default_device())
@@ -168,6 +175,10 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                 "tool_prompt": self.tool_prompt.fact,
             },
         )
+
+    def set_limits(self, limits: Limits) -> None:
+        """The gateway says how much KV cache the budget leaves this model now."""
+        self.kv_admission = dataclasses.replace(self.kv_admission, free=max(limits.kv_free, 0))
 
     def _new_generator(self) -> BatchGenerator:
         spec = self._spec
@@ -209,6 +220,9 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         with mx.stream(self._stream):
             prompt = self._prompt(request, payloads)
         max_tokens = self._max_tokens(len(prompt.tokens), params.max_tokens, prompt.where)
+        max_tokens = self.kv_admission.admit(
+            len(prompt.tokens), max_tokens, params.max_tokens is not None
+        )
         active = _Active(
             request_id=request.request_id,
             prompt=prompt,
@@ -216,6 +230,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             processors=row_processors(params, prompt.tokens),
             stops=[s for s in params.stop if s],
             detokenizer=make_streaming_detokenizer(self.processor),
+            kv_reserved=self.kv_admission.bytes_for(len(prompt.tokens) + max_tokens),
         )
         self._queue.append(active)
         self._by_id[active.request_id] = active
@@ -478,6 +493,11 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
     def _admit(self, generator: BatchGenerator) -> None:
         assert self._spec is not None
         while self._queue and len(self._by_uid) < max(self._spec.max_concurrency, 1):
+            reserved = sum(a.kv_reserved for a in self._by_uid.values())
+            if self._by_uid and not self.kv_admission.fits_beside(
+                reserved, self._queue[0].kv_reserved
+            ):
+                break  # it waits until running requests free their KV cache
             active = self._queue.popleft()
             (uid,) = generator.insert(
                 [active.prompt.tokens],

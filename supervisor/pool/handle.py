@@ -50,7 +50,7 @@ from mlx_gateway.supervisor.errors import (
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.calls import ReplyStream
-from mlx_gateway.supervisor.pool.memory import Need, local_ranks, measured_need
+from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, local_ranks, measured_need
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
 from mlx_gateway.supervisor.pool.room import Room
 from mlx_gateway.supervisor.pool.spares import SpareKey, SparePool, spare_key
@@ -657,7 +657,7 @@ class WorkerHandle:
         beat = min(2.0, self._server.hang_timeout / 4)
         spec = spec_for(self.config, worker_id, heartbeat_interval=beat)
         kv_budget = None
-        if self.placement is not None and self.config.worker_kind == LM_KIND:
+        if self.placement is not None and self.config.worker_kind in KV_KINDS:
             kv_budget = self.placement.kv_budget(self)
         if kv_budget is not None:
             spec.options["kv_budget_bytes"] = kv_budget  # per-request admission

@@ -31,7 +31,7 @@ from mlx_gateway.supervisor.pool.eviction import (
     never_fits,
 )
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
-from mlx_gateway.supervisor.pool.memory import Need, estimate, format_size
+from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, estimate, format_size
 from mlx_gateway.supervisor.pool.needs import NeedBook, key_of
 from mlx_gateway.supervisor.pool.spares import SparePool
 from mlx_gateway.supervisor.pool.state import WorkerState
@@ -140,7 +140,7 @@ class Placement:
 
     def _send_limits(self) -> None:
         for handle in self.handles:
-            if handle.state is not WorkerState.READY or handle.config.worker_kind != "lm":
+            if handle.state is not WorkerState.READY or handle.config.worker_kind not in KV_KINDS:
                 continue
             free = self.kv_free(handle)
             if free is not None and self._limits_sent.get(handle) != free:
