@@ -43,6 +43,8 @@ API_KEY = "sk-agents-test"
 CODEX_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
     "mlx-gateway-tests/codex"
 )
+CODEX_VERSION = os.environ.get("MLX_GATEWAY_TEST_CODEX", "0.169.0")
+"""The release the test runs (the last one checked); ``latest`` tries the newest."""
 NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network")
 
 
@@ -96,7 +98,15 @@ def codex() -> Path:
         pytest.skip("npm is not installed: Codex CLI comes from the npm registry")
     CODEX_CACHE.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [npm, "install", "--prefix", str(CODEX_CACHE), "--no-audit", "--no-fund", "@openai/codex"],
+        [
+            npm,
+            "install",
+            "--prefix",
+            str(CODEX_CACHE),
+            "--no-audit",
+            "--no-fund",
+            f"@openai/codex@{CODEX_VERSION}",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

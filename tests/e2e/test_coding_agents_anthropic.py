@@ -30,6 +30,8 @@ pytestmark = pytest.mark.slow
 
 MODEL = "tiny-coder"
 CLAUDE_CODE_DIR = Path.home() / ".cache" / "mlx-gateway-tests" / "claude-code"
+CLAUDE_CODE_VERSION = os.environ.get("MLX_GATEWAY_TEST_CLAUDE_CODE", "2.1.197")
+"""The release the test runs (the last one checked); ``latest`` tries the newest."""
 CLAUDE_CODE_ENV = {
     # No internet: no telemetry, error reports, update checks or other side traffic.
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -62,7 +64,7 @@ def claude_code() -> Path:
         str(CLAUDE_CODE_DIR),
         "--no-audit",
         "--no-fund",
-        "@anthropic-ai/claude-code",
+        f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}",
         timeout=600,
     )
     if install.returncode != 0:
