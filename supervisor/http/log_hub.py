@@ -5,6 +5,10 @@
 ``message``; the model as :func:`..logs.split_model` finds it, so each worker's own
 output names its model) and hands each new one to every subscriber's queue. A
 subscriber that falls behind loses lines (its queue is bounded), never the gateway.
+
+Records logged while a log stream writes (:func:`writing`) are not handed out: a
+write to a client that is gone makes asyncio log a warning, which would be one more
+line to write, and so on without end.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +24,14 @@ from typing import Any
 from mlx_gateway.supervisor.logs import split_model
 
 SUBSCRIBER_QUEUE = 1000
+
+_writing = contextvars.ContextVar("mlx_gateway_log_stream_writing", default=False)
+
+
+def writing() -> None:
+    """Mark the running task as a log stream's writer: what it logs from now on (its
+    writes' own warnings included) is not streamed."""
+    _writing.set(True)
 
 
 class LogHub(logging.Handler):
@@ -31,6 +44,8 @@ class LogHub(logging.Handler):
         self.closed = False
 
     def emit(self, record: logging.LogRecord) -> None:
+        if _writing.get():
+            return
         try:
             model, message = split_model(record)
             entry = {

@@ -249,3 +249,29 @@ def test_sigterm_ends_the_web_uis_live_log_stream() -> None:
         reader.join(30)
     assert not failures, failures
     assert ended and ended[0] - started < 3, ended[0] - started
+
+
+def test_a_log_stream_whose_client_left_ends() -> None:
+    """A client that resets the connection of /ui/logs: the stream writes to it
+    once more at most, then ends and leaves the hub."""
+    import logging
+    import socket
+
+    with LiveGateway({"model_path": M}) as gw:
+        hub = gw.app.state.log_hub
+        sock = socket.create_connection(("127.0.0.1", gw.port))
+        sock.sendall(b"GET /ui/logs HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        assert b"200" in sock.recv(4096)
+        deadline = time.monotonic() + 5
+        while not hub._subscribers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert hub._subscribers
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()  # a reset: the client is gone without a goodbye
+        for i in range(20):  # lines the stream tries to write to the gone client
+            logging.getLogger("mlx_gateway.test").warning("line %d", i)
+            time.sleep(0.01)
+        deadline = time.monotonic() + 10
+        while hub._subscribers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not hub._subscribers

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from mlx_gateway.supervisor.errors import GatewayError
-from mlx_gateway.supervisor.http.log_hub import LogHub
+from mlx_gateway.supervisor.http.log_hub import LogHub, writing
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 STATIC = resources.files(__package__).joinpath("static")
@@ -97,6 +97,7 @@ async def logs(request: Request) -> Response:
         return model is None or entry["model"] == model
 
     async def stream() -> AsyncIterator[bytes]:
+        writing()  # the task that sends these events streams nothing it logs itself
         with hub.subscribe() as queue:
             for entry in list(hub.recent):
                 if wanted(entry):
