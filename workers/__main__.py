@@ -15,8 +15,8 @@ import sys
 import msgspec
 
 from mlx_gateway.protocol.spec import WorkerSpec, decode_spec
-from mlx_gateway.workers.ring import follow, rank
-from mlx_gateway.workers.runtime import configure_logging, run
+from mlx_gateway.workers.runtime.process import configure_logging, run
+from mlx_gateway.workers.runtime.ring import follow, rank
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[str, WorkerSpec, int | None]:

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mlx_gateway.protocol.kinds import KINDS
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
 from mlx_gateway.supervisor.config.image import preset_model_type
 from mlx_gateway.supervisor.config.parser_names import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
@@ -287,7 +288,7 @@ def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
     """KV cache settings only where a backend applies them."""
     kind = model.worker_kind
     for key in ("kv_bits", "max_kv_size"):
-        if getattr(model, key) is not None and kind not in ("lm", "vlm"):
+        if getattr(model, key) is not None and not KINDS[kind].memory.kv:
             raise ctx.error(
                 (*here, key),
                 f"{key} applies to language and vision models, not to model_type "

@@ -7,20 +7,11 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-MODEL_TYPES: dict[str, str] = {
-    "lm": "lm",
-    "vlm": "vlm",
-    "multimodal": "vlm",
-    "embeddings": "embeddings",
-    "whisper": "whisper",
-    "image-generation": "image",
-    "image-edit": "image",
-    "image": "image",
-}
-"""Every ``model_type`` a config may name, mapped to the worker kind that serves it."""
+from mlx_gateway.protocol.kinds import KINDS, MODEL_TYPES
 
-SERVABLE_KINDS: tuple[str, ...] = ("lm", "embeddings", "whisper", "vlm", "image")
-"""Worker kinds this gateway can run today; an entry of another kind fails at load."""
+SERVABLE_KINDS: tuple[str, ...] = tuple(KINDS)
+"""Worker kinds this gateway can run (the kind table); an entry of another kind fails
+at load."""
 
 IMAGE_SIZE_MULTIPLE = 16
 """Image models: width and height are multiples of this (mflux: VAE factor 8, patch 2)."""

@@ -14,8 +14,8 @@ import base64
 import binascii
 from typing import Any
 
-from mlx_gateway.supervisor.config.vision import VISION_KIND
-from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.protocol.kinds import IMAGE_INPUT
+from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -38,7 +38,7 @@ def check_audio_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> 
     """A 400 naming the model and the first audio part when the model is not a vision
     model (only mlx-vlm's omni models listen)."""
     parts = audio_parts(messages)
-    if parts and kind_of(handle) != VISION_KIND:
+    if parts and not serves(handle, IMAGE_INPUT):
         raise BadRequest(
             f"The model '{handle.name}' (model_type {handle.config.model_type}) does not "
             "accept audio; send input_audio parts to a vision model with an audio encoder "

@@ -3,21 +3,16 @@ kind is a 400 that says where that model is served, before any worker starts."""
 
 from __future__ import annotations
 
-from mlx_gateway.supervisor.config import MODEL_TYPES
+from mlx_gateway.protocol import kinds
+from mlx_gateway.protocol.kinds import KINDS, MODEL_TYPES, kind_serves, kinds_serving
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
-CHAT_KINDS = ("lm", "vlm")
-COMPLETION_KINDS = ("lm", "vlm")
-EMBEDDING_KINDS = ("embeddings",)
-
-_ENDPOINTS = {
-    "lm": "/v1/chat/completions or /v1/completions",
-    "vlm": "/v1/chat/completions",
-    "embeddings": "/v1/embeddings",
-    "whisper": "/v1/audio/transcriptions or /v1/audio/translations",
-    "image": "/v1/images/generations or /v1/images/edits",
-}
+CHAT_KINDS = kinds_serving(kinds.CHAT)
+COMPLETION_KINDS = kinds_serving(kinds.COMPLETIONS)
+EMBEDDING_KINDS = kinds_serving(kinds.EMBEDDINGS)
+TRANSCRIPTION_KINDS = kinds_serving(kinds.TRANSCRIPTION)
+IMAGE_KINDS = kinds_serving(kinds.IMAGES)
 
 
 def kind_of(handle: ModelHandle) -> str:
@@ -26,12 +21,18 @@ def kind_of(handle: ModelHandle) -> str:
     return MODEL_TYPES.get(model_type, model_type)
 
 
+def serves(handle: ModelHandle, surface: str) -> bool:
+    """Whether ``handle``'s model serves ``surface`` (a :mod:`~mlx_gateway.protocol.kinds`
+    surface: ``chat``, ``adapters``, ``image_input`` …)."""
+    return kind_serves(kind_of(handle), surface)
+
+
 def require_kind(handle: ModelHandle, kinds: tuple[str, ...], endpoint: str) -> None:
     """Raise a 400 (param ``model``) unless ``handle``'s model is one of ``kinds``."""
     kind = kind_of(handle)
     if kind in kinds:
         return
-    where = _ENDPOINTS.get(kind)
+    where = KINDS[kind].endpoints if kind in KINDS else None
     hint = f"; use {where} for it" if where else ""
     raise BadRequest(
         f"The model '{handle.name}' (model_type {handle.config.model_type}) cannot be "

@@ -21,6 +21,7 @@ from uuid import uuid4
 
 from msgspec.structs import replace
 
+from mlx_gateway.protocol.kinds import CONSTRAINED, kinds_serving
 from mlx_gateway.protocol.messages import (
     Constraint,
     Done,
@@ -41,7 +42,7 @@ from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
 from mlx_gateway.supervisor.errors import BadRequest, ContextLengthExceeded
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
-CONSTRAINED_KINDS = ("lm",)
+CONSTRAINED_KINDS = kinds_serving(CONSTRAINED)
 """Worker kinds that do log-probabilities and constrained decoding."""
 WORKER_PARSED = "tokenizer"
 """The tool-call format the worker parses with its tokenizer's own parser."""

@@ -16,11 +16,11 @@ from typing import Any
 
 from starlette.requests import Request
 
+from mlx_gateway.protocol.kinds import IMAGE_INPUT
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.config.vision import VISION_KIND
 from mlx_gateway.supervisor.engine.audio_input import attach_audio, check_audio_allowed
 from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
-from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -79,7 +79,7 @@ def check_images_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) ->
     parts = image_parts(messages)
     if not parts:
         return
-    if kind_of(handle) != VISION_KIND:
+    if not serves(handle, IMAGE_INPUT):
         raise BadRequest(
             f"The model '{handle.name}' (model_type {handle.config.model_type}) does not "
             "accept images; send image_url parts to a model of model_type vlm.",

@@ -13,6 +13,7 @@ from typing import Any
 
 from starlette.middleware import Middleware
 
+from mlx_gateway.protocol.kinds import IMAGE_INPUT, IMAGES, TRANSCRIPTION, kinds_serving
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.http.auth import AuthMiddleware
 from mlx_gateway.supervisor.http.limits import MIB, BodyLimitMiddleware
@@ -39,14 +40,14 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
         return max(sizes) if sizes else None
 
     limits: dict[str, int] = {}
-    audio = largest(("whisper",), lambda m: m.max_upload_mb)
+    audio = largest(kinds_serving(TRANSCRIPTION), lambda m: m.max_upload_mb)
     if audio is not None:
         limits["/v1/audio/"] = int(audio * MIB) + FORM_OVERHEAD
-    edits = largest(("image",), lambda m: m.max_image_mb)
+    edits = largest(kinds_serving(IMAGES), lambda m: m.max_image_mb)
     if edits:
         limits["/v1/images/edits"] = int(edits * MIB) * EDIT_FILES + FORM_OVERHEAD
     # A chat request carries its images inline as base64 data URLs (4 bytes per 3).
-    vision = largest(("vlm",), lambda m: m.max_image_mb * m.max_images)
+    vision = largest(kinds_serving(IMAGE_INPUT), lambda m: m.max_image_mb * m.max_images)
     if vision:
         limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
     return limits

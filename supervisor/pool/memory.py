@@ -5,7 +5,8 @@ Before a model ever ran its need is *estimated* as the sum of
 
 * its weights: the weight files' bytes (MLX holds them as loaded, quantized or not);
 * a runtime overhead per kind: the interpreter, MLX, the tokenizer or processor,
-  and working buffers that do not scale with the weights (see :data:`KIND_PROFILES`);
+  and working buffers that do not scale with the weights (the memory profiles of
+  the kind table, :mod:`mlx_gateway.protocol.kinds`);
 * for language and vision models, a KV *working set*: the KV cache of
   :data:`KV_WORKING_TOKENS` tokens shared by the concurrent requests (bounded by
   ``max_concurrency`` times the context, or ``max_kv_size``), at the cache's element
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlx_gateway.protocol.kinds import KINDS, memory_profile
 from mlx_gateway.protocol.messages import Memory
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
@@ -34,28 +36,6 @@ from mlx_gateway.supervisor.config.sizes import parse_size
 MB = 1000**2
 GB = 1000**3
 
-
-@dataclass(frozen=True)
-class KindProfile:
-    """What a worker of one kind holds besides its KV cache."""
-
-    weight_factor: float
-    """Resident bytes per byte of weights on disk."""
-    runtime: int
-    """Fixed bytes: interpreter, MLX, tokenizer/processor, libraries, buffers."""
-    activations: int = 0
-    """Fixed bytes of working memory while a request runs (an image's latents and
-    VAE decode, an audio window's encoder pass)."""
-
-
-KIND_PROFILES = {
-    "lm": KindProfile(1.0, 200 * MB),
-    "vlm": KindProfile(1.0, 450 * MB, activations=600 * MB),  # the vision tower's pass
-    "embeddings": KindProfile(1.0, 200 * MB, activations=100 * MB),
-    "whisper": KindProfile(1.0, 300 * MB, activations=400 * MB),
-    "image": KindProfile(1.05, 500 * MB, activations=2 * GB),  # 1024² latents + VAE
-}
-DEFAULT_PROFILE = KindProfile(1.05, 300 * MB, activations=500 * MB)
 
 KV_WORKING_TOKENS = 4096
 """Tokens of KV cache a language model's need reserves, shared by its concurrent
@@ -65,7 +45,8 @@ KV_BYTES_PER_ELEMENT = 2  # fp16/bf16 KV cache
 ACTIVATION_FACTOR = 4
 """Live copies of the widest activation (2 bytes each) per prefill token."""
 WEIGHT_SUFFIXES = (".safetensors", ".npz", ".bin", ".gguf")
-KV_KINDS = ("lm", "vlm")
+KV_KINDS = tuple(name for name, kind in KINDS.items() if kind.memory.kv)
+"""Kinds whose requests grow a KV cache (the kind table's memory profiles)."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +199,7 @@ def estimate(config: ModelConfig) -> Need:
     if directory is None:
         return Need(0, "unknown")
     kind = config.worker_kind
-    profile = KIND_PROFILES.get(kind, DEFAULT_PROFILE)
+    profile = memory_profile(kind)
     parts = {
         "weights": int(weights_on_disk(directory) * profile.weight_factor),
         "runtime": profile.runtime,

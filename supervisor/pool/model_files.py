@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlx_gateway.protocol.kinds import CHAT, kind_serves
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.pool.memory import model_dir, text_config
 
@@ -97,7 +98,7 @@ def generation_config(model_path: str) -> dict[str, float | int]:
 
 def sampling_defaults(config: ModelConfig) -> SamplingDefaults:
     """The model's defaults: each YAML key wins over ``generation_config.json``'s."""
-    files = generation_config(config.model_path) if config.worker_kind in ("lm", "vlm") else {}
+    files = generation_config(config.model_path) if kind_serves(config.worker_kind, CHAT) else {}
 
     def pick(key: str) -> Any:
         mine = getattr(config, key)

@@ -58,12 +58,12 @@ def distributed_command(
 ) -> list[str]:
     """``mlx.launch … -- <the worker command>``: ``mlx.launch``
     starts one worker per rank (rank 0 on the first host speaks to the gateway; the
-    others follow it, see ``mlx_gateway.workers.ring``). Its ranks share its process
+    others follow it, see ``mlx_gateway.workers.runtime.ring``). Its ranks share its process
     group here, so the handle's signals reach the local ones; it stops the others
     when one rank fails."""
     interpreter = python or sys.executable
-    # mlx.launch, waiting instead of spinning (see mlx_gateway.workers.launch)
-    launch = [interpreter, "-m", "mlx_gateway.workers.launch", "--backend", spread.backend]
+    # mlx.launch, waiting instead of spinning (see mlx_gateway.workers.runtime.launch)
+    launch = [interpreter, "-m", "mlx_gateway.workers.runtime.launch", "--backend", spread.backend]
     if spread.hostfile is not None:
         launch += ["--hostfile", spread.hostfile]
     else:

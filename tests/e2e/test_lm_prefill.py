@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mlx_gateway.workers.prefill_pace import THROTTLE_ENV
+from mlx_gateway.workers.lm.prefill_pace import THROTTLE_ENV
 
 from .gateway import Gateway
 

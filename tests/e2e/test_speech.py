@@ -16,7 +16,7 @@ import numpy as np
 import openai
 import pytest
 
-from mlx_gateway.workers.audio import decode_audio
+from mlx_gateway.workers.common.audio import decode_audio
 from tests.fixtures.whisper import FOX_CLIPS
 
 from .gateway import Gateway, wait_until

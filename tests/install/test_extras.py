@@ -11,21 +11,25 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from mlx_gateway.workers.base import BACKENDS
-from mlx_gateway.workers.extras import EXTRAS, Extra, import_backend, not_installed
-from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.protocol.kinds import KINDS, Extra, backend_module
+from mlx_gateway.workers.runtime.contract import LoadError
+from mlx_gateway.workers.runtime.extras import import_backend, missing_modules, not_installed
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 OPTIONAL = PYPROJECT["project"]["optional-dependencies"]
+EXTRAS = {name: kind.extra for name, kind in KINDS.items()}
 
 
 def names(requirements: list[str]) -> set[str]:
     return {canonicalize_name(Requirement(r).name) for r in requirements}
 
 
-def test_every_worker_kind_has_an_extra_of_pyproject() -> None:
-    assert set(EXTRAS) == set(BACKENDS)
+def test_every_worker_kind_has_a_worker_package_and_an_extra_of_pyproject() -> None:
+    for kind in KINDS:
+        module = backend_module(kind)
+        path = ROOT / Path(*module.split(".")[1:]).with_suffix(".py")
+        assert path.is_file(), f"kind {kind}: no {path.relative_to(ROOT)}"
     assert {extra.name for extra in EXTRAS.values()} | {"all"} == set(OPTIONAL)
     (everything,) = OPTIONAL["all"]
     assert Requirement(everything).extras == {extra.name for extra in EXTRAS.values()}
@@ -81,12 +85,12 @@ def test_overrides_txt_matches_the_tool_uv_overrides() -> None:
 
 def test_every_backend_is_installed_in_the_dev_environment() -> None:
     for extra in EXTRAS.values():
-        assert extra.missing() == [], extra.name
+        assert missing_modules(extra) == [], extra.name
 
 
 def test_a_missing_module_is_found_missing_without_importing() -> None:
     extra = Extra("lm", "mlx-lm", ("json", "mlx_gateway_no_such_backend"))
-    assert extra.missing() == ["mlx_gateway_no_such_backend"]
+    assert missing_modules(extra) == ["mlx_gateway_no_such_backend"]
 
 
 def test_the_load_error_names_the_install_command() -> None:
@@ -104,6 +108,6 @@ def test_the_load_error_names_the_install_command() -> None:
     )
 
 
-def test_an_unknown_kind_is_imported_without_a_check() -> None:
-    module = import_backend("not-a-kind", "mlx_gateway.workers.hub")
-    assert module.LoadError is LoadError
+def test_an_unknown_kind_is_a_load_error_that_lists_the_known_ones() -> None:
+    with pytest.raises(LoadError, match="unknown worker kind 'not-a-kind' \\(known: embeddings, "):
+        import_backend("not-a-kind")

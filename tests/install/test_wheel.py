@@ -27,7 +27,7 @@ import openai
 import pytest
 import yaml
 
-from mlx_gateway.workers.extras import EXTRAS
+from mlx_gateway.protocol.kinds import KINDS
 from tests.e2e.gateway import free_port
 from tests.fixtures.tiny_flux2 import CONFIG_NAME as FLUX_CONFIG_NAME
 from tests.fixtures.tiny_flux2 import MODEL_CONFIG as FLUX_MODEL_CONFIG
@@ -283,7 +283,7 @@ def all_venv(build: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory)
     """docs/install.md's pip recipe: the wheel with [all], then the two backends
     whose declared dependencies include torch, with --no-deps."""
     venv = make_venv(tmp_path_factory.mktemp("all"), build, "[all]")
-    no_deps = [extra.no_deps for extra in EXTRAS.values() if extra.no_deps]
+    no_deps = [extra.no_deps for extra in (kind.extra for kind in KINDS.values()) if extra.no_deps]
     _, constraints = build
     python = venv / "bin" / "python"
     run(

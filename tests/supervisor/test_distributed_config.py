@@ -39,7 +39,7 @@ def test_a_distributed_entry_becomes_an_mlx_launch_command(tmp_path: Path) -> No
     argv = list(default_command(model)(spec, "ipc:///tmp/gw.sock"))
     separator = argv.index("--")
     launch, worker = argv[:separator], argv[separator + 1 :]
-    assert launch[1:3] == ["-m", "mlx_gateway.workers.launch"]
+    assert launch[1:3] == ["-m", "mlx_gateway.workers.runtime.launch"]
     assert launch[3:] == [
         "--backend",
         "ring",

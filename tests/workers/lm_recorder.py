@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mlx_gateway.protocol.messages import Batch, Done, Generate, Reply, SamplingParams
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.lm import LmBackend
+from mlx_gateway.workers.lm.backend import LmBackend
 
 PROMPTS = {
     "a": "hello world",

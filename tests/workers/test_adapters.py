@@ -9,8 +9,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 
-from mlx_gateway.workers.adapters import Adapters, SwitchedLora, read_adapter
-from mlx_gateway.workers.base import RequestError
+from mlx_gateway.workers.lm.adapters import Adapters, SwitchedLora, read_adapter
+from mlx_gateway.workers.runtime.contract import RequestError
 from tests.fixtures.tiny_models import build_tiny_adapter
 
 PROMPT = mx.array([[5, 40, 41, 42, 43, 100, 7]])

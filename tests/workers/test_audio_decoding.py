@@ -8,7 +8,7 @@ import av
 import numpy as np
 import pytest
 
-from mlx_gateway.workers.audio import SAMPLE_RATE, AudioError, decode_audio
+from mlx_gateway.workers.common.audio import SAMPLE_RATE, AudioError, decode_audio
 from tests.fixtures.whisper import FOX_CLIPS
 
 TONE = 440.0

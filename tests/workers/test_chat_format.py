@@ -20,8 +20,8 @@ from mlx_gateway.protocol.messages import (
     Started,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.lm import LmBackend
-from mlx_gateway.workers.tool_prompt import TOOL_SECTION, ToolPrompt
+from mlx_gateway.workers.common.tool_prompt import TOOL_SECTION, ToolPrompt
+from mlx_gateway.workers.lm.backend import LmBackend
 from tests.fixtures.tiny_models import build_tiny_lm
 
 pytestmark = pytest.mark.slow

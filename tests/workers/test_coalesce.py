@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mlx_gateway.protocol.messages import Batch, Chunk, Reply, TokenLogprob
-from mlx_gateway.workers.coalesce import Coalescer, interval_option
-from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.workers.common.coalesce import Coalescer, interval_option
+from mlx_gateway.workers.runtime.contract import LoadError
 
 
 class Clock:

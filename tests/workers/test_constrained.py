@@ -24,9 +24,9 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.engine.parsers.formats import TOOL_FORMATS
 from mlx_gateway.supervisor.engine.parsers.grammars import json_document
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function, ToolCallStream
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.lm import LmBackend
-from mlx_gateway.workers.logprobs import FLOOR, LogprobTrack
+from mlx_gateway.workers.lm.backend import LmBackend
+from mlx_gateway.workers.lm.logprobs import FLOOR, LogprobTrack
+from mlx_gateway.workers.runtime.contract import RequestError
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.messages import Done, Ready, Shutdown
-from mlx_gateway.workers.disk_cache import SUFFIX, TOKENS, DiskCache
-from mlx_gateway.workers.prompt_cache import PromptCache
+from mlx_gateway.workers.lm.disk_cache import SUFFIX, TOKENS, DiskCache
+from mlx_gateway.workers.lm.prompt_cache import PromptCache
 from tests.workers.harness import WorkerHarness
 from tests.workers.test_prompt_cache import kv_cache
 
@@ -58,7 +58,7 @@ def test_a_corrupt_file_is_ignored_logged_and_removed(
     saved.write_bytes(saved.read_bytes()[:200])  # truncated: a crash mid-write, a full disk
 
     later = store_with_disk(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="mlx_gateway.workers.disk_cache"):
+    with caplog.at_level(logging.WARNING, logger="mlx_gateway.workers.lm.disk_cache"):
         assert later.fetch([*range(64), 1]) is None
     assert "corrupt" in caplog.text and saved.name in caplog.text
     assert list((tmp_path / "model-a").iterdir()) == []
@@ -77,7 +77,7 @@ def test_a_file_of_another_model_version_is_stale(
     # old folder over the new one.
     (tmp_path / "v1").rename(tmp_path / "v2")
     new = store_with_disk(tmp_path, key="v2")
-    with caplog.at_level(logging.WARNING, logger="mlx_gateway.workers.disk_cache"):
+    with caplog.at_level(logging.WARNING, logger="mlx_gateway.workers.lm.disk_cache"):
         assert new.fetch([*range(50), 1]) is None
     assert "stale" in caplog.text
     assert list((tmp_path / "v2").glob(f"*{TOKENS}")) == []

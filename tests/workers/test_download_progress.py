@@ -7,7 +7,7 @@ import logging
 
 from huggingface_hub.utils.tqdm import _create_progress_bar, hf_thread_map
 
-from mlx_gateway.workers.download import BYTES_BAR, DOWNLOAD, describe, progress_tqdm_class
+from mlx_gateway.workers.runtime.download import BYTES_BAR, DOWNLOAD, describe, progress_tqdm_class
 
 
 def test_the_snapshot_byte_bar_is_recorded() -> None:

@@ -14,8 +14,8 @@ from mlx_embeddings import generate
 
 from mlx_gateway.protocol.messages import Done, Embed, Embeddings, Error, Reply, Started
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.embeddings import EmbeddingsBackend
+from mlx_gateway.workers.embeddings.backend import EmbeddingsBackend
+from mlx_gateway.workers.runtime.contract import RequestError
 
 pytestmark = pytest.mark.slow
 

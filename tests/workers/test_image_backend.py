@@ -26,8 +26,8 @@ from mlx_gateway.protocol.messages import (
     Started,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.base import InboxItem, RequestError
-from mlx_gateway.workers.image import ImageBackend
+from mlx_gateway.workers.image.backend import ImageBackend
+from mlx_gateway.workers.runtime.contract import InboxItem, RequestError
 from tests.fixtures.tiny_flux2 import CONFIG_NAME, MODEL_CONFIG
 
 pytestmark = pytest.mark.slow

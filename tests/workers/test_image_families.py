@@ -6,13 +6,13 @@ import pytest
 
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.config.image import worker_options
-from mlx_gateway.workers.hub import LoadError
-from mlx_gateway.workers.image_families import (
+from mlx_gateway.workers.image.families import (
     FAMILIES,
     import_object,
     pipeline_class,
     resolve_preset,
 )
+from mlx_gateway.workers.runtime.contract import LoadError
 
 # Imports mflux and every pipeline module it names (seconds).
 pytestmark = pytest.mark.slow

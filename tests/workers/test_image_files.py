@@ -7,8 +7,8 @@ import io
 import pytest
 from PIL import Image
 
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.image_files import encode, fill_mask, open_upload
+from mlx_gateway.workers.image.files import encode, fill_mask, open_upload
+from mlx_gateway.workers.runtime.contract import RequestError
 
 
 def file_of(picture: Image.Image, fmt: str = "PNG", **save: object) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.messages import Error, Generate, Limits, SamplingParams, Started
-from mlx_gateway.workers.base import RequestError
+from mlx_gateway.workers.runtime.contract import RequestError
 
 from .lm_recorder import Recorder
 

@@ -11,7 +11,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_gateway.protocol.messages import Error
-from mlx_gateway.workers.hub import LoadError
+from mlx_gateway.workers.runtime.contract import LoadError
 
 from ..fixtures.tiny_models import build_tiny_lm
 from .lm_recorder import PROMPTS, Recorder

@@ -21,7 +21,7 @@ from mlx_gateway.protocol.messages import (
     SamplingParams,
     UnmountAdapter,
 )
-from mlx_gateway.workers.base import _submit
+from mlx_gateway.workers.runtime.serve import _submit
 from tests.fixtures.tiny_models import build_tiny_adapter
 
 from .lm_recorder import PROMPTS, Recorder

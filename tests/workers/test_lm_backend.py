@@ -17,9 +17,8 @@ from mlx_gateway.protocol.messages import (
     Started,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.hub import LoadError
-from mlx_gateway.workers.lm import LmBackend
+from mlx_gateway.workers.lm.backend import LmBackend
+from mlx_gateway.workers.runtime.contract import LoadError, RequestError
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.messages import Cancel, Done, Prefilled, Ready, Started
-from mlx_gateway.workers.prefill_pace import THROTTLE_ENV, PrefillPace
+from mlx_gateway.workers.lm.prefill_pace import THROTTLE_ENV, PrefillPace
 
 from .harness import WorkerHarness
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.messages import Batch, Generate, SamplingParams
-from mlx_gateway.workers.hub import LoadError
-from mlx_gateway.workers.speculative import SpeculativeDecode
+from mlx_gateway.workers.lm.speculative import SpeculativeDecode
+from mlx_gateway.workers.runtime.contract import LoadError
 from tests.fixtures.tiny_models import build_tiny_lm
 
 from .lm_recorder import PROMPTS, Recorder

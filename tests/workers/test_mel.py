@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mlx_whisper.audio import N_FRAMES, N_SAMPLES, log_mel_spectrogram, pad_or_trim
 
-from mlx_gateway.workers.mel import MelBuilder
+from mlx_gateway.workers.whisper.mel import MelBuilder
 
 
 def speechless(samples: int, seed: int = 0) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, RotatingKVCache
 
-from mlx_gateway.workers.prompt_cache import PromptCache, common_prefix, token_bytes
+from mlx_gateway.workers.lm.prompt_cache import PromptCache, common_prefix, token_bytes
 
 
 def kv_cache(tokens: int, layers: int = 2, fill: float = 1.0) -> list[KVCache]:

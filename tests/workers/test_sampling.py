@@ -6,7 +6,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_gateway.protocol.messages import SamplingParams
-from mlx_gateway.workers.sampling import (
+from mlx_gateway.workers.common.sampling import (
     make_openai_penalties,
     make_request_processors,
     make_request_sampler,

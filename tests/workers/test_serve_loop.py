@@ -18,7 +18,8 @@ from mlx_gateway.protocol.messages import (
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.base import EXIT_OK, Abort, Emit, InboxItem, RequestError, serve
+from mlx_gateway.workers.runtime.contract import EXIT_OK, Abort, Emit, InboxItem, RequestError
+from mlx_gateway.workers.runtime.serve import serve
 
 
 class ScriptedBackend:

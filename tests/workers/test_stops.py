@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mlx_gateway.workers.stops import StopScan, partial_stop_length, scan_stops
+from mlx_gateway.workers.common.stops import StopScan, partial_stop_length, scan_stops
 
 
 def stream(segments: list[str], stops: list[str]) -> tuple[list[str], bool]:

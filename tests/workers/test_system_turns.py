@@ -11,8 +11,9 @@ import pytest
 
 from mlx_gateway.protocol.messages import Generate, Reply, SamplingParams, Started
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.lm import LmBackend, _chat_tokens
+from mlx_gateway.workers.lm.backend import LmBackend
+from mlx_gateway.workers.lm.prompt import chat_tokens
+from mlx_gateway.workers.runtime.contract import RequestError
 from tests.fixtures.tiny_models import SYSTEM_FIRST_TEMPLATE
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,7 @@ def backend_with(
 
 def rendered(backend: LmBackend, messages: list[dict[str, Any]]) -> str:
     assert backend.tokenizer is not None
-    tokens = _chat_tokens(backend.tokenizer, messages, {}, backend.tool_prompt)
+    tokens = chat_tokens(backend.tokenizer, messages, {}, backend.tool_prompt)
     return str(backend.tokenizer.decode(tokens))
 
 

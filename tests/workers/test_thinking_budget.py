@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlx_gateway.workers.thinking_budget import ThinkingBudget
+from mlx_gateway.workers.lm.thinking_budget import ThinkingBudget
 
 START, END = [7], [8, 9]  # a two-token end marker, as some families have
 VOCAB = 16

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mlx_lm.tool_parsers import json_tools, minimax_m2
 
-from mlx_gateway.workers.tool_scan import ToolScan
+from mlx_gateway.workers.lm.tool_scan import ToolScan
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 MINIMAX = (

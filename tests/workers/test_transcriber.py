@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlx_gateway.workers.transcriber import language_code
+from mlx_gateway.workers.whisper.transcriber import language_code
 from tests.fixtures.whisper import FOX_CLIPS, blas_env
 
 from .whisper_compare import compare, load

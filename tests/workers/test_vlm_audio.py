@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from mlx_gateway.workers import vlm_audio
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.vlm_audio import decode_input_audio, sampling_rate, takes_audio
+from mlx_gateway.workers.runtime.contract import RequestError
+from mlx_gateway.workers.vlm import audio_input as vlm_audio
+from mlx_gateway.workers.vlm.audio_input import decode_input_audio, sampling_rate, takes_audio
 from tests.workers.test_audio_decoding import encode
 
 WHERE = "messages[0].content[0].input_audio"

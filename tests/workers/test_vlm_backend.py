@@ -25,10 +25,9 @@ from mlx_gateway.protocol.messages import (
     Started,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.hub import LoadError
-from mlx_gateway.workers.tool_prompt import TOOL_SECTION
-from mlx_gateway.workers.vlm import VlmBackend
+from mlx_gateway.workers.common.tool_prompt import TOOL_SECTION
+from mlx_gateway.workers.runtime.contract import LoadError, RequestError
+from mlx_gateway.workers.vlm.backend import VlmBackend
 from tests.fixtures.tiny_vlm import PATCH, build_tiny_qwen2_vl
 
 pytestmark = pytest.mark.slow

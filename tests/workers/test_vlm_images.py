@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 from pillow_heif import register_heif_opener
 
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.vlm_images import (
+from mlx_gateway.workers.runtime.contract import RequestError
+from mlx_gateway.workers.vlm.images import (
     LOW_DETAIL_SIZE,
     MAX_DECODED_PIXELS,
     ImageLimits,

@@ -21,9 +21,8 @@ from mlx_gateway.protocol.messages import (
     Transcript,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.base import RequestError
-from mlx_gateway.workers.hub import LoadError
-from mlx_gateway.workers.whisper import WhisperBackend
+from mlx_gateway.workers.runtime.contract import LoadError, RequestError
+from mlx_gateway.workers.whisper.backend import WhisperBackend
 from tests.fixtures.whisper import FOX_CLIPS
 
 pytestmark = pytest.mark.slow
@@ -214,7 +213,7 @@ def test_a_failing_step_fails_only_its_request(whisper, monkeypatch) -> None:
     backend, replies = whisper
     backend.submit(transcribe("boom"), [wav_bytes(2)])
     backend.step()  # decoded, Started
-    from mlx_gateway.workers import transcriber
+    from mlx_gateway.workers.whisper import transcriber
 
     def explode(self):  # type: ignore[no-untyped-def]
         raise RuntimeError("window failed")

@@ -24,7 +24,7 @@ from mlx_gateway.protocol.messages import (
     Shutdown,
     Started,
 )
-from mlx_gateway.workers.base import EXIT_LOAD_FAILED, EXIT_OK
+from mlx_gateway.workers.runtime.contract import EXIT_LOAD_FAILED, EXIT_OK
 
 from .harness import WorkerHarness, text_of
 

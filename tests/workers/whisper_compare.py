@@ -1,5 +1,5 @@
 """Transcribe one audio file twice, with ``mlx_whisper.transcribe`` and with our
-window-by-window :class:`~mlx_gateway.workers.transcriber.Transcriber`, on the same
+window-by-window :class:`~mlx_gateway.workers.whisper.transcriber.Transcriber`, on the same
 model; used in-process and, for the real model, as a subprocess that can run with
 OpenBLAS preloaded::
 
@@ -22,9 +22,9 @@ from mlx.utils import tree_map
 from mlx_whisper.load_models import load_model
 from mlx_whisper.transcribe import ModelHolder
 
-from mlx_gateway.workers.audio import decode_audio
-from mlx_gateway.workers.mel import MelBuilder
-from mlx_gateway.workers.transcriber import Options, Transcriber
+from mlx_gateway.workers.common.audio import decode_audio
+from mlx_gateway.workers.whisper.mel import MelBuilder
+from mlx_gateway.workers.whisper.transcriber import Options, Transcriber
 
 LIBRARY_NAMES = {"prompt": "initial_prompt"}
 """Our option names that mlx_whisper.transcribe spells differently."""

@@ -32,7 +32,7 @@ from mlx_gateway.supervisor.api.audio.formats import (
 )
 from mlx_gateway.supervisor.api.audio.transcription import Transcription
 from mlx_gateway.supervisor.api.audio.upload import UploadTooLarge, read_upload
-from mlx_gateway.supervisor.engine.kinds import require_kind
+from mlx_gateway.supervisor.engine.kinds import TRANSCRIPTION_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
@@ -41,7 +41,6 @@ from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, ended
 
 logger = logging.getLogger(__name__)
 
-SPEECH_KIND = "whisper"
 ENDPOINTS = {"transcribe": "transcriptions", "translate": "translations"}
 DEFAULT_LIMIT_MB = 100.0
 """The upload limit when no speech-to-text model is configured (the request then
@@ -64,7 +63,7 @@ def _upload_limit(request: Request) -> float:
     limits = [
         handle.config.max_upload_mb
         for handle in request.app.state.registry.handles
-        if handle.config.worker_kind == SPEECH_KIND
+        if handle.config.worker_kind in TRANSCRIPTION_KINDS
     ]
     return max(limits, default=DEFAULT_LIMIT_MB)
 
@@ -76,7 +75,7 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     form = parse_form(upload.fields, form_type)
     check_options(form)
     handle = request.app.state.registry.resolve(form.model)
-    require_kind(handle, (SPEECH_KIND,), f"/v1/audio/{ENDPOINTS[task]}")
+    require_kind(handle, TRANSCRIPTION_KINDS, f"/v1/audio/{ENDPOINTS[task]}")
     config = handle.config
     if not upload.file:
         raise BadRequest("The uploaded file is empty.", param="file")

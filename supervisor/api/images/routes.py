@@ -40,9 +40,9 @@ from mlx_gateway.supervisor.api.images.schemas import (
     parse_edit_form,
 )
 from mlx_gateway.supervisor.api.images.store import ImageStore
-from mlx_gateway.supervisor.config.image import IMAGE_KIND, is_edit_model
+from mlx_gateway.supervisor.config.image import is_edit_model
 from mlx_gateway.supervisor.config.schema import IMAGE_SIZE_MULTIPLE
-from mlx_gateway.supervisor.engine.kinds import require_kind
+from mlx_gateway.supervisor.engine.kinds import IMAGE_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
@@ -65,7 +65,7 @@ async def create_image(request: Request) -> Response:
     """Text to image."""
     req = await read_json(request, ImageGenerationRequest)
     handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, (IMAGE_KIND,), GENERATIONS)
+    require_kind(handle, IMAGE_KINDS, GENERATIONS)
     if is_edit_model(handle.config):
         raise BadRequest(
             f"The model '{handle.name}' edits images (model_type image-edit); send it to "
@@ -82,7 +82,7 @@ async def create_image_edit(request: Request) -> Response:
     form = await read_edit_form(request, _upload_limit(request), MAX_EDIT_IMAGES)
     req = parse_edit_form(form.fields)
     handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, (IMAGE_KIND,), EDITS)
+    require_kind(handle, IMAGE_KINDS, EDITS)
     if not is_edit_model(handle.config):
         raise BadRequest(
             f"The model '{handle.name}' generates images from text (model_type "

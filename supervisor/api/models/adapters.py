@@ -20,13 +20,13 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.protocol.kinds import ADAPTERS
 from mlx_gateway.protocol.messages import MountAdapter, UnmountAdapter
 from mlx_gateway.supervisor.config.lm import (
-    LM_KIND,
     adapter_folder_problem,
     adapter_id_problem,
 )
-from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.replies import JSONResponse
@@ -70,7 +70,7 @@ async def list_adapters(request: Request) -> Response:
 
 def _language_model(request: Request, name: str) -> ModelHandle:
     handle: ModelHandle = request.app.state.registry.resolve(name)
-    if kind_of(handle) != LM_KIND:
+    if not serves(handle, ADAPTERS):
         raise BadRequest(
             f"LoRA adapters are served for language models (model_type lm); "
             f"'{handle.name}' is {handle.config.model_type}.",

@@ -8,10 +8,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.protocol.kinds import ADAPTERS, PROGRESS
 from mlx_gateway.supervisor.api.images.job import progress_of
-from mlx_gateway.supervisor.config.image import IMAGE_KIND
-from mlx_gateway.supervisor.config.lm import LM_KIND
-from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import ModelNotFound
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.model_files import configured_context_window
@@ -41,9 +40,9 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
         window = configured_context_window(handle.config)
     if window is not None:
         entry.setdefault("context_window", window)
-    if kind_of(handle) == LM_KIND:  # the ids a request's "adapter" may name
+    if serves(handle, ADAPTERS):  # the ids a request's "adapter" may name
         entry.setdefault("adapters", [m.id for m in handle.adapters])
-    if kind_of(handle) == IMAGE_KIND:  # how far each image request got
+    if serves(handle, PROGRESS):  # how far each image request got
         entry.setdefault("progress", progress_of(handle.name))
     return entry
 

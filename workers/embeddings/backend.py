@@ -1,0 +1,433 @@
+"""Text embeddings with mlx-embeddings, batched across requests.
+
+:meth:`EmbeddingsBackend.submit` tokenizes a request's inputs and checks them
+against the model's maximum length (over it: a 400 naming ``input[i]``, or the
+input is cut to the limit when the request says ``truncate``). Its inputs then
+wait in one queue shared by every request, shortest first within a request (less
+padding). Each :meth:`EmbeddingsBackend.step` takes inputs from the queue in
+arrival order while the padded batch stays within ``max_batch_tokens``, runs one
+forward pass and pools (see :mod:`.pooling`), so concurrent requests and long
+input lists share forward passes, and cancels and new requests are seen between
+passes. A batch always holds at least one input, however long.
+
+Replies per request::
+
+    Started(prompt_tokens)           the inputs passed the checks
+    Embeddings(rows, dims) + frame   when its last input is done: one C-order
+                                     little-endian float32 matrix, rows in input order
+    Done("stop", usage)              usage.prompt_tokens = tokens embedded
+
+or one ``Error`` (400 before ``Started``; 500 if a forward pass failed). A
+cancelled request ends with ``Done("cancelled")`` and no ``Embeddings``.
+With ``dimensions`` the vectors are cut to that many leading components and
+L2-normalized again (Matryoshka-style shortening).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import mlx.core as mx
+import numpy as np
+from mlx_embeddings import load as load_model_and_tokenizer
+
+from mlx_gateway.protocol.messages import (
+    Done,
+    Embed,
+    Embeddings,
+    Error,
+    ModelFacts,
+    Progress,
+    Request,
+    Started,
+    Usage,
+)
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.embeddings.pooling import (
+    MODEL_POOLING,
+    Pooling,
+    can_pool_states,
+    pool,
+    read_pooling,
+)
+from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
+from mlx_gateway.workers.runtime.hub import resolve_model_path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BATCH_TOKENS = 4096
+"""Padded tokens per forward pass (``max_batch_tokens`` in the model's config)."""
+FALLBACK_MAX_LENGTH = 512
+"""Used when neither the config nor the model tells its maximum input length."""
+_UNBOUNDED = 10**7  # tokenizers without a limit report model_max_length ≈ 1e30
+ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
+"""What a hub download fetches: weights, configs (1_Pooling/config.json too), vocabularies."""
+
+"""``emit(reply, payloads=())``: the MLX thread's emit, which can send binary frames."""
+
+
+@dataclass
+class _Job:
+    """One accepted request: its inputs' tokens and the vectors done so far."""
+
+    request_id: str
+    tokens: list[list[int]]
+    dimensions: int | None
+    vectors: np.ndarray | None = None
+    """(inputs, model dims) float32, allocated with the first batch."""
+    remaining: int = 0
+    prompt_tokens: int = 0
+
+
+@dataclass
+class _Item:
+    """One input of a job, waiting for a batch."""
+
+    job: _Job
+    index: int
+
+    @property
+    def length(self) -> int:
+        return len(self.job.tokens[self.index])
+
+
+@dataclass
+class _Model:
+    """What :meth:`EmbeddingsBackend.load` learned about the model."""
+
+    max_length: int
+    dims: int
+    vocab_size: int
+    pad_id: int
+    pooling: Pooling
+    facts: dict[str, str] = field(default_factory=dict)
+
+
+def create_backend() -> EmbeddingsBackend:
+    return EmbeddingsBackend()
+
+
+class EmbeddingsBackend(Backend):
+    """The ``embeddings`` backend (see the module docstring for the reply sequence)."""
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.info: _Model | None = None
+        self.max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS
+        self._emit: Emit = drop
+        self._jobs: dict[str, _Job] = {}
+        self._queue: deque[_Item] = deque()
+        self._batch_jobs: list[_Job] = []
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
+        self._emit = emit
+        self.max_batch_tokens = _positive_option(spec, "max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS)
+
+        def downloading(repo: str) -> None:
+            emit(Progress(stage="download", detail=repo))
+
+        path = resolve_model_path(
+            spec.model_path, on_download=downloading, allow_patterns=ALLOW_PATTERNS
+        )
+        emit(Progress(stage="load", detail=str(path)))
+        try:
+            model, tokenizer = load_model_and_tokenizer(str(path))
+        except ValueError as exc:  # "Model type … not supported", tokenizer failures
+            raise LoadError(f"load failed: {spec.model_path}: {exc}") from None
+        self.model = model
+        self.tokenizer = _hf_tokenizer(tokenizer)
+        config = _read_json(path / "config.json")
+        self.info = self._describe(path, config, spec)
+        info = self.info
+        return ModelFacts(
+            context_length=info.max_length,
+            model_type=config.get("model_type"),
+            extra={"dimensions": str(info.dims), "pooling": info.pooling.name, **info.facts},
+        )
+
+    def _describe(self, path: Path, config: dict[str, Any], spec: WorkerSpec) -> _Model:
+        tokenizer = self.tokenizer
+        pad_id = tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+        pooling = read_pooling(path)
+        info = _Model(
+            max_length=_max_length(path, config, tokenizer, spec.context_length),
+            dims=0,
+            vocab_size=_vocab_size(config, tokenizer),
+            pad_id=int(pad_id),
+            pooling=pooling,
+        )
+        self.info = info
+        # One pass on a short input: finds the vector size (Dense layers may change
+        # it) and pays the first-call costs before Ready rather than on a request.
+        probe = [tokenizer("hello", add_special_tokens=True)["input_ids"]]
+        output, mask, lengths = self._forward(probe)
+        if pooling.modes != (MODEL_POOLING,) and not can_pool_states(output):
+            log.info("the model returns no token states: using its own pooling")
+            info.pooling = Pooling()
+        vectors = pool(info.pooling, output, mask, lengths)
+        mx.eval(vectors)
+        info.dims = int(vectors.shape[-1])
+        info.facts = {"normalized": str(info.pooling.normalize).lower()}
+        log.info(
+            "embeddings: %d dims, pooling %s%s, max length %d, max_batch_tokens %d",
+            info.dims,
+            info.pooling.name,
+            " + L2 normalization" if info.pooling.normalize else "",
+            info.max_length,
+            self.max_batch_tokens,
+        )
+        return info
+
+    # ------------------------------------------------------------ requests
+
+    def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        if not isinstance(request, Embed):
+            raise RequestError(
+                f"an embeddings worker does not serve '{type(request).__name__}' requests"
+            )
+        if request.request_id in self._jobs:
+            log.warning("duplicate request_id %s ignored", request.request_id)
+            return
+        info = self.info
+        assert info is not None
+        dimensions = request.dimensions
+        if dimensions is not None and not 1 <= dimensions <= info.dims:
+            raise RequestError(
+                f"dimensions must be between 1 and {info.dims} for this model, got {dimensions}",
+                param="dimensions",
+            )
+        tokens = self._tokens(request)
+        job = _Job(request.request_id, tokens, dimensions, remaining=len(tokens))
+        job.prompt_tokens = sum(len(t) for t in tokens)
+        self._jobs[job.request_id] = job
+        # Shortest first: neighbours in a batch then pad to similar lengths.
+        for index in sorted(range(len(tokens)), key=lambda i: len(tokens[i])):
+            self._queue.append(_Item(job, index))
+        self._emit(Started(request_id=job.request_id, prompt_tokens=job.prompt_tokens))
+
+    def _tokens(self, request: Embed) -> list[list[int]]:
+        """Each input as token ids, checked against the model's limits."""
+        info = self.info
+        assert info is not None
+        if request.texts and request.token_ids:
+            raise RequestError("give either texts or token ids, not both", param="input")
+        if request.texts:
+            encoded = self.tokenizer(
+                request.texts, add_special_tokens=True, truncation=False, verbose=False
+            )
+            tokens = [list(ids) for ids in encoded["input_ids"]]
+        elif request.token_ids:
+            tokens = [list(ids) for ids in request.token_ids]
+            for i, ids in enumerate(tokens):
+                bad = next((t for t in ids if not 0 <= t < info.vocab_size), None)
+                if bad is not None:
+                    raise RequestError(
+                        f"input[{i}] holds token id {bad}, outside the vocabulary "
+                        f"(0..{info.vocab_size - 1})",
+                        param=f"input[{i}]",
+                    )
+        else:
+            raise RequestError("the input is empty", param="input")
+        limit = info.max_length
+        for i, ids in enumerate(tokens):
+            if not ids:
+                raise RequestError(f"input[{i}] is empty", param=f"input[{i}]")
+            if len(ids) <= limit:
+                continue
+            if not request.truncate:
+                raise RequestError(
+                    f"input[{i}] is {len(ids)} tokens long, over this model's maximum input "
+                    f"length of {limit} tokens; shorten it (or set truncate: true for the "
+                    "model to cut inputs to the limit)",
+                    param=f"input[{i}]",
+                    code="context_length_exceeded",
+                )
+            tokens[i] = self._truncated(request, i, ids)
+        return tokens
+
+    def _truncated(self, request: Embed, i: int, ids: list[int]) -> list[int]:
+        """``ids`` cut to the limit; text is re-tokenized so it keeps its end token."""
+        limit = self.info.max_length if self.info else len(ids)
+        if not request.texts:
+            return ids[:limit]
+        encoded = self.tokenizer(
+            request.texts[i], add_special_tokens=True, truncation=True, max_length=limit
+        )
+        return list(encoded["input_ids"])
+
+    def cancel(self, request_id: str) -> None:
+        job = self._jobs.pop(request_id, None)
+        if job is None:
+            return
+        # Its queued items are skipped when batches are taken.
+        self._emit(Done(request_id=request_id, finish_reason="cancelled", usage=_usage(job)))
+
+    def cancel_all(self) -> None:
+        for request_id in list(self._jobs):
+            self.cancel(request_id)
+        self._queue.clear()
+
+    def counts(self) -> tuple[int, int]:
+        running = sum(1 for job in list(self._jobs.values()) if job.vectors is not None)
+        return running, len(self._jobs) - running
+
+    def has_work(self) -> bool:
+        return bool(self._jobs)
+
+    # ------------------------------------------------------------ batches
+
+    def step(self) -> None:
+        batch = self._take()
+        if not batch:
+            return
+        self._batch_jobs = list({id(item.job): item.job for item in batch}.values())
+        info = self.info
+        assert info is not None
+        output, mask, lengths = self._forward([item.job.tokens[item.index] for item in batch])
+        vectors = pool(info.pooling, output, mask, lengths)
+        rows = np.array(vectors)  # evaluates; float32 from pool()
+        for item, row in zip(batch, rows, strict=True):
+            job = item.job
+            if job.vectors is None:
+                job.vectors = np.empty((len(job.tokens), info.dims), dtype=np.float32)
+            job.vectors[item.index] = row
+            job.remaining -= 1
+        for job in self._batch_jobs:
+            if job.remaining == 0 and self._jobs.pop(job.request_id, None) is not None:
+                self._finish(job)
+        self._batch_jobs = []
+
+    def _take(self) -> list[_Item]:
+        """The next batch: queued inputs in order while the padded size (rows times
+        the longest row) stays within ``max_batch_tokens``; at least one input."""
+        batch: list[_Item] = []
+        longest = 0
+        queue = self._queue
+        while queue:
+            item = queue[0]
+            if item.job.request_id not in self._jobs:  # cancelled or failed
+                queue.popleft()
+                continue
+            width = max(longest, item.length)
+            if batch and width * (len(batch) + 1) > self.max_batch_tokens:
+                break
+            batch.append(queue.popleft())
+            longest = width
+        return batch
+
+    def _forward(self, rows: list[list[int]]) -> tuple[Any, mx.array, mx.array]:
+        """Run the model on ``rows`` padded on the right; returns its output, the
+        attention mask and each row's length.
+
+        Always on the right, whatever the tokenizer's ``padding_side``: causal models
+        (Qwen3 embeddings, padding side "left") then never see padding before a
+        token, where mlx-embeddings' fully masked rows turn into NaN, and the real
+        tokens keep the positions they have alone."""
+        info = self.info
+        assert info is not None
+        width = max(len(r) for r in rows)
+        ids = np.full((len(rows), width), info.pad_id, dtype=np.int32)
+        mask = np.zeros((len(rows), width), dtype=np.int32)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+            mask[i, : len(row)] = 1
+        mx_mask = mx.array(mask)
+        output = self.model(mx.array(ids), attention_mask=mx_mask)
+        return output, mx_mask, mx.array([len(r) for r in rows])
+
+    def _finish(self, job: _Job) -> None:
+        vectors = job.vectors
+        assert vectors is not None
+        if job.dimensions is not None and job.dimensions < vectors.shape[1]:
+            vectors = vectors[:, : job.dimensions]
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = vectors / np.maximum(norms, 1e-12)
+        matrix = np.ascontiguousarray(vectors, dtype="<f4")
+        rows, dims = matrix.shape
+        self._emit(
+            Embeddings(
+                request_id=job.request_id, rows=rows, dims=dims, prompt_tokens=job.prompt_tokens
+            ),
+            [memoryview(cast(Any, matrix)).cast("B")],
+        )
+        self._emit(Done(request_id=job.request_id, finish_reason="stop", usage=_usage(job)))
+
+    def fail_active(self, message: str) -> None:
+        for job in self._batch_jobs:
+            if self._jobs.pop(job.request_id, None) is not None:
+                self._emit(Error(message=message, request_id=job.request_id, status=500))
+        self._batch_jobs = []
+
+    def close(self) -> None:
+        self._jobs.clear()
+        self._queue.clear()
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _usage(job: _Job) -> Usage:
+    return Usage(prompt_tokens=job.prompt_tokens)
+
+
+def _hf_tokenizer(loaded: Any) -> Any:
+    """The Hugging Face tokenizer inside what mlx-embeddings loaded: a
+    ``TokenizerWrapper`` (which hides ``len()``) or a processor holding one."""
+    inner = getattr(loaded, "_tokenizer", loaded)
+    return getattr(inner, "tokenizer", inner)
+
+
+def _positive_option(spec: WorkerSpec, key: str, default: int) -> int:
+    value = spec.options.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LoadError(f"option {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _vocab_size(config: dict[str, Any], tokenizer: Any) -> int:
+    """Token ids below this are valid: in the tokenizer and in the embedding table."""
+    table = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return min(len(tokenizer), table) if isinstance(table, int) and table > 0 else len(tokenizer)
+
+
+def _max_length(path: Path, config: dict[str, Any], tokenizer: Any, configured: int | None) -> int:
+    """The longest input, in tokens: the config's ``context_length``, else what
+    sentence-transformers uses (``max_seq_length``), else the tokenizer's limit,
+    else the model's position table; never more than the position table."""
+    positions = config.get("max_position_embeddings")
+    if not isinstance(positions, int) or positions <= 0:
+        positions = None
+    elif config.get("model_type") in ("roberta", "xlm-roberta", "xlm_roberta", "camembert"):
+        # RoBERTa-style position ids start after the padding index.
+        positions -= 2
+    candidates: list[Any] = [
+        configured,
+        _read_json(path / "sentence_bert_config.json").get("max_seq_length"),
+        getattr(tokenizer, "model_max_length", None),
+        positions,
+    ]
+    limit = next(
+        (v for v in candidates if isinstance(v, int) and 0 < v < _UNBOUNDED), FALLBACK_MAX_LENGTH
+    )
+    return min(limit, positions) if positions else limit

@@ -1,0 +1,444 @@
+"""The lm worker's scheduling: which request runs, alone or in the batch, step by step.
+
+A request that runs alone decodes outside the batch (:mod:`.solo`, or :mod:`.speculative`
+with a draft model), and moves into the shared ``BatchGenerator``, cache and all, as
+soon as another request arrives. Requests are admitted in arrival order, grouped by
+adapter set, against the KV cache the budget leaves (:mod:`..common.kv`); long prompts
+are read in slices sized by :mod:`.prefill_pace`, with ``Prefilled`` progress. Loading
+and request checks are in :mod:`.backend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from mlx_gateway.protocol.messages import (
+    Chunk,
+    Limits,
+    Prefilled,
+    Usage,
+)
+from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.common.batch_requests import (
+    Active,
+    BatchRequests,
+)
+from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, cache_bytes
+from mlx_gateway.workers.common.sampling import (
+    LogitsProcessor,
+    Sampler,
+)
+from mlx_gateway.workers.common.tool_prompt import ToolPrompt
+from mlx_gateway.workers.lm.adapters import Adapters
+from mlx_gateway.workers.lm.grammar import Grammars
+from mlx_gateway.workers.lm.logprobs import LogprobTrack
+from mlx_gateway.workers.lm.prefill_pace import PrefillPace
+from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
+from mlx_gateway.workers.lm.solo import SoloDecode, private_copy
+from mlx_gateway.workers.lm.speculative import Draft, SpeculativeDecode
+from mlx_gateway.workers.lm.tool_scan import ToolScan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class LmActive(Active):
+    """One accepted request and its streaming state (``cached``: prompt tokens
+    taken from the prompt cache)."""
+
+    prompt: list[int]
+    sampler: Sampler
+    processors: list[LogitsProcessor]
+    logprobs: LogprobTrack | None = None
+    """Set when the request asked for log-probabilities."""
+    tools: ToolScan | None = None
+    """Set when the request asked for the tokenizer's own tool-call parsing."""
+    solo: SoloDecode | None = None
+    """Set while the request decodes alone, outside the batch."""
+    kv_reserved: int = 0
+    """KV cache bytes its prompt and completion budget may take (admission)."""
+    decoding: bool = False
+    """The batch finished its prompt (it no longer takes prefill slices)."""
+    draft_proposed: int = 0
+    draft_accepted: int = 0
+    """Tokens the draft model proposed for it, and those taken (speculative decoding)."""
+    adapters: tuple[str, ...] = ()
+    """The LoRA adapters it runs with (see :mod:`.adapters`); empty: the base model."""
+
+    @property
+    def space(self) -> str:
+        """Its prompt-cache space: caches never cross adapter sets."""
+        return "+".join(self.adapters)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt)
+
+
+class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
+    """Request state and the step loop of the ``lm`` backend."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: Any = None
+        self.tokenizer: TokenizerWrapper | None = None
+        self.context_length: int | None = None
+        self._spec: WorkerSpec | None = None
+        self.kv = KvSettings()
+        self.kv_admission = KvAdmission()
+        self._stream: mx.Stream | None = None
+        self.prompt_cache = PromptCache(0, 0)
+        self.grammars: Grammars | None = None
+        self.solo_enabled = False
+        """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
+        self._solo: LmActive | None = None
+        self.tool_prompt = ToolPrompt()
+        """Whether the chat template renders tools (else the worker does; see
+        :mod:`.tool_prompt`), found once at load."""
+        self.pace = PrefillPace(2048)
+        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
+        self.draft: Draft | None = None
+        """The draft model solo requests decode with (see :mod:`.speculative`)."""
+        self.adapters: Adapters | None = None
+        """The LoRA adapters mounted on the model (see :mod:`.adapters`)."""
+
+    def _queued(self, active: LmActive) -> bool:
+        return active.uid is None and active.solo is None
+
+    def counts(self) -> tuple[int, int]:
+        return len(self._by_uid) + (self._solo is not None), len(self._queue)
+
+    def generation_stream(self) -> mx.Stream | None:
+        return self._stream
+
+    def set_limits(self, limits: Limits) -> None:
+        """The gateway says how much KV cache the budget leaves this model now."""
+        self.kv_admission = dataclasses.replace(self.kv_admission, free=max(limits.kv_free, 0))
+
+    def kv_bytes(self) -> tuple[int, int, int]:
+        """Bytes of KV cache held by the running requests and by the prompt cache,
+        and the limit requests are admitted against (0: none).
+
+        Read from the worker's main thread for heartbeats: array sizes only (no
+        evaluation); a figure read while a step replaces a cache may be a step old."""
+        active = 0
+        solo = self._solo
+        if solo is not None and solo.solo is not None:
+            active += cache_bytes(solo.solo.cache)
+            if isinstance(solo.solo, SpeculativeDecode):
+                active += cache_bytes(solo.solo.draft_cache)
+        generator = self._generator
+        for part in ("_generation_batch", "_prompt_batch"):  # mlx-lm's own batches
+            batch = getattr(generator, part, None)
+            with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
+                active += cache_bytes(getattr(batch, "prompt_cache", None))
+        kept = self.prompt_cache.nbytes if self.prompt_cache is not None else 0
+        admission = self.kv_admission
+        limits = [x for x in (admission.budget, admission.free) if x is not None]
+        return active, kept, min(limits) if limits else 0
+
+    # ------------------------------------------------------------ generation
+
+    def step(self) -> None:
+        generator = self._generator
+        assert generator is not None
+        if self._admit(generator):
+            self._out.flush()  # the step that prefills them may be long
+        if self._solo is not None:
+            self._solo_step(self._solo)
+            return
+        if not self._by_uid:
+            return
+        prefilling = sum(1 for a in self._by_uid.values() if not a.decoding)
+        if prefilling:
+            rows = min(prefilling, generator.prefill_batch_size)
+            generator.prefill_step_size = self.pace.slice(rows)
+            with generator.stats() as stats:  # its prompt time leaves the decoding out
+                prompts, responses = generator.next()
+            self._prefill_progress(prompts)
+            self.pace.done(stats.prompt_tokens, stats.prompt_time)
+        else:
+            _, responses = generator.next()
+        chunks: list[Chunk] = []
+        finished: list[LmActive] = []
+        for response in responses:
+            active = self._by_uid.get(response.uid)
+            if active is None:
+                continue
+            chunk = self._advance(active, response.token, response.finish_reason, response.logprobs)
+            if chunk is not None:
+                chunks.append(chunk)
+            if active.finish is not None:
+                finished.append(active)
+                if response.finish_reason is not None and response.prompt_cache:
+                    self._keep_cache(active, response.all_tokens, response.prompt_cache)
+        self._out.add(chunks)
+        for active in finished:
+            self._finish(active, active.finish or "stop")
+
+    def _prefill_progress(self, prompts: list[Any]) -> None:
+        """Report long prompts' progress (``prompts``: the generator's prompt
+        responses of a step) and note the prompts it finished."""
+        for response in prompts:
+            active = self._by_uid.get(response.uid)
+            if active is None:
+                continue
+            done, total = response.progress
+            if response.end_of_prompt:
+                active.decoding = True
+            elif not response.end_of_segment:  # more slices follow
+                in_cache = active.prompt_tokens - (total - done)
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+
+    def _solo_step(self, active: LmActive) -> None:
+        solo = active.solo
+        assert solo is not None
+        if solo.prefilling and solo.unread > 1:
+            solo.step_size = self.pace.slice()
+            before, started = solo.unread, time.perf_counter()
+            solo.step()  # prefills one slice of the prompt
+            self.pace.done(before - solo.unread, time.perf_counter() - started)
+            if solo.unread > 1:
+                in_cache = active.prompt_tokens - solo.unread
+                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+            return
+        taken = solo.step()
+        if taken is None:
+            return
+        token, logprobs = taken
+        chunk = self._advance(active, token, self._solo_finish(active, token), logprobs)
+        if chunk is not None:
+            self._out.add([chunk])
+        if active.finish is not None:
+            if active.solo is not None:  # not stopped by a stop string (that kept it)
+                self._keep_cache(active, *active.solo.finished_cache())
+                self._drop_solo(active)
+            self._finish(active, active.finish)
+
+    def _solo_finish(self, active: LmActive, token: int) -> str | None:
+        """The finish a batch would report for this token (EOS wins over the budget)."""
+        assert self.tokenizer is not None
+        if token in self.tokenizer.eos_token_ids:
+            return "stop"
+        if active.generated + 1 >= active.max_tokens:
+            return "length"
+        return None
+
+    def _admit(self, generator: BatchGenerator) -> bool:
+        """Start queued requests while there is room; True if any started."""
+        assert self._spec is not None
+        running = len(self._by_uid) + (self._solo is not None)
+        if not self._queue or running >= max(self._spec.max_concurrency, 1):
+            return False
+        group = self._queue[0].adapters
+        if not self._group_turn(group, running):
+            return False  # the head of the queue waits for the running group to end
+        if self._solo is not None and not self._join_batch(self._solo, generator):
+            return True  # the solo request ended with the token it had sampled
+        if self.solo_enabled and not self._by_uid and len(self._queue) == 1:
+            self._start_solo(self._queue.popleft())
+            return True
+        while (
+            self._queue
+            and len(self._by_uid) < max(self._spec.max_concurrency, 1)
+            and self._queue[0].adapters == group
+        ):
+            reserved = sum(a.kv_reserved for a in self._by_uid.values())
+            if self._by_uid and not self.kv_admission.fits_beside(
+                reserved, self._queue[0].kv_reserved
+            ):
+                break  # it waits until running requests free their KV cache
+            active = self._queue.popleft()
+            hit = self._cached(active)
+            if hit is None:
+                (uid,) = generator.insert(
+                    [active.prompt],
+                    max_tokens=[active.max_tokens],
+                    samplers=[active.sampler],
+                    logits_processors=[active.processors],
+                )
+            else:
+                active.cached = hit.tokens
+                # all_tokens: what the cache holds, so logits processors see the
+                # whole context (the penalties count from len(prompt) on).
+                (uid,) = generator.insert(
+                    [active.prompt[hit.tokens :]],
+                    max_tokens=[active.max_tokens],
+                    caches=[hit.cache],
+                    all_tokens=[active.prompt[: hit.tokens]],
+                    samplers=[active.sampler],
+                    logits_processors=[active.processors],
+                )
+            active.uid, active.decoding = uid, False
+            self._by_uid[uid] = active
+        return True
+
+    def _group_turn(self, group: tuple[str, ...], running: int) -> bool:
+        """Whether requests of the adapter set ``group`` may start now. All running
+        requests share one set (one step runs one set of weights): a request of
+        another set waits until they end, then the model switches to its set and
+        the queue goes on in order (later requests of the running set do not pass it)."""
+        assert self.adapters is not None
+        if group == self.adapters.active:
+            return True
+        if running:
+            return False
+        self.adapters.activate(group)
+        return True
+
+    def _cached(self, active: LmActive) -> Hit | None:
+        if not self.prompt_cache.enabled:
+            return None
+        return self.prompt_cache.fetch(active.prompt, active.space)
+
+    def _start_solo(self, active: LmActive) -> None:
+        assert self._spec is not None and self._stream is not None
+        hit = self._cached(active)
+        if hit is None:
+            cache, cached = make_prompt_cache(self.model), 0
+        else:
+            cache, cached = private_copy(hit.cache, hit.tokens), hit.tokens
+        active.cached = cached
+        if self.draft is not None and not active.processors:
+            active.solo = SpeculativeDecode(
+                self.model,
+                self._stream,
+                cache,
+                cached=active.prompt[:cached],
+                prompt=active.prompt[cached:],
+                sampler=active.sampler,
+                prefill_step_size=self._spec.prefill_step_size,
+                draft=self.draft,
+                budget=active.max_tokens,
+            )
+            self._solo = active
+            return
+        active.solo = SoloDecode(
+            self.model,
+            self._stream,
+            cache,
+            cached=active.prompt[:cached],
+            prompt=active.prompt[cached:],
+            sampler=active.sampler,
+            processors=active.processors,
+            prefill_step_size=self._spec.prefill_step_size,
+            quantize=self.kv.quantize if self.kv.bits is not None else None,
+        )
+        self._solo = active
+
+    def _join_batch(self, active: LmActive, generator: BatchGenerator) -> bool:
+        """Move the solo request into the batch (another request is waiting). False
+        when the token it had already sampled ended it."""
+        assert active.solo is not None
+        handover, sampled = active.solo.handover()
+        self._solo = None
+        if sampled is not None:
+            token, logprobs = sampled
+            chunk = self._advance(active, token, self._solo_finish(active, token), logprobs)
+            if chunk is not None:
+                self._out.add([chunk])
+            if active.finish is not None:
+                if active.solo is not None:
+                    self._keep_cache(active, *active.solo.finished_cache())
+                    self._drop_solo(active)
+                self._finish(active, active.finish)
+                return False
+        self._drop_solo(active)
+        (uid,) = generator.insert(
+            [handover.prompt],
+            max_tokens=[active.max_tokens - active.generated],
+            caches=[handover.cache],
+            all_tokens=[handover.cached],
+            samplers=[active.sampler],
+            logits_processors=[active.processors],
+        )
+        active.uid, active.decoding = uid, False
+        self._by_uid[uid] = active
+        return True
+
+    def _advance(
+        self, active: LmActive, token: int, finish: str | None, logprobs: mx.array | None = None
+    ) -> Chunk | None:
+        """Take one generated token: detokenize, apply stop strings, decide the finish."""
+        segment = self._take_token(active, token, finish)
+        if active.logprobs is not None:  # EOS (finish "stop" here) is not reported
+            eos = finish == "stop"
+            active.logprobs.add(None if eos else token, None if eos else logprobs, segment)
+        text = self._apply_stops(active, segment, finish)
+        finish = active.finish
+        logprobs_out = []
+        if active.logprobs is not None:
+            logprobs_out = active.logprobs.release(len(text), final=finish is not None)
+        calls: list[tuple[str, str]] = []
+        if active.tools is not None:
+            final = finish is not None
+            text, calls = active.tools.feed(text, final=final, cut=finish == "length")
+        if not text and not logprobs_out and not calls:
+            return None
+        chunk = Chunk(request_id=active.request_id, text=text, tokens=active.unsent_tokens)
+        chunk.logprobs, chunk.tool_calls = logprobs_out, calls
+        active.unsent_tokens = 0
+        return chunk
+
+    def _leave_batch(self, active: LmActive) -> None:
+        """Take a running request out of the batch (or stop its solo decoding),
+        keeping its KV cache."""
+        if active.solo is not None:
+            self._keep_cache(active, *active.solo.finished_cache())
+            self._drop_solo(active)
+            self._solo = None
+            return
+        assert self._generator is not None and active.uid is not None
+        if not self.prompt_cache.enabled:
+            self._generator.remove([active.uid])
+            return
+        caches = self._generator.remove([active.uid], return_prompt_caches=True)
+        cache, tokens = caches.get(active.uid, (None, None))
+        if cache and tokens is not None:
+            self._keep_cache(active, tokens, cache)
+
+    def _drop_solo(self, active: LmActive) -> None:
+        """End the request's solo decoding, keeping its draft model's counts."""
+        solo = active.solo
+        if isinstance(solo, SpeculativeDecode):
+            active.draft_proposed += solo.proposed
+            active.draft_accepted += solo.accepted
+            log.debug(
+                "%s: the draft model proposed %d tokens, %d taken",
+                active.request_id,
+                solo.proposed,
+                solo.accepted,
+            )
+        active.solo = None
+
+    def _usage(self, active: LmActive) -> Usage:
+        usage = super()._usage(active)
+        usage.draft_proposed, usage.draft_accepted = active.draft_proposed, active.draft_accepted
+        return usage
+
+    def _keep_cache(self, active: LmActive, tokens: list[int], cache: list[Any]) -> None:
+        # A request cancelled before its prefill started holds only the cache it
+        # was given: nothing new to keep.
+        if len(tokens) > active.cached:
+            self.prompt_cache.store(list(tokens), cache, active.space)
+
+    def _finish(self, active: LmActive, reason: str) -> None:
+        if self._solo is active:
+            self._solo = None
+        super()._finish(active, reason)
+
+    def fail_active(self, message: str) -> None:
+        if self._solo is not None:
+            self._solo.solo = None
+            self._solo = None
+        super().fail_active(message)
