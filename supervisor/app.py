@@ -16,12 +16,12 @@ from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.log_hub import LogHub
 from mlx_gateway.supervisor.http.middleware import middleware_for
-from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.http.replies import error_response
 from mlx_gateway.supervisor.peers.directory import PeerDirectory
 from mlx_gateway.supervisor.peers.middleware import PeerMiddleware
 from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
+from mlx_gateway.supervisor.recorder import Recorder
 
 
 def create_app(

@@ -1,4 +1,5 @@
-"""The import direction of the packages: api → engine/http → pool → config → protocol,
+"""The import direction of the packages: api → reply → engine | http → pool → config →
+protocol,
 and on the worker side kind packages → common → runtime → protocol.
 
 Each rule lists the packages a layer must never import (at module level or inside a
@@ -35,9 +36,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     f"{S}.config": (f"{S}.pool", f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app"),
     # worker processes know nothing of HTTP or of the APIs
     f"{S}.pool": (f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app"),
-    # the engine and the plumbing serve every surface and know none of them
-    f"{S}.engine": (f"{S}.api", f"{S}.app"),
-    f"{S}.http": (f"{S}.api", f"{S}.app"),
+    # the reply path joins the engine and the plumbing for every surface
+    f"{S}.reply": (f"{S}.api", f"{S}.app"),
+    # the engine knows no HTTP, the plumbing no generation; neither knows a surface
+    f"{S}.engine": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.http", "starlette"),
+    f"{S}.http": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.engine"),
     # peer gateways are reached over HTTP: no workers, no engine, no API surface
     f"{S}.peers": (f"{S}.api", f"{S}.app", f"{S}.engine", f"{S}.pool"),
     # the process runtime knows kinds only by name (protocol/kinds.py)

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, Prefilled, Started
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.errors import GatewayError
-from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 

@@ -76,19 +76,3 @@ class Completion(Struct):
     choices: list[CompletionChoice]
     usage: Usage | UnsetType | None = UNSET
     object: Literal["text_completion"] = "text_completion"
-
-
-# ---------------------------------------------------------------- errors
-
-
-class ErrorBody(Struct):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class ErrorEvent(Struct):
-    """The final SSE event of a stream that failed after it started."""
-
-    error: ErrorBody

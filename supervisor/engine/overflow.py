@@ -23,7 +23,7 @@ from uuid import uuid4
 
 from mlx_gateway.protocol.messages import CountTokens, Done, SamplingParams
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
-from mlx_gateway.supervisor.http.notes import add_header
+from mlx_gateway.supervisor.notes import add_header
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 

@@ -14,15 +14,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import Request
-
 from mlx_gateway.protocol.kinds import IMAGE_INPUT
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.engine.audio_input import attach_audio, check_audio_allowed
+from mlx_gateway.supervisor.engine.audio_input import attach_audio
 from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
-from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 IMAGE_PART = "image_url"
@@ -94,21 +91,6 @@ def check_images_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) ->
             param=parts[limit][0],
             code="too_many_images",
         )
-
-
-async def prepare_images(
-    request: Request, handle: ModelHandle, messages: list[dict[str, Any]]
-) -> ImageInputs:
-    """Check ``messages``' image parts against ``handle``'s model and read them
-    (unless the client leaves first). Without image parts: ``messages`` as they are."""
-    check_images_allowed(handle, messages)
-    check_audio_allowed(handle, messages)
-    if not image_parts(messages):
-        return ImageInputs(messages).with_audio()
-    registry = request.app.state.registry
-    policy = image_policy(handle.config, registry.config.server)
-    inputs = await unless_disconnected(request, read_images(messages, policy))
-    return inputs.with_audio()
 
 
 async def read_images(messages: list[dict[str, Any]], policy: ImagePolicy) -> ImageInputs:

@@ -19,8 +19,8 @@ from mlx_gateway.supervisor.http.auth import AuthMiddleware
 from mlx_gateway.supervisor.http.limits import MIB, BodyLimitMiddleware
 from mlx_gateway.supervisor.http.notes import NotesMiddleware
 from mlx_gateway.supervisor.http.observe import ObserveMiddleware
-from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.http.unread_body import CloseUnreadBodyMiddleware
+from mlx_gateway.supervisor.recorder import Recorder
 
 FORM_OVERHEAD = 64 * 1024
 """Room beyond the files for a form's other fields and part headers (as the

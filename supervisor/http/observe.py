@@ -9,7 +9,7 @@ import time
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlx_gateway.supervisor.http.recorder import Recorder, close_record, open_record
+from mlx_gateway.supervisor.recorder import Recorder, close_record, open_record
 
 
 def route_label(scope: Scope) -> str:

@@ -12,9 +12,9 @@ import msgspec
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from mlx_gateway.supervisor.engine.objects import ErrorBody, ErrorEvent
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.http.error_body import ErrorBody, ErrorEvent
 from mlx_gateway.supervisor.http.keepalive import KeepAlive, stream_with_keepalive
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

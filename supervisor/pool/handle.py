@@ -6,29 +6,28 @@ applies them one at a time, together with the events the process produces (its
 ``Ready``/``Error`` messages, its exit, the start timeout). Concurrent
 ``ensure_ready`` calls therefore await the same start, and a call made while the
 worker stops waits for the stop and then starts it again.
+
+Requests reach the worker through :class:`~.admission.Admission` (slots, queue,
+memory budget); the owner task's inbox items are in :mod:`.owner_events`; what the
+handle reports of itself is a :class:`~.status.ModelStatus`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
 import msgspec
 
-from mlx_gateway.protocol.frames import Frame
 from mlx_gateway.protocol.messages import (
     Assign,
     Error,
-    Generate,
     Heartbeat,
     Memory,
     ModelFacts,
@@ -40,27 +39,40 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.config.lm import LM_KIND, disk_tier_options
 from mlx_gateway.supervisor.errors import (
     GatewayError,
     ModelUnavailable,
-    TooManyRequests,
     WorkerCrashed,
 )
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
+from mlx_gateway.supervisor.pool.admission import Admission
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
-from mlx_gateway.supervisor.pool.calls import ReplyStream
 from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, local_ranks, measured_need
+from mlx_gateway.supervisor.pool.owner_events import (
+    EnsureReady,
+    Exited,
+    FromWorker,
+    Kill,
+    OwnerEvent,
+    StartTimeout,
+    StopCommand,
+    WorkerProcess,
+    background,
+    exit_reason,
+    fail,
+    resolve,
+    signal_group,
+)
 from mlx_gateway.supervisor.pool.relay import Relay, WorkerUnreachable
 from mlx_gateway.supervisor.pool.room import Room
 from mlx_gateway.supervisor.pool.spares import SpareKey, SparePool, spare_key
 from mlx_gateway.supervisor.pool.spawn import (
     WorkerCommand,
-    describe_exit,
     start_process,
 )
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
-from mlx_gateway.supervisor.pool.worker_spec import default_command, spec_for
+from mlx_gateway.supervisor.pool.status import LoadProgress, ModelStatus
+from mlx_gateway.supervisor.pool.worker_spec import default_command, spec_for, start_options
 
 log = logging.getLogger("mlx_gateway.worker")
 
@@ -70,65 +82,7 @@ CRASH_LOOP = 3  # crashes of a ready worker within CRASH_WINDOW that make it FAI
 CRASH_WINDOW = 60.0
 
 
-# ---------------------------------------------------------------- owner inbox
-
-
-@dataclass
-class _EnsureReady:
-    future: asyncio.Future[None]
-
-
-@dataclass
-class _Stop:
-    future: asyncio.Future[None]
-    reason: str
-    if_idle: bool = False
-
-
-@dataclass
-class _FromWorker:
-    generation: int
-    reply: Reply
-
-
-@dataclass
-class _Exited:
-    generation: int
-    returncode: int
-
-
-@dataclass
-class _StartTimeout:
-    generation: int
-
-
-@dataclass
-class _Kill:
-    reason: str
-
-
-_Event = _EnsureReady | _Stop | _FromWorker | _Exited | _StartTimeout | _Kill
-
-
-@dataclass
-class _Process:
-    """One started worker process (one *generation* of this handle)."""
-
-    generation: int
-    worker_id: str
-    proc: asyncio.subprocess.Process
-    stderr: collections.deque[str] = field(
-        default_factory=lambda: collections.deque(maxlen=STDERR_LINES_KEPT)
-    )
-    load_error: str | None = None
-    kill_reason: str | None = None
-    stop_reason: str = ""
-    stop_requested: bool = False
-    stop_error: GatewayError | None = None  # what its unfinished requests fail with
-    tasks: list[asyncio.Task[Any]] = field(default_factory=list)
-
-
-class WorkerHandle:
+class WorkerHandle(Admission):
     """The gateway's side of one model: state, process, in-flight accounting."""
 
     def __init__(
@@ -175,10 +129,10 @@ class WorkerHandle:
         self.held_back = 0  # of those, the ones held back by a drain (they pin nothing)
         self._failed_at = 0.0
         self._generation = 0
-        self._proc: _Process | None = None
+        self._proc: WorkerProcess | None = None
         self._ready_waiters: list[asyncio.Future[None]] = []
         self._stop_waiters: list[asyncio.Future[None]] = []
-        self._inbox: asyncio.Queue[_Event] = asyncio.Queue()
+        self._inbox: asyncio.Queue[OwnerEvent] = asyncio.Queue()
         self._owner: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ public surface
@@ -192,7 +146,7 @@ class WorkerHandle:
 
         Raises :class:`ModelUnavailable` with the reason when it cannot load."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inbox.put_nowait(_EnsureReady(future))
+        self._inbox.put_nowait(EnsureReady(future))
         await future
 
     async def stop(self, reason: str = "requested", *, if_idle: bool = False) -> None:
@@ -201,7 +155,7 @@ class WorkerHandle:
         With ``if_idle`` the stop is skipped when a request arrived meanwhile: the
         owner re-checks ``inflight`` when it applies the command."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inbox.put_nowait(_Stop(future, reason, if_idle))
+        self._inbox.put_nowait(StopCommand(future, reason, if_idle))
         await future
 
     async def close(self) -> None:
@@ -225,141 +179,45 @@ class WorkerHandle:
         own = self.config.preload_openblas
         return self._server.preload_openblas if own is None else own
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ModelStatus:
         """What /v1/models and /health show of this model."""
         memory = self.memory if self.state is WorkerState.READY else None
         progress = None
         if self.state is WorkerState.STARTING and self.progress is not None:
-            progress = {
-                "stage": self.progress.stage,
-                "fraction": self.progress.fraction,
-                "detail": self.progress.detail,
-            }
-        return {
-            "state": self.state.public,
-            "pid": self.pid if self.state is not WorkerState.FAILED else None,
-            "inflight": self.inflight,
-            "waiting": self.waiting,
-            "last_used": self.last_used_wall,
-            "error": self.last_error,
-            "context_length": self.facts.context_length if self.facts else None,
-            "memory": memory.rss if memory else None,
-            "memory_detail": msgspec.structs.asdict(memory) if memory else None,
-            **self._need_status(),
-            "load_progress": progress,
-            "pinned": self.pinned,
-            "draining": self.draining,
-            "crashes": self.crashes,
-            "evictions": self.evictions,
-            "blas": self.facts.extra.get("blas") if self.facts else None,
-            "tool_prompt": self.facts.extra.get("tool_prompt") if self.facts else None,
-            "draft_model": self.facts.extra.get("draft_model") if self.facts else None,
-        }
+            progress = LoadProgress(
+                self.progress.stage, self.progress.fraction, self.progress.detail
+            )
+        need = self._need()
+        extra = self.facts.extra if self.facts else {}
+        return ModelStatus(
+            state=self.state.public,
+            pid=self.pid if self.state is not WorkerState.FAILED else None,
+            inflight=self.inflight,
+            waiting=self.waiting,
+            last_used=self.last_used_wall,
+            error=self.last_error,
+            context_length=self.facts.context_length if self.facts else None,
+            memory=memory.rss if memory else None,
+            memory_detail=msgspec.structs.asdict(memory) if memory else None,
+            memory_need=need.bytes or None,
+            memory_need_source=need.source,
+            memory_need_parts=need.parts or None,
+            load_progress=progress,
+            pinned=self.pinned,
+            draining=self.draining,
+            crashes=self.crashes,
+            evictions=self.evictions,
+            blas=extra.get("blas"),
+            tool_prompt=extra.get("tool_prompt"),
+            draft_model=extra.get("draft_model"),
+        )
 
-    @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[Session]:
-        """Hold the worker for one request.
-
-        Admission: at most ``max_concurrency`` requests hold a slot; up to
-        ``max_queue`` more wait (for a slot, for room in the memory budget, for the
-        load), each at most ``queue_timeout`` seconds (then 503); beyond that 429
-        (requests waiting for a load count too: before the worker is ready, at most
-        ``max_concurrency + max_queue`` are taken).
-        While waiting or holding a slot the request keeps the worker from being
-        reaped or evicted, and ``last_used`` is stamped when the request *ends* —
-        streams included. A client that leaves while a load runs only for it
-        stops that load."""
-        if self.closing:
-            raise self._closing_error()
-        limit = self.config.max_concurrency + self.config.max_queue
-        if self.inflight + self.waiting >= limit:
-            # Counted whatever they wait for (a slot, the load, room in the budget):
-            # a burst at a model that is still loading is held to the same bound.
-            raise TooManyRequests(self.name, self.config.max_concurrency, self.config.max_queue)
-        timeout = self.config.effective_queue_timeout(self._server)
-        self.waiting += 1
-        acquired = admitted = False
-        deadline = time.monotonic() + timeout
-        try:
-            async with asyncio.timeout(timeout):
-                await self._admit(deadline)
-                await self._slots.acquire()
-                acquired = True
-                # The worker may have crashed while this request waited for the slot:
-                # then wait for the restart (within the same deadline), don't fail.
-                while self.state is not WorkerState.READY:
-                    await self._admit(deadline)
-                admitted = True
-        except TimeoutError:
-            if (
-                self.placement is not None
-                and not self.reserved
-                and self.state
-                in (
-                    WorkerState.STOPPED,
-                    WorkerState.FAILED,
-                )
-            ):
-                raise self.placement.blocked(self) from None
-            raise ModelUnavailable(
-                f"model '{self.name}': the request waited {timeout:g} s (queue_timeout) "
-                f"for {'a free slot' if self.state is WorkerState.READY else 'the model to load'}",
-                code="queue_timeout",
-            ) from None
-        except asyncio.CancelledError:
-            if (
-                self.config.on_demand
-                and self.waiting == 1
-                and self.inflight == 0
-                and self.state is WorkerState.STARTING
-            ):
-                _background(self.stop("the only client waiting for the load left", if_idle=True))
-            raise
-        finally:
-            self.waiting -= 1
-            if not admitted:
-                if acquired:
-                    self._slots.release()
-                self._changed()
-        self.inflight += 1
-        try:
-            yield Session(self)
-        finally:
-            self.inflight -= 1
-            self._slots.release()
-            self.last_used = time.monotonic()
-            self.last_used_wall = time.time()
-            self._changed()
-
-    async def _admit(self, deadline: float) -> None:
-        """Wait out a drain, reserve room in the memory budget, start, await Ready."""
-        if self.draining:
-            self.held_back += 1
-            try:
-                while self.draining:
-                    await self._state_changed.wait()
-            finally:
-                self.held_back -= 1
-        if self.state is WorkerState.FAILED and (wait := self._backoff_left()) > 0:
-            # Refused before the placement: a start that cannot happen claims no
-            # room and evicts nobody (a reservation would hold the group).
-            raise self._unavailable(f" (next attempt in {wait:.0f} s)")
-        if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
-            await self.placement.make_room(self, deadline)
-        await self.ensure_ready()
-
-    def _need_status(self) -> dict[str, Any]:
+    def _need(self) -> Need:
         if self.placement is not None:
-            need = self.placement.need(self)
-        elif self.measured_bytes:
-            need = Need(self.measured_bytes, "measured")
-        else:
-            need = Need(0, "unknown")
-        return {
-            "memory_need": need.bytes or None,
-            "memory_need_source": need.source,
-            "memory_need_parts": need.parts or None,
-        }
+            return self.placement.need(self)
+        if self.measured_bytes:
+            return Need(self.measured_bytes, "measured")
+        return Need(0, "unknown")
 
     def post(self, msg: Request) -> None:
         """Send a control message to the running worker, without waiting (dropped
@@ -408,27 +266,9 @@ class WorkerHandle:
         if self.placement is not None:
             self.placement.notify()
 
-    async def load(self) -> None:
-        """Admin: start the model now (through the memory budget), clearing a
-        failure backoff."""
-        self.failures = 0
-        self._recent_crashes.clear()
-        timeout = self.config.effective_queue_timeout(self._server)
-        async with asyncio.timeout(timeout):
-            await self._admit(time.monotonic() + timeout)
-
     async def kill(self, reason: str) -> None:
         """SIGKILL the worker now (it hung); its requests fail with ``reason``."""
-        self._inbox.put_nowait(_Kill(reason))
-
-    @property
-    def idle(self) -> bool:
-        """Nothing in flight and nobody waiting for it (drain-held requests aside)."""
-        return self.inflight == 0 and self.waiting == self.held_back
-
-    def idle_for(self, now: float) -> float:
-        """Seconds since the last request finished (or since the worker became ready)."""
-        return now - self.last_used if self.last_used is not None else 0.0
+        self._inbox.put_nowait(Kill(reason))
 
     # ------------------------------------------------------------ owner task
 
@@ -440,27 +280,27 @@ class WorkerHandle:
             except Exception:  # the owner must survive anything; log and go on
                 log.exception("[%s] error while handling %s", self.name, type(event).__name__)
 
-    async def _handle(self, event: _Event) -> None:
+    async def _handle(self, event: OwnerEvent) -> None:
         match event:
-            case _EnsureReady(future):
+            case EnsureReady(future):
                 await self._on_ensure_ready(future)
-            case _Stop(future, reason, if_idle):
+            case StopCommand(future, reason, if_idle):
                 if if_idle and not self.idle:
-                    _resolve(future)
+                    resolve(future)
                 else:
                     self._on_stop(future, reason)
-            case _FromWorker(generation, reply) if self._is_current(generation):
+            case FromWorker(generation, reply) if self._is_current(generation):
                 self._on_reply(reply)
-            case _Exited(generation, returncode) if self._is_current(generation):
+            case Exited(generation, returncode) if self._is_current(generation):
                 await self._on_exit(returncode)
-            case _Kill(reason) if self._proc is not None and self.state in (
+            case Kill(reason) if self._proc is not None and self.state in (
                 WorkerState.READY,
                 WorkerState.STARTING,
             ):
                 log.error("[%s] killing worker pid %d: %s", self.name, self._proc.proc.pid, reason)
                 self._proc.kill_reason = reason
-                _signal_group(self._proc.proc.pid, signal.SIGKILL)
-            case _StartTimeout(generation) if self._is_current(generation):
+                signal_group(self._proc.proc.pid, signal.SIGKILL)
+            case StartTimeout(generation) if self._is_current(generation):
                 if self.state is WorkerState.STARTING:
                     assert self._proc is not None
                     timeout = self._start_timeout()
@@ -495,11 +335,11 @@ class WorkerHandle:
             if self.reserved and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
                 self._release_room()
                 self._changed()
-            _fail(future, self._closing_error())
+            fail(future, self._closing_error())
             return
         match self.state:
             case WorkerState.READY:
-                _resolve(future)
+                resolve(future)
             case WorkerState.STARTING | WorkerState.STOPPING:
                 # While stopping: wait for the exit, then start again (see _on_exit).
                 self._ready_waiters.append(future)
@@ -512,7 +352,7 @@ class WorkerHandle:
                     if self.reserved:  # the room granted for this start is not used
                         self._release_room()
                         self._changed()
-                    _fail(future, self._unavailable(f" (next attempt in {wait:.0f} s)"))
+                    fail(future, self._unavailable(f" (next attempt in {wait:.0f} s)"))
                 else:
                     self._ready_waiters.append(future)
                     await self._spawn()
@@ -520,7 +360,7 @@ class WorkerHandle:
     def _on_stop(self, future: asyncio.Future[None], reason: str) -> None:
         match self.state:
             case WorkerState.STOPPED | WorkerState.FAILED:
-                _resolve(future)
+                resolve(future)
             case WorkerState.STOPPING:
                 self._stop_waiters.append(future)
             case WorkerState.STARTING | WorkerState.READY:
@@ -554,7 +394,7 @@ class WorkerHandle:
                     self.last_used, self.last_used_wall = time.monotonic(), time.time()
                     self._set_state(WorkerState.READY)
                     for waiter in self._ready_waiters:
-                        _resolve(waiter)
+                        resolve(waiter)
                     self._ready_waiters.clear()
             case Progress():
                 self.progress = reply
@@ -574,7 +414,7 @@ class WorkerHandle:
         for task in proc.tasks:
             task.cancel()
         expected = proc.stop_requested
-        reason = self._exit_reason(proc, returncode)
+        reason = exit_reason(proc, returncode)
         crash = WorkerCrashed(f"model '{self.name}' worker {reason}")
         self._relay.detach(
             proc.worker_id, proc.stop_error if expected and proc.stop_error else crash
@@ -583,7 +423,7 @@ class WorkerHandle:
             log.info("[%s] worker pid %d stopped (%s)", self.name, proc.proc.pid, reason)
             self._set_state(WorkerState.STOPPED)
             for waiter in self._stop_waiters:
-                _resolve(waiter)
+                resolve(waiter)
             self._stop_waiters.clear()
             if self._ready_waiters:  # someone asked for the model while it stopped
                 await self._spawn()
@@ -611,19 +451,6 @@ class WorkerHandle:
             else:
                 self._set_state(WorkerState.STOPPED)
 
-    def _exit_reason(self, proc: _Process, returncode: int) -> str:
-        if proc.load_error:
-            return f"failed to load: {proc.load_error}"
-        if proc.kill_reason:
-            return f"was killed: {proc.kill_reason}"
-        if proc.stop_requested:
-            return f"was stopped ({proc.stop_reason})"
-        reason = describe_exit(returncode)
-        tail = [line for line in proc.stderr if line.strip()][-5:]
-        if tail:
-            reason += "; last log lines:\n" + "\n".join(tail)
-        return reason
-
     def _closing_error(self) -> ModelUnavailable:
         return ModelUnavailable(
             f"model '{self.name}' cannot take requests: the gateway is shutting down",
@@ -642,7 +469,7 @@ class WorkerHandle:
 
     def _fail_ready_waiters(self, exc: GatewayError) -> None:
         for waiter in self._ready_waiters:
-            _fail(waiter, exc)
+            fail(waiter, exc)
         self._ready_waiters.clear()
 
     def _start_timeout(self) -> float:
@@ -659,12 +486,7 @@ class WorkerHandle:
         kv_budget = None
         if self.placement is not None and self.config.worker_kind in KV_KINDS:
             kv_budget = self.placement.kv_budget(self)
-        if kv_budget is not None:
-            spec.options["kv_budget_bytes"] = kv_budget  # per-request admission
-        if self.config.worker_kind == LM_KIND:
-            spec.options.update(disk_tier_options(self.config, self._server))
-            if len(self.adapters):
-                spec.options["adapters"] = self.adapters.paths()
+        spec.options.update(start_options(self.config, self._server, kv_budget, self.adapters))
         argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
         if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:
@@ -673,7 +495,7 @@ class WorkerHandle:
         self.progress = None
 
         def on_reply(reply: Reply, _payloads: list[bytes]) -> None:
-            self._inbox.put_nowait(_FromWorker(generation, reply))
+            self._inbox.put_nowait(FromWorker(generation, reply))
 
         key = spare_key(spec.kind, argv, env)
         proc = await self._take_spare(key, spec, on_reply)
@@ -692,17 +514,17 @@ class WorkerHandle:
                 self._fail_ready_waiters(self._unavailable())
                 return
             log.info("[%s] started worker pid %d (%s)", self.name, proc.pid, self.config.model_path)
-        self._proc = handle = _Process(generation, worker_id, proc)
+        self._proc = handle = WorkerProcess(generation, worker_id, proc)
         handle.tasks += [
             asyncio.create_task(self._pump_output(handle)),
             asyncio.create_task(self._start_timer(generation)),
         ]
         # Not in handle.tasks: _on_exit cancels those, and this one posts _on_exit.
-        _background(self._watch_exit(handle))
+        background(self._watch_exit(handle))
         if (spares := self._spare_pool) is not None:  # the next start of this kind finds one
             spare = spares.spec(spec.kind, beat)
             command = list(self._command(spare, self._relay.endpoint))
-            _background(spares.want(key, spare, command, env))
+            background(spares.want(key, spare, command, env))
 
     @property
     def _spare_pool(self) -> SparePool | None:
@@ -722,7 +544,7 @@ class WorkerHandle:
             await self._relay.send(spare.worker_id, Assign(spec=spec))
         except WorkerUnreachable:
             self._relay.detach(spare.worker_id, WorkerCrashed("the spare worker is gone"))
-            _signal_group(spare.proc.pid, signal.SIGKILL)
+            signal_group(spare.proc.pid, signal.SIGKILL)
             log.warning("[%s] the spare worker was gone; starting a new worker", self.name)
             return None
         spec.worker_id = spare.worker_id
@@ -734,7 +556,7 @@ class WorkerHandle:
         )
         return spare.proc
 
-    async def _pump_output(self, handle: _Process) -> None:
+    async def _pump_output(self, handle: WorkerProcess) -> None:
         assert handle.proc.stdout is not None
         prefix = f"[{self.name}]"
         worker_log = logging.getLogger("mlx_gateway.worker.output")
@@ -743,15 +565,15 @@ class WorkerHandle:
             handle.stderr.append(text)
             worker_log.info("%s %s", prefix, text)
 
-    async def _watch_exit(self, handle: _Process) -> None:
+    async def _watch_exit(self, handle: WorkerProcess) -> None:
         returncode = await handle.proc.wait()
-        self._inbox.put_nowait(_Exited(handle.generation, returncode))
+        self._inbox.put_nowait(Exited(handle.generation, returncode))
 
     async def _start_timer(self, generation: int) -> None:
         await asyncio.sleep(self._start_timeout())
-        self._inbox.put_nowait(_StartTimeout(generation))
+        self._inbox.put_nowait(StartTimeout(generation))
 
-    async def _escalate_stop(self, handle: _Process) -> None:
+    async def _escalate_stop(self, handle: WorkerProcess) -> None:
         grace = self._server.shutdown_grace
         with contextlib.suppress(WorkerUnreachable):
             await self._relay.send(handle.worker_id, Shutdown(grace=grace))
@@ -761,69 +583,13 @@ class WorkerHandle:
         log.warning("[%s] no exit after Shutdown; sending SIGTERM", self.name)
         self._terminate(handle)
 
-    def _terminate(self, handle: _Process) -> None:
-        _signal_group(handle.proc.pid, signal.SIGTERM)
+    def _terminate(self, handle: WorkerProcess) -> None:
+        signal_group(handle.proc.pid, signal.SIGTERM)
 
         async def kill_later() -> None:
             await asyncio.sleep(KILL_WAIT)
             if handle.proc.returncode is None:
                 log.warning("[%s] no exit after SIGTERM; sending SIGKILL", self.name)
-                _signal_group(handle.proc.pid, signal.SIGKILL)
+                signal_group(handle.proc.pid, signal.SIGKILL)
 
-        _background(kill_later())
-
-
-class Session:
-    """One request's access to a READY worker (see :meth:`WorkerHandle.session`)."""
-
-    def __init__(self, handle: WorkerHandle) -> None:
-        self._handle = handle
-
-    def generate(self, msg: Generate) -> ReplyStream:
-        """Send ``msg`` and yield the worker's Started and Chunks, ending with Done.
-
-        Raises a :class:`GatewayError` for the worker's Error (its status) or its
-        death (:class:`WorkerCrashed`). Leaving early sends ``Cancel``."""
-        return self.call(msg, msg.request_id)
-
-    def call(self, msg: Any, request_id: str, payloads: Sequence[Frame] = ()) -> ReplyStream:
-        """Send any request message (with binary ``payloads``) and yield its replies up
-        to and including ``Done``; a reply that came with frames is yielded as
-        :class:`~.relay.WithPayloads`. Errors and leaving early as for :meth:`generate`.
-        Nothing is sent before the first iteration."""
-        handle = self._handle
-
-        def opener() -> str:
-            proc = handle._proc
-            if handle.state is not WorkerState.READY or proc is None:
-                raise WorkerCrashed(
-                    f"model '{handle.name}' worker {handle.last_error or 'is gone'}"
-                )
-            return proc.worker_id
-
-        return ReplyStream(handle._relay, opener, msg, request_id, payloads, handle.name)
-
-
-_BACKGROUND: set[asyncio.Task[Any]] = set()
-
-
-def _background(coro: Coroutine[Any, Any, Any]) -> None:
-    """Run ``coro`` as a task that is kept referenced until it ends."""
-    task = asyncio.create_task(coro)
-    _BACKGROUND.add(task)
-    task.add_done_callback(_BACKGROUND.discard)
-
-
-def _signal_group(pid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signum)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _fail(future: asyncio.Future[None], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
+        background(kill_later())

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from mlx_gateway.protocol.messages import Generate, ModelFacts
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
+from mlx_gateway.supervisor.pool.status import ModelStatus
 
 
 class Replies(Protocol):
@@ -46,6 +47,6 @@ class ModelHandle(Protocol):
     facts: ModelFacts | None
     adapters: AdapterSet
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> ModelStatus: ...
 
     def session(self) -> AbstractAsyncContextManager[WorkerSession]: ...

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.image import IMAGE_KIND
 from mlx_gateway.supervisor.config.image import worker_options as image_options
-from mlx_gateway.supervisor.config.lm import LM_KIND
+from mlx_gateway.supervisor.config.lm import LM_KIND, disk_tier_options
 from mlx_gateway.supervisor.config.lm import worker_options as lm_options
 from mlx_gateway.supervisor.config.vision import VISION_KIND
 from mlx_gateway.supervisor.config.vision import worker_options as vision_options
+from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand, distributed_command, worker_command
 
 
@@ -48,6 +49,22 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
         options.update(lm_options(config))
     if config.distributed is not None:
         options["distributed"] = config.distributed.parallel
+    return options
+
+
+def start_options(
+    config: ModelConfig, server: ServerConfig, kv_budget: int | None, adapters: AdapterSet
+) -> dict[str, Any]:
+    """What a worker is told at each start beyond its entry: the KV cache bytes its
+    requests are admitted against, and for a language model its prompt cache's disk
+    tier and the adapters mounted now (run-time mounts included)."""
+    options: dict[str, Any] = {}
+    if kv_budget is not None:
+        options["kv_budget_bytes"] = kv_budget  # per-request admission
+    if config.worker_kind == LM_KIND:
+        options.update(disk_tier_options(config, server))
+        if len(adapters):
+            options["adapters"] = adapters.paths()
     return options
 
 

@@ -16,6 +16,7 @@ from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
+from mlx_gateway.supervisor.pool.status import ModelStatus
 
 
 def defaults(**values: Any) -> ModelConfig:
@@ -52,15 +53,8 @@ class FakeHandle:
         self.config.served_model_name = self.name
         self.adapters = AdapterSet(self.config)
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "state": "ready",
-            "pid": 123,
-            "inflight": self.inflight,
-            "last_used": None,
-            "error": None,
-            "context_length": 256,
-        }
+    def status(self) -> ModelStatus:
+        return ModelStatus(state="ready", pid=123, inflight=self.inflight, context_length=256)
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[FakeHandle]:

@@ -47,7 +47,7 @@ async def app(tiny_whisper_path: Path) -> AsyncIterator[Starlette]:
 
 
 def status(app: Starlette, name: str = WHISPER) -> dict[str, Any]:
-    return app.state.registry.resolve(name).status()
+    return app.state.registry.resolve(name).status().public()
 
 
 # A fixed temperature: one decode per window (0 lets the random model retry six times).

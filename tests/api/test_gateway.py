@@ -53,7 +53,7 @@ def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
 
 
 def status(app: Starlette, name: str = OK) -> dict[str, Any]:
-    return app.state.registry.resolve(name).status()
+    return app.state.registry.resolve(name).status().public()
 
 
 async def test_chat(sdk: openai.AsyncOpenAI, app: Starlette) -> None:

@@ -63,7 +63,7 @@ async def app(tiny_flux2_path: Path) -> AsyncIterator[Starlette]:
 
 
 def state(app: Starlette, name: str = FLUX) -> str:
-    return str(app.state.registry.resolve(name).status()["state"])
+    return str(app.state.registry.resolve(name).status().state)
 
 
 def decode(b64: str) -> Image.Image:
@@ -166,7 +166,7 @@ async def test_b64_pictures_decode_at_the_requested_size(
     assert pictures[0].tobytes() != pictures[1].tobytes()
     assert [item.model_extra for item in result.data] == [{"seed": 11}, {"seed": 12}]
     assert state(app) == "ready"
-    assert app.state.registry.resolve(FLUX).status()["inflight"] == 0
+    assert app.state.registry.resolve(FLUX).status().inflight == 0
 
 
 async def test_url_format_serves_the_file_until_it_expires(

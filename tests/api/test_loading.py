@@ -11,7 +11,7 @@ import pytest
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.engine import loading
+from mlx_gateway.supervisor.reply import loading
 
 from ..supervisor.fakes import fake_command, fake_config
 

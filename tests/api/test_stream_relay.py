@@ -18,9 +18,9 @@ from mlx_gateway.supervisor.api.chat.routes import ChatEvents
 from mlx_gateway.supervisor.api.completions.routes import CompletionEvents
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice
-from mlx_gateway.supervisor.engine.streaming import relay
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
+from mlx_gateway.supervisor.reply.streaming import relay
 
 TEXTS = ["", "hé", 'say "hi"\n\\ok', "\u2028 line sep", "🦊", "\x00"]
 

@@ -225,7 +225,7 @@ async def test_images_need_a_vision_model(http: httpx.AsyncClient, app: Starlett
     assert status == 400
     assert error["code"] == "images_not_supported"
     assert error["param"] == "messages[0].content[0]"
-    assert app.state.registry.resolve(LM).status()["state"] == "unloaded"
+    assert app.state.registry.resolve(LM).status().state == "unloaded"
 
 
 async def test_request_shape_checks(http: httpx.AsyncClient) -> None:
@@ -283,7 +283,7 @@ async def test_input_audio_to_a_model_without_audio_is_400_naming_it(
     error = caught.value.body
     assert isinstance(error, dict)
     assert f"The model '{LM}'" in error["message"] and "does not accept audio" in error["message"]
-    assert app.state.registry.resolve(LM).status()["state"] == "unloaded"
+    assert app.state.registry.resolve(LM).status().state == "unloaded"
 
 
 async def test_input_audio_that_is_not_base64_is_400(http: httpx.AsyncClient) -> None:

@@ -163,8 +163,8 @@ def test_peer_models_are_listed_and_every_api_is_forwarded() -> None:
                 model="mine", messages=[{"role": "user", "content": "at home"}]
             )
             assert "x-mlx-gateway-peer" not in mine.headers
-            assert b.registry.resolve("alpha").status()["state"] == "ready"
-            assert a.registry.resolve("mine").status()["state"] == "ready"
+            assert b.registry.resolve("alpha").status().state == "ready"
+            assert a.registry.resolve("mine").status().state == "ready"
 
             # an unknown model is this gateway's own 404
             missing = chat(a, "nowhere", "x")
@@ -350,7 +350,7 @@ def test_each_request_goes_to_the_least_loaded_replica() -> None:
         where = asyncio.run(three_at_once())
         # 1st: here (a tie goes to this gateway); 2nd: the idle peer; 3rd: a tie again
         assert where == [None, "b", None]
-        assert b.registry.resolve("alpha").status()["state"] == "ready"  # it served the 2nd
+        assert b.registry.resolve("alpha").status().state == "ready"  # it served the 2nd
         assert a.app.state.peers.peers[0].inflight == 0
         assert chat(a, "alpha", "after").headers.get("x-mlx-gateway-peer") is None
 
@@ -361,10 +361,10 @@ def test_load_and_unload_of_a_peer_model_are_done_at_the_peer() -> None:
         loaded = httpx.post(f"{a.url}/v1/models/alpha/load", timeout=30)
         assert loaded.status_code == 200, loaded.text
         assert loaded.headers["x-mlx-gateway-peer"] == "b"
-        assert loaded.json()["state"] == "ready" and there.status()["state"] == "ready"
+        assert loaded.json()["state"] == "ready" and there.status().state == "ready"
         unloaded = httpx.post(f"{a.url}/v1/models/alpha/unload", timeout=30)
         assert unloaded.status_code == 200 and unloaded.headers["x-mlx-gateway-peer"] == "b"
-        wait_until(lambda: there.status()["state"] == "unloaded")
+        wait_until(lambda: there.status().state == "unloaded")
         # This gateway's own model stays here.
         mine = httpx.post(f"{a.url}/v1/models/mine/load", timeout=30)
         assert mine.status_code == 200 and "x-mlx-gateway-peer" not in mine.headers
@@ -386,7 +386,7 @@ def test_a_conversation_goes_on_at_the_replica_that_stores_it() -> None:
         assert second.previous_response_id == first.id
         # Made at a: it stays at a even with b idle.
         here = sdk(a).responses.create(model="alpha", input="local turn")
-        assert b.app.state.registry.resolve("alpha").status()["inflight"] == 0
+        assert b.app.state.registry.resolve("alpha").status().inflight == 0
         again = sdk(a).responses.with_raw_response.create(
             model="alpha", input="next", previous_response_id=here.id
         )

@@ -32,7 +32,7 @@ async def test_on_demand_start_generate_and_stop(make_registry: Any) -> None:
     assert text == "one two three "
     assert done.finish_reason == "stop" and done.usage.completion_tokens == 3
     assert handle.state is WorkerState.READY and alive(handle.pid)
-    assert handle.status()["state"] == "ready" and handle.status()["context_length"] == 256
+    assert handle.status().state == "ready" and handle.status().context_length == 256
     pid = handle.pid
     await handle.stop()
     assert handle.state is WorkerState.STOPPED
@@ -52,7 +52,7 @@ async def test_concurrent_callers_share_one_start(make_registry: Any) -> None:
     handle = registry.resolve("fake/slow-start")
     task = asyncio.create_task(handle.ensure_ready())
     await wait_for(lambda: handle.state is WorkerState.STARTING)
-    assert handle.status()["state"] == "loading"
+    assert handle.status().state == "loading"
     results = await asyncio.gather(
         *(run(handle, chat(f"w{i}", request_id=f"r{i}")) for i in range(5))
     )
@@ -75,7 +75,7 @@ async def test_load_error_is_reported_and_backs_off(make_registry: Any) -> None:
     assert info.value.status == 503
     assert "download failed: offline" in info.value.message
     assert handle.state is WorkerState.FAILED
-    assert handle.status()["state"] == "failed"
+    assert handle.status().state == "failed"
     # Within the backoff the next request fails at once, without a new process.
     started = time.monotonic()
     with pytest.raises(ModelUnavailable, match="next attempt"):
@@ -231,8 +231,8 @@ async def test_a_crash_loop_ends_in_failed_with_the_reason(make_registry: Any) -
             await run(handle, chat("crash", request_id=f"c{i}"))
     assert handle.state is WorkerState.FAILED
     status = handle.status()
-    assert status["state"] == "failed" and status["crashes"] == 3
-    assert "crash loop" in status["error"] and "SIGKILL" in status["error"]
+    assert status.state == "failed" and status.crashes == 3
+    assert "crash loop" in status.error and "SIGKILL" in status.error
     with pytest.raises(ModelUnavailable, match="crash loop"):
         await run(handle, chat("x"))
     await handle.load()  # an admin load clears the backoff

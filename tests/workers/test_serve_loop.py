@@ -18,11 +18,18 @@ from mlx_gateway.protocol.messages import (
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.runtime.contract import EXIT_OK, Abort, Emit, InboxItem, RequestError
+from mlx_gateway.workers.runtime.contract import (
+    EXIT_OK,
+    Abort,
+    Backend,
+    Emit,
+    InboxItem,
+    RequestError,
+)
 from mlx_gateway.workers.runtime.serve import serve
 
 
-class ScriptedBackend:
+class ScriptedBackend(Backend):
     """Each request runs ``steps`` steps; prompts "reject"/"explode" fail on submit,
     "crash" fails its first step."""
 

@@ -10,7 +10,7 @@ can say which one matched. Errors are Anthropic-shaped:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from uuid import uuid4
 
 from starlette.requests import Request
@@ -23,17 +23,17 @@ from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, Mes
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
-from mlx_gateway.supervisor.engine.loading import start_stream
 from mlx_gateway.supervisor.engine.overflow import count_tokens as prompt_tokens
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
-from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.reply.inputs import prepare_images
+from mlx_gateway.supervisor.reply.turn import serve_turn
 
 logger = logging.getLogger(__name__)
 
@@ -147,39 +147,26 @@ async def create_message(request: Request) -> Response:
     check_turn(handle, turn)
     message_id = f"msg_{uuid4().hex}"
     builder = MessageBuilder(message_id, handle.name, stream=req.stream)
-    start = unless_disconnected(request, Turn.start(handle, turn, message_id))
-    if req.stream:
 
-        async def events(running: Turn) -> AsyncIterator[bytes]:
-            try:
-                started = running.generations[0].started
-                yield builder.opening(started.prompt_tokens if started else 0)
-                async for event in running.choice(0):
-                    chunk = builder.on(event)
-                    if chunk:
-                        yield chunk
-            except GatewayError as exc:
-                logger.warning("message stream failed after it started: %s", exc.message)
-                yield builder.error(error_type(exc.status), error_message(exc))
-            finally:
-                await running.aclose()
+    def opening(running: Turn) -> bytes:
+        started = running.generations[0].started
+        return builder.opening(started.prompt_tokens if started else 0)
 
-        def failed(exc: GatewayError) -> bytes:
-            return builder.error(error_type(exc.status), error_message(exc))
+    def failed(exc: GatewayError) -> bytes:
+        return builder.error(error_type(exc.status), error_message(exc))
 
-        keepalive = keepalive_for(request.app.state, anthropic=True)
-        return await start_stream(handle, start, events, keepalive, failed)  # type: ignore[arg-type]
-    running = await start
-    try:
-
-        async def run() -> None:
-            async for event in running.choice(0):
-                builder.on(event)
-
-        await unless_disconnected(request, run())
-    finally:
-        await running.aclose()
-    return JSONResponse(builder.message)
+    return await serve_turn(
+        request,
+        handle,
+        Turn.start(handle, turn, message_id),
+        stream=req.stream,
+        keepalive=keepalive_for(request.app.state, anthropic=True),
+        opening=opening,
+        on=builder.on,
+        broke=lambda exc: [failed(exc)],
+        body=lambda: builder.message,
+        failed=failed,
+    )
 
 
 @anthropic_errors

@@ -24,12 +24,10 @@ from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
-from mlx_gateway.supervisor.engine.loading import start_stream
 from mlx_gateway.supervisor.engine.objects import usage_from
 from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, messages_to_builtins
 from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
-from mlx_gateway.supervisor.engine.streaming import relay
 from mlx_gateway.supervisor.engine.thinking import from_effort
 from mlx_gateway.supervisor.engine.tools import output_spec, tool_spec
 from mlx_gateway.supervisor.engine.turns import (
@@ -39,12 +37,14 @@ from mlx_gateway.supervisor.engine.turns import (
     check_turn,
     template_kwargs,
 )
-from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.reply.inputs import prepare_images
+from mlx_gateway.supervisor.reply.loading import start_stream
+from mlx_gateway.supervisor.reply.streaming import relay
 
 
 class ChatEvents(ChatStream):
@@ -106,7 +106,7 @@ async def create_chat_completion(request: Request) -> Response:
             return stream.events(running)
 
         keepalive = keepalive_for(request.app.state)
-        return await start_stream(handle, start, events, keepalive)  # type: ignore[arg-type]
+        return await start_stream(handle, start, events, keepalive)
     running = await unless_disconnected(request, Turn.start(handle, turn, request_id))
     try:
         results = await unless_disconnected(request, running.collect())

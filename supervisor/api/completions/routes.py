@@ -14,17 +14,17 @@ from mlx_gateway.protocol.messages import Generate
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.kinds import COMPLETION_KINDS, require_kind
-from mlx_gateway.supervisor.engine.loading import start_stream
 from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice, Usage, usage_from
 from mlx_gateway.supervisor.engine.requests import CompletionRequest
 from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
-from mlx_gateway.supervisor.engine.streaming import relay
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.reply.loading import start_stream
+from mlx_gateway.supervisor.reply.streaming import relay
 
 
 def single_prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Done, Embed, Embeddings
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.embeddings.inputs import (
     Embedding,
     EmbeddingList,
@@ -29,7 +30,6 @@ from mlx_gateway.supervisor.api.embeddings.inputs import (
 )
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
-from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle

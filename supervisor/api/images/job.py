@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlx_gateway.protocol.messages import Done, GenerateImage, Image, ImageStep, Started
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.errors import ModelUnavailable
-from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall, unwrap
 

@@ -89,7 +89,7 @@ async def mount_adapter(request: Request) -> Response:
         raise BadRequest(f"{why}.", param="path")
     previous = next((m for m in handle.adapters if m.id == req.id), None)
     mounted = handle.adapters.add(req.id, path)
-    sent = handle.status().get("state") in RUNNING
+    sent = handle.status().state in RUNNING
     if sent:
         try:
             await _tell_worker(handle, MountAdapter(_request_id(), req.id, path))
@@ -121,7 +121,7 @@ async def unmount_adapter(request: Request) -> Response:
             param="adapter_id",
             code="adapter_not_found",
         )
-    if handle.status().get("state") in RUNNING:
+    if handle.status().state in RUNNING:
         await _tell_worker(handle, UnmountAdapter(_request_id(), adapter_id))
     mounted = handle.adapters.remove(adapter_id)
     return JSONResponse(adapter_object(handle, mounted) | {"deleted": True})

@@ -34,7 +34,7 @@ async def health(request: Request) -> Response:
         "status": "ok",
         "blas": _gateway_blas(registry),
         "memory": memory_summary(registry),
-        "models": {h.name: h.status() for h in handles},
+        "models": {h.name: h.status().public() for h in handles},
         **_loaded(handles),
     }
     if (spares := getattr(registry, "spares", None)) is not None:
@@ -54,8 +54,8 @@ def _loaded(handles: list[ModelHandle]) -> dict[str, Any]:
     """mlx-vlm's fields: the ``model_path`` of the ready model used last (``None``
     when none is ready), and the adapter folder(s) of its latest request."""
     ready = [(h, h.status()) for h in handles]
-    ready = [(h, s) for h, s in ready if s["state"] == "ready"]
-    last = max(ready, key=lambda hs: hs[1].get("last_used") or 0.0, default=(None, None))[0]
+    ready = [(h, s) for h, s in ready if s.state == "ready"]
+    last = max(ready, key=lambda hs: hs[1].last_used or 0.0, default=(None, None))[0]
     adapter = None
     if last is not None and last.adapters.last_used:
         paths = {m.id: m.path for m in last.adapters}

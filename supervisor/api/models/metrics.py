@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.models.routes import memory_summary
-from mlx_gateway.supervisor.http.recorder import Recorder
 from mlx_gateway.supervisor.metrics import CONTENT_TYPE, counter_of, gauge
 from mlx_gateway.supervisor.peers.directory import Peer
 from mlx_gateway.supervisor.pool.state import WorkerState
+from mlx_gateway.supervisor.recorder import Recorder
 
 STATES = tuple(dict.fromkeys(state.public for state in WorkerState))
 """Every public state name, once each (``unloaded``, ``loading``, ``ready``…)."""
@@ -77,9 +77,9 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         "(its worker reported it), configured (memory_estimate) or estimated.",
         ("model", "source"),
         (
-            ((h.name, status["memory_need_source"]), float(status["memory_need"]))
+            ((h.name, status.memory_need_source), float(status.memory_need))
             for h in handles
-            if (status := h.status()).get("memory_need")
+            if (status := h.status()).memory_need
         ),
     )
     yield from gauge(

@@ -291,7 +291,7 @@ def build(server: ServerConfig, names: list[str], routes: Iterable[BaseRoute]) -
     (served names and aliases) with the keys of ``server``."""
     found = _routes(routes)
     structs: dict[str, Any] = {}
-    from mlx_gateway.supervisor.engine.objects import ErrorBody
+    from mlx_gateway.supervisor.http.error_body import ErrorBody
 
     structs["engine.objects:ErrorBody"] = ErrorBody
     for method, path, _ in found:

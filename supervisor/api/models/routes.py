@@ -31,7 +31,7 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
         "created": CREATED,
         "owned_by": OWNED_BY,
     }
-    for key, value in handle.status().items():
+    for key, value in handle.status().public().items():
         entry.setdefault(key, value)
     entry.setdefault("aliases", list(handle.config.aliases))
     entry.setdefault("model_type", handle.config.model_type)

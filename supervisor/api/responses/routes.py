@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -32,18 +31,17 @@ from mlx_gateway.supervisor.api.responses.tools import flat_name, request_tools
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
-from mlx_gateway.supervisor.engine.loading import start_stream
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.thinking import from_effort
 from mlx_gateway.supervisor.engine.tools import OutputSpec, checked_spec
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
-from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.reply.inputs import prepare_images
+from mlx_gateway.supervisor.reply.turn import serve_turn
 
 logger = logging.getLogger(__name__)
 
@@ -187,39 +185,24 @@ async def create_response(request: Request) -> Response:
             conversation = [*earlier, *new_messages, *to_chat(output_items(response["output"]))]
             store.put(response, stored_input(items), conversation)
 
-    start = _start(handle, turn, skeleton["id"])
-    if req.stream:
+    def broke(exc: GatewayError) -> list[bytes]:
+        return [
+            builder.error(exc.message, exc.code, exc.param),
+            builder.fail(exc.message, exc.code),
+        ]
 
-        async def events(running: Turn) -> AsyncIterator[bytes]:
-            try:
-                yield builder.opening()
-                async for event in running.choice(0):
-                    chunk = builder.on(event)
-                    if chunk:
-                        yield chunk
-                keep()
-            except GatewayError as exc:
-                logger.warning("response stream failed after it started: %s", exc.message)
-                yield builder.error(exc.message, exc.code, exc.param)
-                yield builder.fail(exc.message, exc.code)
-            finally:
-                await running.aclose()
-
-        keepalive = keepalive_for(request.app.state)
-        starting = unless_disconnected(request, start)
-        return await start_stream(handle, starting, events, keepalive)  # type: ignore[arg-type]
-    running = await unless_disconnected(request, start)
-    try:
-
-        async def run() -> None:
-            async for event in running.choice(0):
-                builder.on(event)
-
-        await unless_disconnected(request, run())
-    finally:
-        await running.aclose()
-    keep()
-    return JSONResponse(builder.response)
+    return await serve_turn(
+        request,
+        handle,
+        _start(handle, turn, skeleton["id"]),
+        stream=req.stream,
+        keepalive=keepalive_for(request.app.state),
+        opening=lambda running: builder.opening(),
+        on=builder.on,
+        broke=broke,
+        body=lambda: builder.response,
+        finished=keep,
+    )
 
 
 _PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}

@@ -19,17 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 
-from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.keepalive import KeepAlive
-from mlx_gateway.supervisor.http.replies import EventStream, SSEStream, error_event
+from mlx_gateway.supervisor.http.replies import Closable, EventStream, SSEStream, error_event
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+
+R = TypeVar("R", bound=Closable)
+"""What a stream relays: a :class:`Generation`, or a ``Turn`` of several."""
 
 GRACE_SECONDS = 2.0
 """How long a stream waits for its generation to start before it commits to a 200:
@@ -46,13 +48,13 @@ def loading_note(handle: ModelHandle) -> str:
     """What a stream waiting for its model shows: ``loading qwen 42%``, or
     ``waiting for a free slot on qwen`` (the model is ready and busy)."""
     status = handle.status()
-    if status["state"] == "ready":
+    if status.state == "ready":
         return f"waiting for a free slot on {handle.name}"
-    progress = status.get("load_progress") or {}
-    fraction = progress.get("fraction")
-    stage = progress.get("stage") or status["state"]
+    progress = status.load_progress
+    fraction = progress.fraction if progress is not None else None
+    stage = progress.stage if progress is not None else status.state
     done = f" {fraction * 100:.0f}%" if isinstance(fraction, int | float) else ""
-    waiting = "waiting for memory" if status["state"] == "unloaded" else stage
+    waiting = "waiting for memory" if status.state == "unloaded" else stage
     return f"{waiting} {handle.name}{done}".replace("load ", "loading ", 1)
 
 
@@ -67,11 +69,11 @@ def progress_note(running: Any) -> str:
 
 
 async def _events(
-    task: asyncio.Future[Generation],
-    relay: Callable[[Generation], AsyncIterator[bytes]],
+    task: asyncio.Future[R],
+    relay: Callable[[R], AsyncIterator[bytes]],
     failed: Callable[[GatewayError], bytes],
 ) -> AsyncIterator[bytes]:
-    generation: Generation | None = None
+    generation: R | None = None
     try:
         await asyncio.wait({task})
         try:
@@ -96,8 +98,8 @@ async def _events(
 
 async def start_stream(
     handle: ModelHandle,
-    start: Awaitable[Generation],
-    relay: Callable[[Generation], AsyncIterator[bytes]],
+    start: Awaitable[R],
+    relay: Callable[[R], AsyncIterator[bytes]],
     keepalive: KeepAlive | None = None,
     failed: Callable[[GatewayError], bytes] = openai_failure,
 ) -> StreamingResponse:
@@ -107,7 +109,7 @@ async def start_stream(
     load's progress first (and ends with ``failed(error)`` if ``start`` fails then).
     Both send ``keepalive`` events while quiet."""
     keepalive = keepalive or KeepAlive()
-    task: asyncio.Future[Generation] = asyncio.ensure_future(start)
+    task: asyncio.Future[R] = asyncio.ensure_future(start)
     try:
         done, _ = await asyncio.wait({task}, timeout=GRACE_SECONDS)
     except BaseException:

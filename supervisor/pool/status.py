@@ -1,0 +1,47 @@
+"""What a model's handle reports of itself: a typed record, and the JSON that
+``/v1/models`` and ``/health`` show of it (:meth:`ModelStatus.public`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class LoadProgress(msgspec.Struct):
+    """How far a load got: ``stage`` (download, load…), a ``fraction`` when known."""
+
+    stage: str
+    fraction: float | None = None
+    detail: str | None = None
+
+
+class ModelStatus(msgspec.Struct, kw_only=True):
+    state: str
+    """``unloaded``, ``loading``, ``ready``, ``stopping`` or ``failed``."""
+    pid: int | None = None
+    inflight: int = 0
+    waiting: int = 0
+    last_used: float | None = None
+    """Unix time at which its last request ended."""
+    error: str | None = None
+    context_length: int | None = None
+    memory: int | None = None
+    """Resident bytes of its worker (ready only)."""
+    memory_detail: dict[str, Any] | None = None
+    memory_need: int | None = None
+    memory_need_source: str = "unknown"
+    memory_need_parts: dict[str, int] | None = None
+    load_progress: LoadProgress | None = None
+    pinned: bool = False
+    draining: bool = False
+    crashes: int = 0
+    evictions: int = 0
+    blas: str | None = None
+    tool_prompt: str | None = None
+    draft_model: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The JSON object of this status (every field, ``null`` where unknown)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out

@@ -1,0 +1,82 @@
+"""The tail every chat-like API shares: a started turn relayed as a stream of that
+API's events, or run to its end and answered as one JSON body.
+
+The Responses API and Anthropic Messages each bring an event builder (the
+callables below); this module owns the rest: the stream that starts at once or
+after the model loaded (:func:`~.loading.start_stream`), a failure after the
+stream began, closing the turn however the request ends, and the client leaving
+while a non-streamed answer is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.supervisor.engine.turns import Turn
+from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.keepalive import KeepAlive
+from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
+
+logger = logging.getLogger(__name__)
+
+
+async def serve_turn(
+    request: Request,
+    handle: ModelHandle,
+    start: Awaitable[Turn],
+    *,
+    stream: bool,
+    keepalive: KeepAlive,
+    opening: Callable[[Turn], bytes],
+    on: Callable[[Any], bytes | None],
+    broke: Callable[[GatewayError], Iterable[bytes]],
+    body: Callable[[], Any],
+    finished: Callable[[], None] = lambda: None,
+    failed: Callable[[GatewayError], bytes] = openai_failure,
+) -> Response:
+    """Answer one turn (choice 0) of ``start``.
+
+    ``opening`` is the stream's first event, ``on`` turns each turn event into the
+    API's stream bytes (or ``None``: nothing to send yet) and feeds the builder that
+    ``body`` reads for a non-streamed answer; ``broke`` ends a stream that failed
+    after it began, ``failed`` one that failed while its model was loading;
+    ``finished`` runs once the turn ended well (storing a response, say)."""
+    starting = unless_disconnected(request, start)
+    if stream:
+
+        async def events(running: Turn) -> AsyncIterator[bytes]:
+            try:
+                yield opening(running)
+                async for event in running.choice(0):
+                    chunk = on(event)
+                    if chunk:
+                        yield chunk
+                finished()
+            except GatewayError as exc:
+                logger.warning("%s stream failed after it started: %s", handle.name, exc.message)
+                for chunk in broke(exc):
+                    yield chunk
+            finally:
+                await running.aclose()
+
+        return await start_stream(handle, starting, events, keepalive, failed)
+    running = await starting
+    try:
+
+        async def run() -> None:
+            async for event in running.choice(0):
+                on(event)
+
+        await unless_disconnected(request, run())
+    finally:
+        await running.aclose()
+    finished()
+    return JSONResponse(body())
