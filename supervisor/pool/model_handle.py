@@ -1,7 +1,7 @@
 """What the API surfaces and the engine may use of a model's handle.
 
 :class:`~.handle.WorkerHandle` is the implementation; the API tests' in-process fake
-(tests/api/fakes.py) is another. Both carry a real :class:`ModelConfig`.
+(tests/supervisor/api/fakes.py) is another. Both carry a real :class:`ModelConfig`.
 """
 
 from __future__ import annotations

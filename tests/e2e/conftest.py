@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 from starlette.applications import Starlette
 
-from tests.api.clients import asgi_client, strict_sdk
+from tests.supervisor.api.clients import asgi_client, strict_sdk
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
