@@ -66,6 +66,8 @@ class Placement:
         self.needs = needs if needs is not None else NeedBook()
         self._reserved: set[WorkerHandle] = set()
         self._draining: set[WorkerHandle] = set()
+        self._waiting: dict[WorkerHandle, int] = {}
+        """Models whose start waits in :meth:`make_room`, and how many starts of each."""
         self._estimates: dict[str, Need] = {}
         self._limits_sent: dict[WorkerHandle, int] = {}
         self._lock = asyncio.Lock()
@@ -86,6 +88,10 @@ class Placement:
         self._changed.set()
         self._changed = asyncio.Event()
         self._send_limits()
+
+    def waiting_for_room(self) -> list[str]:
+        """The models whose start waits for room now (their requests or an admin load)."""
+        return sorted(handle.name for handle in self._waiting)
 
     def is_reserved(self, handle: WorkerHandle) -> bool:
         return handle in self._reserved
@@ -226,8 +232,15 @@ class Placement:
                 raise self.blocked(handle)
             # Wake up on any change, or when a blocker becomes old enough to drain.
             wait = min(remaining, self._until_drainable(plan.blockers))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), wait)
+            self._waiting[handle] = self._waiting.get(handle, 0) + 1
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), wait)
+            finally:
+                if self._waiting[handle] > 1:
+                    self._waiting[handle] -= 1
+                else:
+                    del self._waiting[handle]
 
     async def _evict(self, victims: list[WorkerHandle], newcomer: WorkerHandle) -> bool:
         for victim in victims:

@@ -227,6 +227,8 @@ def main() -> None:
                         len(words),
                         behaviour,
                     )
+                    if behaviour == "hang":  # tests wait for this line, not a fixed time
+                        print(f"hanging {request.request_id}", flush=True)
                     if behaviour == "prefill":
                         seconds = float(words[1]) if len(words) > 1 else 1.0
                         item.prefill_until = time.monotonic() + seconds
@@ -253,6 +255,8 @@ def main() -> None:
                         len(str(m.get("content", "")).split()) for m in request.messages or []
                     )
                     send(Done(request_id=rid, finish_reason="counted", usage=Usage(count, 0)))
+                case Cancel(request_id=rid) if rid not in active:
+                    print(f"cancel for {rid}: not running", flush=True)
                 case Cancel(request_id=rid) if rid in active:
                     print(f"cancelled {rid}", flush=True)
                     item = active.pop(rid)

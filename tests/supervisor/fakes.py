@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -95,3 +96,33 @@ async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.05)
+
+
+def worker_output(handle: WorkerHandle) -> list[str]:
+    """The fake worker's output lines so far, as the gateway read them."""
+    assert handle._proc is not None
+    return list(handle._proc.stderr)
+
+
+async def reached_worker(handle: WorkerHandle, request_id: str) -> None:
+    """Wait until the fake worker holds the ``hang`` request ``request_id``."""
+    await wait_for(lambda: f"hanging {request_id}" in worker_output(handle))
+
+
+async def barrier(handle: WorkerHandle, request_id: str = "barrier") -> None:
+    """Wait until the fake worker has handled everything sent to it before now: a
+    ``hang`` request is sent and cancelled, and its cancellation's log line read.
+    Messages on the socket and lines of the output keep their order, so whatever
+    an earlier message made the worker print is in :func:`worker_output` by then."""
+
+    async def held() -> None:
+        async with handle.session() as session:
+            async for _ in session.generate(chat("hang", request_id=request_id)):
+                pass
+
+    task = asyncio.create_task(held())
+    await reached_worker(handle, request_id)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await wait_for(lambda: f"cancelled {request_id}" in worker_output(handle))

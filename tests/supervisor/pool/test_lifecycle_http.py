@@ -229,21 +229,25 @@ def test_sigterm_ends_the_web_uis_live_log_stream() -> None:
     ended: list[float] = []
     failures: list[BaseException] = []
     with LiveGateway({"model_path": M}) as gw:
+        streaming = threading.Event()
 
         def follow() -> None:
             try:
                 with httpx.stream("GET", f"{gw.url}/ui/logs", timeout=30) as response:
                     assert response.status_code == 200
+                    streaming.set()
                     for _ in response.iter_lines():
                         pass
                 ended.append(time.monotonic())
             except BaseException as exc:
                 failures.append(exc)
+            finally:
+                streaming.set()
 
         reader = threading.Thread(target=follow)
         reader.start()
-        time.sleep(0.5)
-        assert reader.is_alive()
+        assert streaming.wait(10)
+        assert reader.is_alive() and not ended and not failures  # it streams
         started = time.monotonic()
         gw.signal_stop()
         reader.join(30)

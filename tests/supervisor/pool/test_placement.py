@@ -93,7 +93,7 @@ async def test_newcomer_waits_for_a_busy_worker_then_starts(make_registry: Any) 
     a, b = registry.handles
     busy = await hold(a, "busy-a")
     waiting = asyncio.create_task(run(b, chat("after a")))
-    await asyncio.sleep(0.5)
+    await wait_for(lambda: registry.placement.waiting_for_room() == ["b"])
     assert not waiting.done() and b.state is WorkerState.STOPPED
     busy.cancel()  # a's request ends: a is idle, b evicts it
     await asyncio.gather(busy, return_exceptions=True)
@@ -159,7 +159,7 @@ async def test_admission_queue_then_429_then_queue_timeout(make_registry: Any) -
     assert timeout_info.value.status == 503
     busy.cancel()
     await asyncio.gather(busy, return_exceptions=True)
-    await asyncio.sleep(0.1)
+    await wait_for(lambda: m.inflight == 0)
     assert (await run(m, chat("free again")))[0] == "free again "
 
 
@@ -168,7 +168,7 @@ async def test_queued_request_gets_the_slot_when_it_frees(make_registry: Any) ->
     (m,) = registry.handles
     busy = await hold(m, "slot-holder")
     queued = asyncio.create_task(run(m, chat("next in line")))
-    await asyncio.sleep(0.3)
+    await wait_for(lambda: m.waiting == 1)  # it waits for the slot
     assert not queued.done()
     busy.cancel()
     await asyncio.gather(busy, return_exceptions=True)
@@ -399,7 +399,7 @@ async def test_group_member_waits_for_a_starting_or_busy_one(make_registry: Any)
     # b busy: an admin load of a waits for b (it may not start beside it).
     busy = await hold(b, "busy-b")
     loading = asyncio.create_task(registry.load("a"))
-    await asyncio.sleep(0.5)
+    await wait_for(lambda: registry.placement.waiting_for_room() == ["a"])
     assert not loading.done() and a.state is WorkerState.STOPPED
     busy.cancel()
     await asyncio.gather(busy, return_exceptions=True)

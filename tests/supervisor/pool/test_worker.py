@@ -16,9 +16,10 @@ from mlx_gateway.supervisor.errors import (
     ModelUnavailable,
     WorkerCrashed,
 )
+from mlx_gateway.supervisor.pool.reaper import reapable
 from mlx_gateway.supervisor.pool.state import WorkerState
 
-from ..fakes import alive, chat, run, wait_for
+from ..fakes import alive, chat, reached_worker, run, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -150,7 +151,7 @@ async def test_leaving_early_cancels_in_the_worker(make_registry: Any) -> None:
 
     task = asyncio.create_task(consume())
     await wait_for(lambda: handle.inflight == 1 and handle.state is WorkerState.READY)
-    await asyncio.sleep(0.2)
+    await reached_worker(handle, "to-cancel")
     task.cancel()  # what Starlette does when the client disconnects
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -204,7 +205,13 @@ async def test_eager_model_starts_at_launch_and_is_not_reaped(make_registry: Any
     registry = await make_registry({"model_path": "fake/ok", "on_demand": False, "idle_timeout": 1})
     handle = registry.resolve("fake/ok")
     await wait_for(lambda: handle.state is WorkerState.READY)
-    await asyncio.sleep(1.6)
+    # The reaper's decision with its clock an hour past the idle timeout: never an
+    # eager model, but an on-demand one (so the check can fail).
+    later = time.monotonic() + 3600
+    assert not reapable(handle, later)
+    handle.config.on_demand = True
+    assert reapable(handle, later)
+    handle.config.on_demand = False
     assert handle.state is WorkerState.READY
 
 
