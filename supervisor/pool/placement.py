@@ -30,6 +30,7 @@ from mlx_gateway.supervisor.pool.eviction import (
     decide,
     never_fits,
 )
+from mlx_gateway.supervisor.pool.fit import decision as fit_decision
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, estimate, format_size
 from mlx_gateway.supervisor.pool.needs import NeedBook, key_of
@@ -203,7 +204,7 @@ class Placement:
     async def make_room(self, handle: WorkerHandle, deadline: float) -> None:
         """Return once ``handle`` may start (it is then *reserved*); raise
         :class:`ModelUnavailable` when it can never fit or ``deadline`` passes."""
-        if reason := self.never_fits(handle):
+        if not self.is_resident(handle) and (reason := self.never_fits(handle)):
             raise ModelUnavailable(reason, code="insufficient_memory")
         while True:
             changed = self._changed
@@ -228,6 +229,33 @@ class Placement:
             wait = min(remaining, self._until_drainable(plan.blockers))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), wait)
+
+    async def force_room(self, handle: WorkerHandle) -> list[WorkerHandle]:
+        """An admin ``load`` with ``force``: reserve room for ``handle`` past the
+        budget's refusal. The idle models the decision gives up are stopped (as
+        ``GET …/fit`` lists them under ``force``); busy and pinned ones stay, and the
+        model runs over the budget when it must. Returns the models stopped."""
+        async with self._lock:
+            if self.is_resident(handle):
+                return []
+            chosen, others, stops_spares = fit_decision(self, handle)
+            if stops_spares and self.spares is not None:
+                await self.spares.discard_all(f"room for '{handle.name}' (forced)")
+            victims = [others[key] for key in chosen.evict]
+            over = self.need_of(handle) - (
+                self.budget - self.used(excluding=handle) + sum(map(self.need_of, victims))
+            )
+            log.warning(
+                "[%s] loading past the memory budget by an admin request (force): needs %s, "
+                "%s; stopping idle %s",
+                handle.name,
+                format_size(self.need_of(handle)),
+                f"over the budget by {format_size(over)}" if over > 0 else "within the budget",
+                ", ".join(f"'{v.name}'" for v in victims) or "none",
+            )
+            await self._evict(victims, handle)
+            self._reserved.add(handle)
+            return [v for v in victims if v.state is WorkerState.STOPPED]
 
     async def _evict(self, victims: list[WorkerHandle], newcomer: WorkerHandle) -> bool:
         for victim in victims:
