@@ -6,8 +6,9 @@ The first ``connect`` of a client copies its file to ``<file>.mlx-gateway-backup
 ``$XDG_STATE_HOME/mlx-gateway/connect/``) the path, whether the file existed, and
 a digest of what was written. Later ``connect``s of that client merge into the
 current file and keep the first backup. ``--undo`` moves the backup back (or
-removes the file ``connect`` created); when the file was changed after ``connect``
-wrote it, that version is kept beside it as ``<file>.mlx-gateway-undone``.
+removes the file ``connect`` created); when someone else changed the file after
+``connect`` wrote it, the current version is kept beside it as
+``<file>.mlx-gateway-undone``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class Edit:
     existed: bool
     written: str
     """SHA-256 of the bytes ``connect`` last wrote."""
+    edited: bool = False
+    """Someone else changed the file between two ``connect`` runs (their change was
+    merged into the later write, and ``--undo`` keeps it aside)."""
 
     @property
     def backup(self) -> Path:
@@ -90,14 +94,25 @@ class Ledger:
     def get(self, client: str) -> Edit | None:
         try:
             raw = json.loads(self._file(client).read_text(encoding="utf-8"))
-            return Edit(client, Path(raw["path"]), bool(raw["existed"]), str(raw["written"]))
+            return Edit(
+                client,
+                Path(raw["path"]),
+                bool(raw["existed"]),
+                str(raw["written"]),
+                bool(raw.get("edited", False)),
+            )
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConnectError(f"the record {self._file(client)} is unreadable: {exc}") from None
 
     def put(self, edit: Edit) -> None:
-        record = {"path": str(edit.path), "existed": edit.existed, "written": edit.written}
+        record = {
+            "path": str(edit.path),
+            "existed": edit.existed,
+            "written": edit.written,
+            "edited": edit.edited,
+        }
         write_atomically(self._file(edit.client), json.dumps(record).encode() + b"\n", 0o600)
 
     def drop(self, client: str) -> None:
@@ -122,6 +137,7 @@ def apply(ledger: Ledger, client: str, path: Path, text: str) -> Edit:
         edit = Edit(client, path, existed, _digest(data))
     elif path.exists():
         mode = path.stat().st_mode & 0o777
+        edit.edited = edit.edited or _digest(path.read_bytes()) != edit.written
     write_atomically(path, data, mode)
     edit.written = _digest(data)
     ledger.put(edit)
@@ -134,10 +150,10 @@ def undo(ledger: Ledger, client: str) -> list[str]:
     if edit is None:
         raise ConnectError(f"{client} is not connected by mlx-gateway: nothing to undo")
     notes = []
-    if edit.path.exists() and _digest(edit.path.read_bytes()) != edit.written:
+    if edit.path.exists() and (edit.edited or _digest(edit.path.read_bytes()) != edit.written):
         kept = edit.path.with_name(edit.path.name + UNDONE_SUFFIX)
         shutil.copy2(edit.path, kept)
-        notes.append(f"{edit.path} changed since connect wrote it; that version is kept as {kept}")
+        notes.append(f"{edit.path} was also changed by others; that version is kept as {kept}")
     if edit.existed:
         if not edit.backup.exists():
             raise ConnectError(
