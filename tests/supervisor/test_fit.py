@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from mlx_gateway.supervisor.pool.state import WorkerState
+from mlx_gateway.supervisor.status import fetch_models, table
 
 from .fakes import alive, chat, run, wait_for
 from .live import LiveGateway
@@ -79,6 +80,10 @@ def test_fit_names_exactly_the_models_a_load_evicts() -> None:
         assert answer["evict"] == ["b"] and answer["blockers"] == []
         assert answer["free"] == int(0.5 * GB)
         assert "stops the idle models b" in answer["message"]
+        listed = {m["id"]: m["fit"] for m in http.get("/v1/models").json()["data"]}
+        assert listed["c"] == {"verdict": "evicts", "evict": ["b"], "blockers": []}
+        rows = {line.split()[0]: line for line in table(fetch_models(gw.url)).splitlines()}
+        assert "evicts b" in rows["c"] and "loaded" in rows["a"]  # mlx-gateway status
         before = states(gw)
         r = http.post("/v1/models/c/load")
         assert r.status_code == 200, r.text
