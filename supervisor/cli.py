@@ -23,6 +23,7 @@ from mlx_gateway.supervisor.config.sizes import parse_size
 from mlx_gateway.supervisor.connect import cli as connect_cli
 from mlx_gateway.supervisor.http.auth import exposure_warning
 from mlx_gateway.supervisor.logs import log_file_path, setup_logging
+from mlx_gateway.supervisor.service import cli as service_cli
 
 log = logging.getLogger("mlx_gateway")
 
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_parser(sub)
     pull.add_parser(sub)
     connect_cli.add_parser(sub)
+    service_cli.add_parser(sub)
     convert = sub.add_parser(
         "convert-whisper",
         help="convert a CTranslate2 (faster-whisper) Whisper model to mlx-whisper's format",
@@ -197,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return pull.run(args)
     if args.command == "connect":
         return connect_cli.run(args)
+    if args.command == "service":
+        return service_cli.run(args)
     if args.command == "convert-whisper":
         return convert_whisper(args)
     if args.command == "launch":
