@@ -80,6 +80,8 @@ def resolve(
         aliases = {str(a) for e in chat for a in e.get("aliases") or ()}
         asked = True
     except StatusError as exc:
+        if " answered 401" in str(exc) or " answered 403" in str(exc):
+            raise ConnectError(f"{exc}; give a key it takes with --api-key (or --config)") from None
         if config is None:
             if model is None:
                 raise ConnectError(

@@ -85,8 +85,14 @@ def install(args: Any, env: Mapping[str, str]) -> int:
     if args.no_start:
         print("not started (--no-start); to start it: " + " && ".join(map(" ".join, commands)))
     else:
-        for command in commands:
-            _run(command)
+        try:
+            for command in commands:
+                _run(command)
+        except ServiceError as exc:
+            raise ServiceError(
+                f"{exc}. {path} is written; start it once the service manager answers: "
+                + " && ".join(map(" ".join, commands))
+            ) from None
         print(f"started; the gateway answers on {plan.url} (`mlx-gateway service status`)")
     if platform == "linux":
         print(systemd.HINT)
