@@ -294,7 +294,7 @@ def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
                 f"{key} applies to language and vision models, not to model_type "
                 f"{model.model_type!r}; remove it",
             )
-    if model.context_length == "auto" and kind not in ("lm", "vlm"):
+    if model.context_length == "auto" and not KINDS[kind].memory.kv:
         raise ctx.error(
             (*here, "context_length"),
             "context_length: auto sizes a KV cache, which only language and vision models "

@@ -19,11 +19,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_gateway.protocol.kinds import CHAT, MODEL_TYPES, kind_serves
 from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.connect.files import ConnectError
 from mlx_gateway.supervisor.status import StatusError, default_url, fetch_models
 
-CHAT_TYPES = ("lm", "vlm", "multimodal")
+
+def is_chat(model_type: str) -> bool:
+    """Whether models of ``model_type`` answer chat (lm, vlm …; the kind table says)."""
+    kind = MODEL_TYPES.get(model_type)
+    return kind is not None and kind_serves(kind, CHAT)
 
 
 @dataclass
@@ -58,7 +63,7 @@ def _fits(url: str, key: str | None, model: str) -> bool:
 
 
 def _chat_entries(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [e for e in entries if e.get("model_type", "lm") in CHAT_TYPES and e.get("id")]
+    return [e for e in entries if is_chat(str(e.get("model_type", "lm"))) and e.get("id")]
 
 
 def resolve(
@@ -90,7 +95,7 @@ def resolve(
                 ) from None
             names = []
         else:
-            chosen = [m for m in config.models if m.model_type in CHAT_TYPES]
+            chosen = [m for m in config.models if is_chat(m.model_type)]
             names = [m.served_model_name for m in chosen]
             aliases = {a for m in chosen for a in m.aliases}
             notes.append(f"{exc}: the model was chosen from the config, not asked")

@@ -12,15 +12,12 @@ what ``force`` would do instead (:meth:`.placement.Placement.force_room`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mlx_gateway.supervisor.pool.eviction import Decision, Newcomer, decide
+from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.memory import format_size
+from mlx_gateway.supervisor.pool.placement import Placement
 from mlx_gateway.supervisor.pool.state import WorkerState
-
-if TYPE_CHECKING:
-    from mlx_gateway.supervisor.pool.handle import WorkerHandle
-    from mlx_gateway.supervisor.pool.placement import Placement
 
 VERDICTS = ("resident", "fits", "evicts", "waits", "too_big")
 """``resident``: loaded (or starting) already; ``fits``: starts without evicting;
@@ -106,22 +103,6 @@ class Fit:
         }
 
 
-def decision(placement: Placement, handle: WorkerHandle) -> tuple[Decision, dict[str, Any], bool]:
-    """The eviction decision for starting ``handle`` now, the resident handles by
-    record name, and whether the spare workers go first (as ``make_room`` does)."""
-    others = {
-        str(id(h)): h for h in placement.handles if h is not handle and placement.is_resident(h)
-    }
-    records = [placement.resident_record(h) for h in others.values()]
-    newcomer = Newcomer(str(id(handle)), placement.need_of(handle), handle.config.group)
-    spares = placement.spares.nbytes() if placement.spares is not None else 0
-    chosen = decide(records, newcomer, placement.budget - spares)
-    stops_spares = False
-    if spares and (chosen.evict or not chosen.fits):
-        chosen, stops_spares = decide(records, newcomer, placement.budget), True
-    return chosen, others, stops_spares
-
-
 def assess(placement: Placement, handle: WorkerHandle) -> Fit:
     """What loading ``handle`` now would do (changes nothing)."""
     need = placement.need(handle)
@@ -131,7 +112,7 @@ def assess(placement: Placement, handle: WorkerHandle) -> Fit:
     if placement.is_resident(handle):
         fit.verdict = "resident"
         return fit
-    chosen, others, fit.stops_spares = decision(placement, handle)
+    chosen, others, fit.stops_spares = placement.decision(handle)
     names = {key: h.name for key, h in others.items()}
     fit.force_evict = [names[key] for key in chosen.evict]
     freed = sum(placement.need_of(others[key]) for key in chosen.evict)

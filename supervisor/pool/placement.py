@@ -30,7 +30,6 @@ from mlx_gateway.supervisor.pool.eviction import (
     decide,
     never_fits,
 )
-from mlx_gateway.supervisor.pool.fit import decision as fit_decision
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, estimate, format_size
 from mlx_gateway.supervisor.pool.needs import NeedBook, key_of
@@ -230,6 +229,19 @@ class Placement:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), wait)
 
+    def decision(self, handle: WorkerHandle) -> tuple[Decision, dict[str, WorkerHandle], bool]:
+        """The eviction decision for starting ``handle`` now, the resident handles by
+        record name, and whether the spare workers go first (as :meth:`make_room`
+        discards them when the newcomer would evict or wait). Changes nothing."""
+        others = {str(id(h)): h for h in self.handles if h is not handle and self.is_resident(h)}
+        records = [self.resident_record(h) for h in others.values()]
+        newcomer = Newcomer(str(id(handle)), self.need_of(handle), handle.config.group)
+        spares = self.spares.nbytes() if self.spares is not None else 0
+        chosen = decide(records, newcomer, self.budget - spares)
+        if spares and (chosen.evict or not chosen.fits):
+            return decide(records, newcomer, self.budget), others, True
+        return chosen, others, False
+
     async def force_room(self, handle: WorkerHandle) -> list[WorkerHandle]:
         """An admin ``load`` with ``force``: reserve room for ``handle`` past the
         budget's refusal. The idle models the decision gives up are stopped (as
@@ -238,7 +250,7 @@ class Placement:
         async with self._lock:
             if self.is_resident(handle):
                 return []
-            chosen, others, stops_spares = fit_decision(self, handle)
+            chosen, others, stops_spares = self.decision(handle)
             if stops_spares and self.spares is not None:
                 await self.spares.discard_all(f"room for '{handle.name}' (forced)")
             victims = [others[key] for key in chosen.evict]

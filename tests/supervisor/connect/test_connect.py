@@ -16,7 +16,7 @@ import yaml
 from mlx_gateway.supervisor.cli import build_parser
 from mlx_gateway.supervisor.connect.cli import run
 
-from .live import LiveGateway
+from ..live import LiveGateway
 
 pytestmark = pytest.mark.slow
 

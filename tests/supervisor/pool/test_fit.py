@@ -13,8 +13,8 @@ import pytest
 from mlx_gateway.supervisor.pool.state import WorkerState
 from mlx_gateway.supervisor.status import fetch_models, table
 
-from .fakes import alive, chat, run, wait_for
-from .live import LiveGateway
+from ..fakes import alive, chat, run, wait_for
+from ..live import LiveGateway
 
 pytestmark = pytest.mark.slow
 

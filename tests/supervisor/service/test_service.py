@@ -30,7 +30,7 @@ import yaml
 from mlx_gateway.supervisor.cli import build_parser
 from mlx_gateway.supervisor.service.cli import run
 
-from ..e2e.gateway import free_port
+from ...e2e.gateway import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -119,6 +119,8 @@ class Running:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(30)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @pytest.fixture
