@@ -20,8 +20,10 @@ from mlx_gateway.supervisor.config import (
 )
 from mlx_gateway.supervisor.config.launch_flags import add_launch_flags, flag_values
 from mlx_gateway.supervisor.config.sizes import parse_size
+from mlx_gateway.supervisor.connect import cli as connect_cli
 from mlx_gateway.supervisor.http.auth import exposure_warning
 from mlx_gateway.supervisor.logs import log_file_path, setup_logging
+from mlx_gateway.supervisor.service import cli as service_cli
 
 log = logging.getLogger("mlx_gateway")
 
@@ -54,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_launch_flags(flags)
     status.add_parser(sub)
     pull.add_parser(sub)
+    connect_cli.add_parser(sub)
+    service_cli.add_parser(sub)
     convert = sub.add_parser(
         "convert-whisper",
         help="convert a CTranslate2 (faster-whisper) Whisper model to mlx-whisper's format",
@@ -193,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return status.run(args)
     if args.command == "pull":
         return pull.run(args)
+    if args.command == "connect":
+        return connect_cli.run(args)
+    if args.command == "service":
+        return service_cli.run(args)
     if args.command == "convert-whisper":
         return convert_whisper(args)
     if args.command == "launch":

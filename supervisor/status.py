@@ -3,7 +3,8 @@
 Reads ``GET /v1/models`` with the standard library (no HTTP client dependency in
 the gateway), and prints one row per model: name, state (with load progress),
 pid, in flight, waiting, memory (what the worker reports), need (what the memory
-budget counts, and whether it was measured, configured or estimated), last used
+budget counts, and whether it was measured, configured or estimated), whether a
+load would fit now (and which idle models it would evict), last used
 and the last error's first line; then the budget, what is reserved and what is free.
 """
 
@@ -28,6 +29,7 @@ COLUMNS = (
     "WAITING",
     "MEMORY",
     "NEED",
+    "FIT",
     "LAST USED",
     "ERROR",
 )
@@ -129,6 +131,21 @@ def _need(entry: Mapping[str, Any]) -> str:
     return f"{size} ({source})" if size != "-" and source else size
 
 
+def _fit(entry: Mapping[str, Any]) -> str:
+    """Would a load fit now: ``loaded``, ``yes``, ``evicts a, b``, ``waits for a``,
+    ``too big`` (``GET /v1/models/{id}/fit`` tells more); ``-`` when not known."""
+    fit = entry.get("fit")
+    if not isinstance(fit, Mapping):
+        return "-"
+    verdict = fit.get("verdict")
+    if verdict == "evicts":
+        return "evicts " + ", ".join(map(str, fit.get("evict") or ()))
+    if verdict == "waits":
+        return "waits for " + ", ".join(map(str, fit.get("blockers") or ()))
+    words = {"resident": "loaded", "fits": "yes", "too_big": "too big"}
+    return words.get(str(verdict), "-")
+
+
 def budget_line(memory: Mapping[str, Any] | None) -> str:
     """``memory budget 24.0 GiB: 3.2 GiB reserved, 20.8 GiB free``; ``""`` when unknown."""
     if not memory:
@@ -167,6 +184,7 @@ def rows(models: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...
                 _cell(entry.get("waiting", 0)),
                 human_bytes(entry.get("memory")),
                 _need(entry),
+                _fit(entry),
                 ago(entry.get("last_used"), now),
                 error_line or "-",
             )

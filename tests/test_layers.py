@@ -41,6 +41,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # the engine knows no HTTP, the plumbing no generation; neither knows a surface
     f"{S}.engine": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.http", "starlette"),
     f"{S}.http": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.engine"),
+    # the connect and service commands talk to a running gateway over HTTP only
+    f"{S}.connect": (f"{S}.pool", f"{S}.engine", f"{S}.reply", f"{S}.http", f"{S}.api", f"{S}.app"),
+    f"{S}.service": (f"{S}.pool", f"{S}.engine", f"{S}.reply", f"{S}.http", f"{S}.api", f"{S}.app"),
     # peer gateways are reached over HTTP: no workers, no engine, no API surface
     f"{S}.peers": (f"{S}.api", f"{S}.app", f"{S}.engine", f"{S}.pool"),
     # the process runtime knows kinds only by name (protocol/kinds.py)

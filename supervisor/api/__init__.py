@@ -20,6 +20,7 @@ from mlx_gateway.supervisor.api.models.adapters import (
     unmount_adapter,
 )
 from mlx_gateway.supervisor.api.models.admin import load_model, pin_model, unload_all, unload_model
+from mlx_gateway.supervisor.api.models.fit import model_fit
 from mlx_gateway.supervisor.api.models.health import health
 from mlx_gateway.supervisor.api.models.metrics import metrics
 from mlx_gateway.supervisor.api.models.openapi import openapi
@@ -55,6 +56,7 @@ routes: list[Route] = [
     Route("/v1/models/{model_id:path}/load", load_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}/unload", unload_model, methods=["POST"]),
     Route("/v1/models/{model_id:path}/pin", pin_model, methods=["POST"]),
+    Route("/v1/models/{model_id:path}/fit", model_fit, methods=["GET"]),
     Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
     Route("/v1/adapters", list_adapters, methods=["GET"]),
     Route("/v1/adapters", mount_adapter, methods=["POST"]),

@@ -294,6 +294,12 @@ def _check_kv(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
                 f"{key} applies to language and vision models, not to model_type "
                 f"{model.model_type!r}; remove it",
             )
+    if model.context_length == "auto" and not KINDS[kind].memory.kv:
+        raise ctx.error(
+            (*here, "context_length"),
+            "context_length: auto sizes a KV cache, which only language and vision models "
+            f"have, not model_type {model.model_type!r}; give a number or remove it",
+        )
     if model.max_kv_size is not None and kind == "vlm":
         raise ctx.error(
             (*here, "max_kv_size"),

@@ -45,10 +45,23 @@ class Flag:
     """For a switch: the value the key gets (``True`` unless said)."""
 
 
+def _context_length(value: str) -> int | str:
+    """``--context-length``: tokens, or ``auto``."""
+    return value if value == "auto" else int(value)
+
+
+_context_length.__name__ = "context_length"  # argparse: "invalid context_length value"
+
 LAUNCH_FLAGS: tuple[Flag, ...] = (
     Flag(("--model-type",), "model_type", "model", str, "lm, vlm (multimodal), embeddings, …"),
     Flag(("--served-model-name",), "served_model_name", "model", str, "the name clients use"),
-    Flag(("--context-length",), "context_length", "model", int, "context window in tokens"),
+    Flag(
+        ("--context-length",),
+        "context_length",
+        "model",
+        _context_length,
+        "context window in tokens, or auto (what the memory budget leaves)",
+    ),
     Flag(("--max-tokens",), "default_max_tokens", "model", int, "default max_tokens"),
     Flag(("--temperature", "--temp"), "default_temperature", "model", float, "default temperature"),
     Flag(("--top-p",), "default_top_p", "model", float, "default top_p"),

@@ -200,7 +200,10 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds without requests before the worker is stopped; 0 = never."""
     start_timeout: _PositiveSeconds | None = None
     """Overrides ``server.start_timeout`` for this model."""
-    context_length: _Positive | None = None
+    context_length: _Positive | Literal["auto"] | None = None
+    """Tokens of prompt + completion; ``auto``: the largest multiple of 1024 (at most
+    the model's own) whose KV cache fits the memory budget beside the model, decided
+    when its worker starts."""
     max_tokens: _Positive | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
     top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
@@ -337,6 +340,11 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     def names(self) -> tuple[str, ...]:
         """Every name that routes to this model: the served name, then the aliases."""
         return (self.served_model_name, *self.aliases)
+
+    @property
+    def fixed_context_length(self) -> int | None:
+        """``context_length`` when it is a number (``auto`` is decided at each start)."""
+        return None if self.context_length == "auto" else self.context_length
 
     @property
     def worker_kind(self) -> str:

@@ -175,8 +175,19 @@ class Admission:
         self.failures = 0
         self._recent_crashes.clear()
         timeout = self.config.effective_queue_timeout(self._server)
-        async with asyncio.timeout(timeout):
-            await self._admit(time.monotonic() + timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                await self._admit(time.monotonic() + timeout)
+        except TimeoutError:
+            if self.placement is not None and self.state in (
+                WorkerState.STOPPED,
+                WorkerState.FAILED,
+            ):
+                raise self.placement.blocked(self) from None  # 503 naming the busy models
+            raise ModelUnavailable(
+                f"model '{self.name}' did not load within its queue_timeout ({timeout:g} s)",
+                code="queue_timeout",
+            ) from None
 
     @property
     def idle(self) -> bool:

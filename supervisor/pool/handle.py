@@ -46,6 +46,7 @@ from mlx_gateway.supervisor.errors import (
 )
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.admission import Admission
+from mlx_gateway.supervisor.pool.auto_context import context_at_start
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, local_ranks, measured_need
 from mlx_gateway.supervisor.pool.owner_events import (
@@ -487,6 +488,8 @@ class WorkerHandle(Admission):
         if self.placement is not None and self.config.worker_kind in KV_KINDS:
             kv_budget = self.placement.kv_budget(self)
         spec.options.update(start_options(self.config, self._server, kv_budget, self.adapters))
+        if self.config.context_length == "auto":
+            spec.context_length = context_at_start(self.config, self.name, kv_budget)
         argv = list(self._command(spec, self._relay.endpoint))
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
         if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:

@@ -156,7 +156,8 @@ def sliding_layers(meta: dict[str, Any]) -> tuple[int, int]:
 
 
 def context_of(meta: dict[str, Any], config: ModelConfig) -> int:
-    return config.context_length or _int(meta.get("max_position_embeddings")) or KV_WORKING_TOKENS
+    own = _int(meta.get("max_position_embeddings"))
+    return config.fixed_context_length or own or KV_WORKING_TOKENS
 
 
 def kv_working_tokens(meta: dict[str, Any], config: ModelConfig) -> int:

@@ -110,6 +110,8 @@ def sampling_defaults(config: ModelConfig) -> SamplingDefaults:
 def configured_context_window(config: ModelConfig) -> int | None:
     """The context window before the model runs: its ``context_length`` key, else its
     ``config.json``'s ``max_position_embeddings`` (``None``: not known yet)."""
+    if config.context_length == "auto":
+        return None  # decided when its worker starts
     if config.context_length is not None:
         return config.context_length
     folder = model_dir(config.model_path)

@@ -209,7 +209,7 @@ class Placement:
     async def make_room(self, handle: WorkerHandle, deadline: float) -> None:
         """Return once ``handle`` may start (it is then *reserved*); raise
         :class:`ModelUnavailable` when it can never fit or ``deadline`` passes."""
-        if reason := self.never_fits(handle):
+        if not self.is_resident(handle) and (reason := self.never_fits(handle)):
             raise ModelUnavailable(reason, code="insufficient_memory")
         while True:
             changed = self._changed
@@ -241,6 +241,46 @@ class Placement:
                     self._waiting[handle] -= 1
                 else:
                     del self._waiting[handle]
+
+    def decision(self, handle: WorkerHandle) -> tuple[Decision, dict[str, WorkerHandle], bool]:
+        """The eviction decision for starting ``handle`` now, the resident handles by
+        record name, and whether the spare workers go first (as :meth:`make_room`
+        discards them when the newcomer would evict or wait). Changes nothing."""
+        others = {str(id(h)): h for h in self.handles if h is not handle and self.is_resident(h)}
+        records = [self.resident_record(h) for h in others.values()]
+        newcomer = Newcomer(str(id(handle)), self.need_of(handle), handle.config.group)
+        spares = self.spares.nbytes() if self.spares is not None else 0
+        chosen = decide(records, newcomer, self.budget - spares)
+        if spares and (chosen.evict or not chosen.fits):
+            return decide(records, newcomer, self.budget), others, True
+        return chosen, others, False
+
+    async def force_room(self, handle: WorkerHandle) -> list[WorkerHandle]:
+        """An admin ``load`` with ``force``: reserve room for ``handle`` past the
+        budget's refusal. The idle models the decision gives up are stopped (as
+        ``GET …/fit`` lists them under ``force``); busy and pinned ones stay, and the
+        model runs over the budget when it must. Returns the models stopped."""
+        async with self._lock:
+            if self.is_resident(handle):
+                return []
+            chosen, others, stops_spares = self.decision(handle)
+            if stops_spares and self.spares is not None:
+                await self.spares.discard_all(f"room for '{handle.name}' (forced)")
+            victims = [others[key] for key in chosen.evict]
+            over = self.need_of(handle) - (
+                self.budget - self.used(excluding=handle) + sum(map(self.need_of, victims))
+            )
+            log.warning(
+                "[%s] loading past the memory budget by an admin request (force): needs %s, "
+                "%s; stopping idle %s",
+                handle.name,
+                format_size(self.need_of(handle)),
+                f"over the budget by {format_size(over)}" if over > 0 else "within the budget",
+                ", ".join(f"'{v.name}'" for v in victims) or "none",
+            )
+            await self._evict(victims, handle)
+            self._reserved.add(handle)
+            return [v for v in victims if v.state is WorkerState.STOPPED]
 
     async def _evict(self, victims: list[WorkerHandle], newcomer: WorkerHandle) -> bool:
         for victim in victims:

@@ -109,9 +109,13 @@ class Registry:
 
     # ------------------------------------------------------------ admin
 
-    async def load(self, name: str) -> WorkerHandle:
-        """Start a model now (clearing a failure backoff); returns once it is ready."""
+    async def load(self, name: str, *, force: bool = False) -> WorkerHandle:
+        """Start a model now (clearing a failure backoff); returns once it is ready.
+        With ``force`` it starts past a refusal of the memory budget
+        (:meth:`.placement.Placement.force_room`)."""
         handle = self.resolve(name)
+        if force and self.placement is not None:
+            await self.placement.force_room(handle)
         await handle.load()
         return handle
 

@@ -30,17 +30,17 @@ def test_status_table_of_a_running_gateway(capsys: pytest.CaptureFixture[str]) -
         assert main(["status", "--url", gw.url]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert lines[0].split() == [
-            "MODEL", "STATE", "PID", "INFLIGHT", "WAITING", "MEMORY", "NEED", "LAST", "USED",
-            "ERROR",
+            "MODEL", "STATE", "PID", "INFLIGHT", "WAITING", "MEMORY", "NEED", "FIT", "LAST",
+            "USED", "ERROR",
         ]  # fmt: skip
         ok = lines[1].split()
         assert ok[:5] == ["fake/ok", "ready", str(pid), "0", "0"]
-        assert ok[5:10] == ["300.0", "MiB", "300.0", "MiB", "(measured)"]
+        assert ok[5:11] == ["300.0", "MiB", "300.0", "MiB", "(measured)", "loaded"]
         assert "s ago" in lines[1]
         failed = lines[2]
         assert failed.split()[:3] == ["fake/load-error", "failed", "-"]
         assert "download failed: offline" in failed
-        assert "1.0 GiB (configured)" in failed
+        assert "1.0 GiB (configured)  yes" in failed  # it would fit in the budget
         # Only the ready model holds memory; the failed one reserves nothing.
         assert lines[3] == "memory budget 4.0 GiB: 300.0 MiB reserved, 3.7 GiB free"
 
@@ -90,13 +90,15 @@ def test_table_cells() -> None:
                 "memory_need_source": "estimated",
                 "last_used": now - 125,
                 "error": "first line\nsecond line",
+                "fit": {"verdict": "waits", "evict": [], "blockers": ["a", "b"]},
             }
         ],
         now=now,
     )
     row = text.splitlines()[1]
     assert row.split() == ["m", "loading", "42%", "7", "2", "5", "3.0", "GiB", "4.0", "GiB",
-                           "(estimated)", "2m", "ago", "first", "line"]  # fmt: skip
+                           "(estimated)", "waits", "for", "a,", "b", "2m", "ago", "first",
+                           "line"]  # fmt: skip
     assert human_bytes(None) == "-" and human_bytes(512) == "512 B"
     assert human_bytes(1536 * 2**20) == "1.5 GiB"
     assert ago(None, now) == "-" and ago(now - 3 * 86400, now) == "3d ago"

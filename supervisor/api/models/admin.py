@@ -1,9 +1,10 @@
 """Admin endpoints: ``POST /v1/models/{id}/load``, ``…/unload`` and ``…/pin``, and
 ``POST /unload`` (every idle model).
 
-``load`` starts the model now (through the memory budget) and clears a failure
-backoff; ``unload`` stops it, refusing (409) while it is busy unless the query or
-JSON body says ``force: true`` — then its in-flight requests fail at once.
+``load`` starts the model now (through the memory budget; ``force: true`` past
+its refusal) and clears a failure backoff; ``unload`` stops it, refusing (409)
+while it is busy unless the query or JSON body says ``force: true`` — then its
+in-flight requests fail at once.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ class UnloadOptions(msgspec.Struct):
     force: bool = False
 
 
+class LoadOptions(msgspec.Struct):
+    force: bool = False
+    """Start past a refusal of the memory budget (``GET …/fit`` says what it stops)."""
+
+
 class PinOptions(msgspec.Struct):
     pinned: bool = True
 
@@ -32,11 +38,13 @@ class UnloadAllOptions(msgspec.Struct):
 
 
 async def load_model(request: Request) -> Response:
-    handle = await request.app.state.registry.load(request.path_params["model_id"])
+    force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
+    force = force or (await _options(request, LoadOptions, "force")).force
+    handle = await request.app.state.registry.load(request.path_params["model_id"], force=force)
     return JSONResponse(model_object(handle))
 
 
-T = TypeVar("T", UnloadOptions, PinOptions, UnloadAllOptions)
+T = TypeVar("T", LoadOptions, UnloadOptions, PinOptions, UnloadAllOptions)
 
 
 async def _options(request: Request, type_: type[T], param: str) -> T:

@@ -129,9 +129,19 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     ("POST", "/v1/models/{model_id}/load"): Operation(
         "loadModel",
-        "Start the model now (an admin endpoint); clears a failure backoff.",
+        "Start the model now (an admin endpoint); clears a failure backoff. force: true "
+        "starts it past a refusal of the memory budget.",
+        request="api.models.admin:LoadOptions",
+        optional_body=True,
         extra={"application/json": {"schema": _MODEL}},
-        statuses=(404, 503),
+        statuses=(400, 404, 503),
+    ),
+    ("GET", "/v1/models/{model_id}/fit"): Operation(
+        "modelFit",
+        "Would the model fit in the memory budget now: its need, the free budget, the idle "
+        "models a load evicts, the busy or pinned ones that block it, what force would do.",
+        extra={"application/json": {"schema": {"type": "object"}}},
+        statuses=(404,),
     ),
     ("POST", "/v1/models/{model_id}/unload"): Operation(
         "unloadModel",

@@ -13,6 +13,7 @@ from mlx_gateway.supervisor.api.images.job import progress_of
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import ModelNotFound
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.fit import assess
 from mlx_gateway.supervisor.pool.model_files import configured_context_window
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -82,6 +83,15 @@ def _with_peers(request: Request, entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+def _with_fit(registry: Any, handle: ModelHandle, entry: dict[str, Any]) -> dict[str, Any]:
+    """``fit``: would a load fit now (the verdict of ``GET …/fit`` and who it evicts)."""
+    if registry.placement is not None:
+        answer = assess(registry.placement, handle)  # type: ignore[arg-type]
+        blockers = [b.name for b in answer.blockers]
+        entry["fit"] = {"verdict": answer.verdict, "evict": answer.evict, "blockers": blockers}
+    return entry
+
+
 def memory_summary(registry: Any) -> dict[str, int] | None:
     """The memory budget, what the resident models reserve and what is free (bytes);
     ``None`` for a registry without a placement (the API tests' in-process fake)."""
@@ -95,7 +105,7 @@ async def list_models(request: Request) -> Response:
     list only their own models to each other), and the memory budget."""
     registry = request.app.state.registry
     handles = registry.handles
-    data = [_with_peers(request, model_object(h)) for h in handles]
+    data = [_with_peers(request, _with_fit(registry, h, model_object(h))) for h in handles]
     if not request.headers.get("x-mlx-gateway-via"):
         data += _peer_entries(request, {h.name for h in handles})
     body: dict[str, Any] = {"object": "list", "data": data}

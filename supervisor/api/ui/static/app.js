@@ -111,6 +111,13 @@ function renderBudget(health) {
     `Memory budget ${bytes(memory.budget)} · reserved ${bytes(reserved)} · free ${bytes(memory.free ?? memory.budget - reserved)}`;
   box.querySelector(".reserved").style.width = Math.min(100, (100 * reserved) / memory.budget) + "%";
 }
+function fitText(fit) {
+  if (!fit) return '<span class="muted">–</span>';
+  const words = { resident: "loaded", fits: "yes", too_big: "too big for the budget" };
+  if (fit.verdict === "evicts") return "evicts " + escapeHtml(fit.evict.join(", "));
+  if (fit.verdict === "waits") return "waits for " + escapeHtml(fit.blockers.join(", "));
+  return escapeHtml(words[fit.verdict] || fit.verdict);
+}
 function renderModels() {
   const budget = state.budget || 0;
   const rows = state.models.map((m) => {
@@ -124,6 +131,7 @@ function renderModels() {
       <td data-label="Type">${escapeHtml(m.model_type)}</td>
       <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}</td>
       <td data-label="Memory">${bytes(need)}${m.memory == null && need != null ? ' <span class="muted">(est.)</span>' : ""}<div class="bar"><span style="width:${width}%"></span></div></td>
+      <td data-label="Fits?">${fitText(m.fit)}</td>
       <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div></td>
       <td data-label="Activity">${sparkline(m.id)}</td>
       <td data-label="Last error">${m.error ? escapeHtml(m.error) : '<span class="muted">–</span>'}${m.crashes ? `<div class="muted">${m.crashes} crash(es)</div>` : ""}</td>
