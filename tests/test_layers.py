@@ -209,3 +209,17 @@ def test_the_kind_list_check_sees_a_list_of_kinds() -> None:
     assert _kind_lists(ast.parse('CHAT = ("lm", "vlm")')) == [1]
     assert _kind_lists(ast.parse('X = {"whisper": 1, "image": 2}')) == [1]
     assert _kind_lists(ast.parse('ONE = ("lm", "text")')) == []
+
+
+MAX_LINES = 600
+
+
+def test_no_source_file_is_over_600_lines() -> None:
+    """Small modules, one concept each: a file past this is split along its seams."""
+    long = sorted(
+        f"{path.relative_to(ROOT)}: {n}"
+        for folder in ("supervisor", "workers", "protocol", "tests", "bench")
+        for path in (ROOT / folder).rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    )
+    assert not long, f"over {MAX_LINES} lines:\n" + "\n".join(long)
