@@ -13,16 +13,13 @@ that is logged and :data:`STEP` is used.
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
-from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.pool.memory import (
+    compute_dtype_bytes,
     format_size,
     kv_bytes_per_token,
     model_dir,
@@ -33,28 +30,6 @@ from mlx_gateway.supervisor.pool.memory import (
 log = logging.getLogger("mlx_gateway.worker")
 
 STEP = 1024
-FLOAT_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
-
-
-def compute_dtype_bytes(directory: Path) -> int:
-    """Bytes of the model's floating-point dtype (the most common one among the
-    tensors of its first safetensors file: a quantized model's scales count, its
-    packed integers do not); 2 when it cannot be read."""
-    for path in sorted(directory.glob("*.safetensors")):
-        try:
-            with path.open("rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(min(size, 100_000_000)))
-        except (OSError, ValueError, struct.error):
-            continue
-        dtypes = Counter(
-            t["dtype"]
-            for t in header.values()
-            if isinstance(t, dict) and t.get("dtype") in FLOAT_BYTES
-        )
-        if dtypes:
-            return FLOAT_BYTES[dtypes.most_common(1)[0][0]]
-    return 2
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,37 @@ KV_WORKING_TOKENS = 4096
 requests (one 4k conversation, or several short ones). Longer work is admitted
 per request against what the budget has free."""
 KV_BYTES_PER_ELEMENT = 2  # fp16/bf16 KV cache
+FLOAT_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
+
+
+def compute_dtype_bytes(directory: Path) -> int:
+    """Bytes of the model's floating-point dtype (the most common one among the
+    tensors of its first safetensors file: a quantized model's scales count, its
+    packed integers do not); 2 when it cannot be read."""
+    for path in sorted(directory.glob("*.safetensors")):
+        try:
+            with path.open("rb") as f:
+                (size,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(min(size, 100_000_000)))
+        except (OSError, ValueError, struct.error):
+            continue
+        dtypes = Counter(
+            t["dtype"]
+            for t in header.values()
+            if isinstance(t, dict) and t.get("dtype") in FLOAT_BYTES
+        )
+        if dtypes:
+            return FLOAT_BYTES[dtypes.most_common(1)[0][0]]
+    return 2
+
+
+def kv_dtype_scale(directory: Path, config: ModelConfig) -> float:
+    """What the fp16 KV figures are multiplied by for this model: its compute dtype's
+    bytes over 2 (a float32 model's cache is twice an fp16 one's), 1 when ``kv_bits``
+    quantizes the cache."""
+    return 1.0 if config.kv_bits is not None else compute_dtype_bytes(directory) / 2
+
+
 ACTIVATION_FACTOR = 4
 """Live copies of the widest activation (2 bytes each) per prefill token."""
 WEIGHT_SUFFIXES = (".safetensors", ".npz", ".bin", ".gguf")
@@ -209,7 +242,7 @@ def estimate(config: ModelConfig) -> Need:
     }
     if kind in KV_KINDS:
         meta = text_config(directory)
-        parts["kv"] = kv_working_set(meta, config)
+        parts["kv"] = int(kv_working_set(meta, config) * kv_dtype_scale(directory, config))
         parts["activations"] += prefill_activations(meta, config)
     if kind == "lm" and config.draft_model_path is not None:
         parts["draft"] = draft_need(config, profile.weight_factor)

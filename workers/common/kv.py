@@ -16,6 +16,7 @@ batch.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,21 @@ def cache_bytes(cache: LayerCaches | None) -> int:
     return sum(int(getattr(layer, "nbytes", 0)) for layer in cache)
 
 
+def compute_dtype_bytes(model: Any) -> int:
+    """Bytes of a loaded model's floating-point dtype, the one its KV cache takes (the
+    most common among its parameters: a quantized model's scales count, its packed
+    integers do not); 2 when it has none."""
+    from mlx.utils import tree_flatten
+
+    arrays = [item[1] for item in tree_flatten(model.parameters())]
+    sizes = Counter(
+        int(value.dtype.size)
+        for value in arrays
+        if isinstance(value, mx.array) and mx.issubdtype(value.dtype, mx.floating)
+    )
+    return sizes.most_common(1)[0][0] if sizes else 2
+
+
 @dataclass(frozen=True)
 class KvAdmission:
     """Per-request admission by KV cache bytes.
@@ -119,7 +135,8 @@ class KvAdmission:
     capped at what fits (finish ``length``)."""
 
     full_per_token: int = 0
-    """fp16 KV bytes of one token in the layers that attend to everything."""
+    """KV bytes of one token in the layers that attend to everything (keys and
+    values, each element of the model's compute dtype)."""
     sliding_per_token: int = 0
     """…in the layers with a sliding window (they hold at most ``window``)."""
     window: int = 0
@@ -129,7 +146,11 @@ class KvAdmission:
     """What the budget leaves this model's requests now (``Limits``), when told."""
 
     @classmethod
-    def for_model(cls, config: dict[str, Any], spec: WorkerSpec) -> KvAdmission:
+    def for_model(
+        cls, config: dict[str, Any], spec: WorkerSpec, element_bytes: int = 2
+    ) -> KvAdmission:
+        """``element_bytes``: bytes of one cached element, the model's compute dtype
+        (:func:`compute_dtype_bytes`: 4 for a float32 model, 2 for fp16 or bf16)."""
         meta = {**config, **_text_config(config)}
         layers = _int(meta.get("num_hidden_layers"))
         heads = _int(meta.get("num_attention_heads"))
@@ -146,7 +167,7 @@ class KvAdmission:
             sliding = layers - layers // pattern
         else:
             sliding = 0
-        per_layer = 2 * kv_heads * head_dim * 2  # keys and values, fp16
+        per_layer = 2 * kv_heads * head_dim * element_bytes  # keys and values
         budget = spec.options.get("kv_budget_bytes")
         return cls(
             full_per_token=per_layer * (layers - sliding),

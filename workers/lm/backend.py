@@ -67,7 +67,7 @@ from mlx_gateway.workers.common.batch_requests import (
     overflow_message,
 )
 from mlx_gateway.workers.common.coalesce import Coalescer, interval_option
-from mlx_gateway.workers.common.kv import KvAdmission, KvSettings
+from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, compute_dtype_bytes
 from mlx_gateway.workers.common.sampling import (
     make_request_processors,
     make_request_sampler,
@@ -141,7 +141,7 @@ class LmBackend(LmScheduling):
         self.model, self.tokenizer = model, tokenizer
         self.kv = KvSettings.from_spec(spec)
         self.kv.check_model(config)
-        self.kv_admission = KvAdmission.for_model(config, spec)
+        self.kv_admission = KvAdmission.for_model(config, spec, compute_dtype_bytes(model))
         self.context_length = spec.context_length or context_length_of(config, tokenizer)
         # Made here, on the MLX thread: a stream belongs to the thread that made it
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).

@@ -65,7 +65,7 @@ from mlx_gateway.workers.common.batch_requests import (
     completion_budget,
 )
 from mlx_gateway.workers.common.coalesce import Coalescer, interval_option
-from mlx_gateway.workers.common.kv import KvAdmission, KvSettings
+from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, compute_dtype_bytes
 from mlx_gateway.workers.common.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
@@ -157,7 +157,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             _set_chat_template(self.processor, spec.chat_template_file)
         config = _config_dict(self.model.config)
         KvSettings.from_spec(spec).check_model(config)  # kv_bits: mlx-vlm applies it
-        self.kv_admission = KvAdmission.for_model(config, spec)
+        self.kv_admission = KvAdmission.for_model(config, spec, compute_dtype_bytes(self.model))
         self.context_length = spec.context_length or _context_length(config)
         # A stream belongs to the thread that made it: this one, the MLX thread.
         self._stream = mx.new_stream(mx.default_device())

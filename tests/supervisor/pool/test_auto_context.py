@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, ModelConfig, load_config
-from mlx_gateway.supervisor.pool.auto_context import compute_dtype_bytes, decide
+from mlx_gateway.supervisor.pool.auto_context import decide
+from mlx_gateway.supervisor.pool.memory import compute_dtype_bytes
 
 LLAMA = {
     "model_type": "llama",

@@ -17,7 +17,7 @@ from ..lm_recorder import Recorder
 
 pytestmark = pytest.mark.slow
 
-PER_TOKEN = 2 * 2 * 2 * 16 * 2  # layers, keys and values, KV heads, head size, fp16
+PER_TOKEN = 2 * 2 * 2 * 16 * 4  # layers, keys and values, KV heads, head size, float32
 
 
 def errors(rec: Recorder) -> list[Error]:
@@ -30,7 +30,7 @@ def test_a_request_that_never_fits_gets_400_memory_admission(tiny_lm_path: Path)
         rec.submit("big", "hello world", max_tokens=500)
     error = info.value.to_error("big")
     assert (error.status, error.code, error.param) == (400, "memory_admission", "max_tokens")
-    assert "+ 500 max_tokens" in error.message and "76.8 kB the memory budget" in error.message
+    assert "+ 500 max_tokens" in error.message and "153.6 kB the memory budget" in error.message
     assert "lower max_tokens" in error.message
     rec.submit("fits", "hello world", max_tokens=50)
     rec.run()
