@@ -2,7 +2,7 @@
 ``shutdown_grace``: each must end with its error event and ``data: [DONE]`` before
 the connection closes, never be cut mid-body.
 
-The workers are the fake worker (tests/supervisor/fake_worker.py), started by the
+The workers are the fake worker (tests/supervisor/processes/fake_worker.py), started by the
 gateway's own spawn code through the model's ``python:`` key: a tiny script in its
 place runs the fake worker with the arguments a real worker gets. It stops as the
 real serve loop does (running work may finish within the grace, then it is ended

@@ -20,7 +20,7 @@ from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConf
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.registry import Registry
 
-FAKE_WORKER = Path(__file__).with_name("fake_worker.py")
+FAKE_WORKER = Path(__file__).parent / "processes" / "fake_worker.py"
 
 
 def fake_command(spec: WorkerSpec, endpoint: str) -> list[str]:

@@ -32,7 +32,7 @@ from mlx_gateway.supervisor.peers.target import model_of
 
 from ..live import LiveGateway
 
-PEER_PROCESS = Path(__file__).parent.parent / "peer_process.py"
+PEER_PROCESS = Path(__file__).parent.parent / "processes" / "peer_process.py"
 LONG = " ".join(f"w{i}" for i in range(150))  # the fake worker echoes a word per 20 ms
 
 
