@@ -25,6 +25,7 @@ from mlx_gateway.supervisor.api.models.health import health
 from mlx_gateway.supervisor.api.models.metrics import metrics
 from mlx_gateway.supervisor.api.models.openapi import openapi
 from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
+from mlx_gateway.supervisor.api.rerank.routes import rerank
 from mlx_gateway.supervisor.api.responses.routes import (
     create_response,
     delete_response,
@@ -47,6 +48,10 @@ routes: list[Route] = [
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
     Route("/v1/embeddings", create_embeddings, methods=["POST"]),
+    Route("/v1/rerank", rerank, methods=["POST"]),
+    # Cohere's v2 path, and the path llama-server and Jina-style clients also use
+    Route("/v2/rerank", rerank, methods=["POST"]),
+    Route("/rerank", rerank, methods=["POST"]),
     Route("/v1/audio/transcriptions", create_transcription, methods=["POST"]),
     Route("/v1/audio/translations", create_translation, methods=["POST"]),
     Route("/v1/images/generations", create_image, methods=["POST"]),

@@ -19,7 +19,9 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def max_input_length(path: Path, config: dict[str, Any], tokenizer: Any, configured: int | None) -> int:
+def max_input_length(
+    path: Path, config: dict[str, Any], tokenizer: Any, configured: int | None
+) -> int:
     """The longest input, in tokens: the config's ``context_length``, else what
     sentence-transformers uses (``max_seq_length``), else the tokenizer's limit,
     else the model's position table; never more than the position table."""

@@ -2,7 +2,7 @@
 
 Encoder kinds (embeddings, rerank) queue every row of every request in one queue,
 each request's rows shortest first (neighbours then pad to similar lengths), and
-take them in arrival order while the padded batch (rows × longest row) stays within
+take them in arrival order while the padded batch (rows times the longest row) stays within
 ``max_batch_tokens``. One row longer than that still runs, alone. Rows are padded
 on the right: every token keeps the position it has alone, and causal models never
 see padding before a token.

@@ -15,8 +15,12 @@ CONTEXT = 4
 def hf_tokenizer(loaded: Any) -> Any:
     """The Hugging Face tokenizer inside a library's wrapper (mlx-lm's
     ``TokenizerWrapper``, a processor holding one)."""
-    inner = getattr(loaded, "_tokenizer", loaded)
-    return getattr(inner, "tokenizer", inner)
+    inner = loaded
+    for _ in range(2):
+        if type(inner).__module__.startswith("transformers"):
+            return inner
+        inner = getattr(inner, "_tokenizer", None) or getattr(inner, "tokenizer", inner)
+    return inner
 
 
 def text_tokens(tokenizer: Any, request: Tokenize) -> list[int]:

@@ -25,7 +25,6 @@ L2-normalized again (Matryoshka-style shortening).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from collections.abc import Sequence

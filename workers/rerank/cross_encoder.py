@@ -21,7 +21,7 @@ from __future__ import annotations
 import glob
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -68,16 +68,14 @@ class CrossEncoder(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.head = head
-        self.classifier = nn.Linear(hidden, labels) if head == "pooler" else _RobertaHead(
-            hidden, labels
+        self.classifier = (
+            nn.Linear(hidden, labels) if head == "pooler" else _RobertaHead(hidden, labels)
         )
 
     def __call__(
         self, input_ids: mx.array, attention_mask: mx.array, token_type_ids: mx.array
     ) -> mx.array:
-        out = self.encoder(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        )
+        out = self.encoder(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         if self.head == "pooler":
             return self.classifier(out.pooler_output)
         return self.classifier(out.last_hidden_state[:, 0])
@@ -131,7 +129,7 @@ def load_cross_encoder(path: Path, config: dict[str, Any]) -> tuple[CrossEncoder
         )
     weights: dict[str, mx.array] = {}
     for file in sorted(glob.glob(str(path / "*.safetensors"))):
-        weights.update(mx.load(file))
+        weights.update(cast(dict[str, mx.array], mx.load(file)))
     if not weights:
         raise LoadError(f"no .safetensors weights in {path}")
     encoder_weights = {}

@@ -89,6 +89,7 @@ def load_scorer(path: Path, config: dict[str, Any], spec: WorkerSpec) -> Scorer:
             pad_id = int(config.get("pad_token_id") or 0)
         limit = max_input_length(path, config, tokenizer, spec.context_length)
         return CrossScorer(model, activation, tokenizer, limit, int(pad_id))
-    from mlx_gateway.workers.rerank.lm_reranker import load_lm_reranker
-
-    return load_lm_reranker(path, config, spec)
+    raise LoadError(
+        f"{path} is not a cross-encoder (config.json architectures "
+        f"{config.get('architectures')}: no …ForSequenceClassification)"
+    )

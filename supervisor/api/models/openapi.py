@@ -86,6 +86,12 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         request="api.embeddings.inputs:EmbeddingRequest",
         response="api.embeddings.inputs:EmbeddingList",
     ),
+    ("POST", "/v1/rerank"): Operation(
+        "rerank",
+        "Documents scored for their relevance to a query, best first (also /v2/rerank, /rerank).",
+        request="api.rerank.schemas:RerankRequest",
+        response="api.rerank.schemas:RerankResponse",
+    ),
     ("POST", "/v1/audio/transcriptions"): Operation(
         "createTranscription",
         "Speech to text in the language spoken.",
