@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from mlx_gateway.supervisor.api.anthropic.routes import count_tokens, create_message
 from mlx_gateway.supervisor.api.audio.routes import create_transcription, create_translation
+from mlx_gateway.supervisor.api.chat.routes import count_input_tokens as chat_input_tokens
 from mlx_gateway.supervisor.api.chat.routes import create_chat_completion
 from mlx_gateway.supervisor.api.completions.routes import create_completion
 from mlx_gateway.supervisor.api.embeddings.routes import create_embeddings
@@ -27,11 +28,15 @@ from mlx_gateway.supervisor.api.models.openapi import openapi
 from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
 from mlx_gateway.supervisor.api.rerank.routes import rerank
 from mlx_gateway.supervisor.api.responses.routes import (
+    count_input_tokens as response_input_tokens,
+)
+from mlx_gateway.supervisor.api.responses.routes import (
     create_response,
     delete_response,
     list_input_items,
     retrieve_response,
 )
+from mlx_gateway.supervisor.api.tokenize.routes import detokenize, tokenize
 from mlx_gateway.supervisor.api.ui.routes import logs as ui_logs
 from mlx_gateway.supervisor.api.ui.routes import page as ui_page
 from mlx_gateway.supervisor.api.ui.routes import static_file as ui_static
@@ -40,8 +45,10 @@ from mlx_gateway.supervisor.http.exceptions import exception_handlers
 
 routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+    Route("/v1/chat/completions/input_tokens", chat_input_tokens, methods=["POST"]),
     Route("/v1/completions", create_completion, methods=["POST"]),
     Route("/v1/responses", create_response, methods=["POST"]),
+    Route("/v1/responses/input_tokens", response_input_tokens, methods=["POST"]),
     Route("/v1/messages", create_message, methods=["POST"]),
     Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
@@ -67,6 +74,9 @@ routes: list[Route] = [
     Route("/v1/adapters", mount_adapter, methods=["POST"]),
     Route("/v1/adapters/{adapter_id}", unmount_adapter, methods=["DELETE"]),
     Route("/health", health, methods=["GET"]),
+    # llama-server's (and vLLM's) tokenizer endpoints
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
     # mlx-vlm's server answers these without the /v1 prefix too.
     Route("/chat/completions", create_chat_completion, methods=["POST"]),
     Route("/responses", create_response, methods=["POST"]),

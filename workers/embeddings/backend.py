@@ -37,6 +37,7 @@ import numpy as np
 from mlx_embeddings import load as load_model_and_tokenizer
 
 from mlx_gateway.protocol.messages import (
+    Detokenize,
     Done,
     Embed,
     Embeddings,
@@ -45,11 +46,13 @@ from mlx_gateway.protocol.messages import (
     Progress,
     Request,
     Started,
+    Tokenize,
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.encoder_limits import max_input_length, read_json
 from mlx_gateway.workers.common.length_batches import pad_right, shortest_first, take_batch
+from mlx_gateway.workers.common.tokenize import answer_tokenize
 from mlx_gateway.workers.embeddings.pooling import (
     MODEL_POOLING,
     Pooling,
@@ -190,6 +193,10 @@ class EmbeddingsBackend(Backend):
     # ------------------------------------------------------------ requests
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        if isinstance(request, Tokenize | Detokenize):
+            self._emit(answer_tokenize(self.tokenizer, request))
+            self._emit(Done(request_id=request.request_id, finish_reason="stop"))
+            return
         if not isinstance(request, Embed):
             raise RequestError(
                 f"an embeddings worker does not serve '{type(request).__name__}' requests"
