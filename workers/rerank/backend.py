@@ -54,7 +54,8 @@ from mlx_gateway.workers.common.length_batches import shortest_first, take_batch
 from mlx_gateway.workers.common.tokenize import answer_tokenize
 from mlx_gateway.workers.rerank.cross_encoder import is_cross_encoder
 from mlx_gateway.workers.rerank.pairs import Pair, check_documents
-from mlx_gateway.workers.rerank.scorers import Scorer, load_scorer
+from mlx_gateway.workers.rerank.scorer import Scorer
+from mlx_gateway.workers.rerank.scorers import load_scorer
 from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 

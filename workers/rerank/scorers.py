@@ -1,8 +1,7 @@
-"""A loaded reranker: how it turns a request into rows and rows into scores."""
+"""Loading a reranker: a cross-encoder (scored here) or an LM reranker."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +18,10 @@ from mlx_gateway.workers.rerank.cross_encoder import (
     load_cross_encoder,
     scores_of,
 )
+from mlx_gateway.workers.rerank.lm_reranker import load_lm_reranker
 from mlx_gateway.workers.rerank.pairs import CrossPairs, Pair
+from mlx_gateway.workers.rerank.scorer import Scorer
 from mlx_gateway.workers.runtime.contract import LoadError
-
-
-class Scorer(ABC):
-    family: str
-    """``cross-encoder`` or ``lm``."""
-    max_length: int
-    """The window: most tokens of one row."""
-    tokenizer: Any
-    facts: dict[str, str]
-
-    @abstractmethod
-    def rows(self, request: Rerank) -> list[list[Pair]]:
-        """Per document, its rows (one, or its windows)."""
-
-    @abstractmethod
-    def score(self, pairs: list[Pair]) -> np.ndarray:
-        """One score per row, in order (one forward pass)."""
 
 
 class CrossScorer(Scorer):
@@ -89,7 +73,4 @@ def load_scorer(path: Path, config: dict[str, Any], spec: WorkerSpec) -> Scorer:
             pad_id = int(config.get("pad_token_id") or 0)
         limit = max_input_length(path, config, tokenizer, spec.context_length)
         return CrossScorer(model, activation, tokenizer, limit, int(pad_id))
-    raise LoadError(
-        f"{path} is not a cross-encoder (config.json architectures "
-        f"{config.get('architectures')}: no …ForSequenceClassification)"
-    )
+    return load_lm_reranker(path, config, spec)

@@ -138,3 +138,44 @@ def test_tokenize_and_detokenize_with_the_model_tokenizer(tiny_cross_encoder_pat
     assert of(replies, "d")[0].text == text  # type: ignore[union-attr]
     with pytest.raises(RequestError):
         backend.submit(Detokenize(request_id="e", tokens=[10**6]), [])
+
+
+def test_lm_reranker_scores_a_long_document_by_its_best_window(
+    tiny_lm_reranker_path: Path,
+) -> None:
+    from tests.fixtures.tiny_lm_reranker import reference_yes_probability
+
+    backend, replies, _ = loaded_lm(tiny_lm_reranker_path)
+    doc = "count the steps and stop when done! " * 30 + "hello world"
+    request = Rerank(request_id="a", query="hello", documents=[doc], max_chunks_per_doc=16)
+    backend.submit(request, [])
+    while backend.has_work():
+        backend.step()
+    (scores,) = [r for r in replies if isinstance(r, Scores)]
+    scorer: Any = backend.scorer
+    (rows,) = scorer.rows(request)
+    assert len(rows) >= 2
+    for row in rows:
+        text = scorer.tokenizer.decode(row.ids)
+        assert text.startswith("<|im_start|>system\nJudge whether the Document")
+        assert "<Query>: hello\n<Document>: " in text
+        assert len(row.ids) > 200  # a real window, not a token or two
+        assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert len(row.ids) <= 320
+    assert "hello world" in scorer.tokenizer.decode(rows[-1].ids)  # the end is read too
+    want = [reference_yes_probability(tiny_lm_reranker_path, row.ids) for row in rows]
+    assert scores.scores[0] == pytest.approx(max(want), abs=2e-5)
+
+
+def loaded_lm(path: Path) -> tuple[RerankBackend, list[Reply], None]:
+    replies: list[Reply] = []
+    backend = RerankBackend()
+    spec = WorkerSpec(
+        worker_id="w",
+        kind="rerank",
+        model_path=str(path),
+        served_model_name="lm",
+        context_length=320,
+    )
+    backend.load(spec, lambda msg, payloads=(): replies.append(msg))
+    return backend, replies, None
