@@ -88,6 +88,7 @@ class InProcess:
         self.model = bert.Model(bert.ModelArgs.from_dict(config))
         self.model.load_weights([(k.removeprefix("bert."), v) for k, v in weights.items()])
         mx.eval(self.model.parameters())
+        self.model.eval()  # no dropout
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
 
     def score(self, query: str, docs: list[str], batch: int, by_length: bool = False) -> np.ndarray:
