@@ -34,8 +34,10 @@ class CrossScorer(Scorer):
         tokenizer: Any,
         max_length: int,
         pad_id: int,
+        token_types: int,
     ) -> None:
         self.model = model
+        self.token_types = token_types
         self.activation = activation
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -54,6 +56,8 @@ class CrossScorer(Scorer):
     def score(self, pairs: list[Pair]) -> np.ndarray:
         ids, mask = pad_right([p.ids for p in pairs], self.pad_id)
         types = pad_values([p.type_ids for p in pairs])
+        if self.token_types <= 1:  # RoBERTa: one token type, whatever the template says
+            types[:] = 0
         logits = self.model(mx.array(ids), mx.array(mask), mx.array(types))
         return np.array(scores_of(logits, self.activation), dtype=np.float64)
 
@@ -72,5 +76,7 @@ def load_scorer(path: Path, config: dict[str, Any], spec: WorkerSpec) -> Scorer:
         if pad_id is None:
             pad_id = int(config.get("pad_token_id") or 0)
         limit = max_input_length(path, config, tokenizer, spec.context_length)
-        return CrossScorer(model, activation, tokenizer, limit, int(pad_id))
+        types = config.get("type_vocab_size")
+        token_types = int(types) if isinstance(types, int) else 2
+        return CrossScorer(model, activation, tokenizer, limit, int(pad_id), token_types)
     return load_lm_reranker(path, config, spec)

@@ -179,3 +179,29 @@ def loaded_lm(path: Path) -> tuple[RerankBackend, list[Reply], None]:
     )
     backend.load(spec, lambda msg, payloads=(): replies.append(msg))
     return backend, replies, None
+
+
+def test_xlm_roberta_cross_encoder(tiny_xlmr_cross_encoder_path: Path) -> None:
+    """bge-reranker-v2-m3's layout: RoBERTa's pair template, one token type, the
+    dense + out_proj head on the first token, positions after the padding index;
+    batched (padded) scores equal the NumPy ones of each pair alone."""
+    from transformers import AutoTokenizer
+
+    path = tiny_xlmr_cross_encoder_path
+    hf = AutoTokenizer.from_pretrained(str(path))
+    replies: list[Reply] = []
+    backend = RerankBackend()
+    spec = WorkerSpec(worker_id="w", kind="rerank", model_path=str(path), served_model_name="x")
+    facts = backend.load(spec, lambda msg, payloads=(): replies.append(msg))
+    assert facts.context_length == 64 and facts.extra["activation"] == "sigmoid"
+    query = "a man is eating"
+    docs = [*DOCS, "the quick brown fox jumps over the lazy dog " * 10]
+    backend.submit(Rerank(request_id="a", query=query, documents=docs), [])
+    while backend.has_work():
+        backend.step()
+    (scores,) = [r for r in replies if isinstance(r, Scores)]
+    pairs = [hf(query, d, truncation="only_second", max_length=64)["input_ids"] for d in docs]
+    assert pairs[0][:2] == [0, hf.convert_tokens_to_ids("a")] and pairs[0][-1] == 2
+    assert len(pairs[-1]) == 64
+    want = reference_scores(path, [(ids, [0] * len(ids)) for ids in pairs])
+    np.testing.assert_allclose(scores.scores, want, atol=2e-5)
