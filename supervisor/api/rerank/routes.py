@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Done, Rerank, Scores
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.rerank.schemas import (
     BilledUnits,
     Meta_,
@@ -26,7 +27,6 @@ from mlx_gateway.supervisor.api.rerank.schemas import (
 )
 from mlx_gateway.supervisor.engine.kinds import RERANK_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest, ModelNotFound, ModelUnavailable
-from mlx_gateway.supervisor.http import recorder
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse

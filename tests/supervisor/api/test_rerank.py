@@ -20,8 +20,8 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
 from mlx_gateway.supervisor.pool.spawn import worker_command
-
 from tests.fixtures.tiny_cross_encoder import reference_scores
+
 from ..fakes import fake_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

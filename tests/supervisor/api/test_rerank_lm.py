@@ -17,7 +17,6 @@ from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
-
 from tests.fixtures.tiny_lm_reranker import reference_yes_probability
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

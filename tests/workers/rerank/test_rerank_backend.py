@@ -23,7 +23,6 @@ from mlx_gateway.protocol.messages import (
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.rerank.backend import RerankBackend
 from mlx_gateway.workers.runtime.contract import RequestError
-
 from tests.fixtures.tiny_cross_encoder import reference_scores
 
 pytestmark = pytest.mark.slow
