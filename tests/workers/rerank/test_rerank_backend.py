@@ -204,3 +204,53 @@ def test_xlm_roberta_cross_encoder(tiny_xlmr_cross_encoder_path: Path) -> None:
     assert len(pairs[-1]) == 64
     want = reference_scores(path, [(ids, [0] * len(ids)) for ids in pairs])
     np.testing.assert_allclose(scores.scores, want, atol=2e-5)
+
+
+def test_a_quantized_cross_encoder_loads(tiny_cross_encoder_path: Path, tmp_path: Path) -> None:
+    """An MLX conversion with ``quantization`` in its config: the layers saved with
+    ``scales`` are quantized before the weights load, and score as the quantized model
+    they were saved from (not as the float one)."""
+    import json
+    import shutil
+
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+
+    from mlx_gateway.workers.rerank.cross_encoder import load_cross_encoder
+
+    out = tmp_path / "q4"
+    shutil.copytree(tiny_cross_encoder_path, out)
+    config = json.loads((out / "config.json").read_text())
+    model, _ = load_cross_encoder(out, config)
+    float_model, _ = load_cross_encoder(out, config)
+    nn.quantize(model, group_size=32, bits=4)
+    saved = {
+        f"bert.{k.removeprefix('encoder.')}" if k.startswith("encoder.") else k: v
+        for k, v in tree_flatten(model.parameters())
+    }
+    assert any(k.endswith(".scales") for k in saved)
+    mx.save_safetensors(str(out / "model.safetensors"), saved)
+    config["quantization"] = {"group_size": 32, "bits": 4}
+    (out / "config.json").write_text(json.dumps(config))
+
+    backend, replies, _ = loaded(out)
+    request = Rerank(request_id="q", query="a man", documents=DOCS)
+    backend.submit(request, [])
+    while backend.has_work():
+        backend.step()
+    (scores,) = [r for r in replies if isinstance(r, Scores)]
+    rows = [r[0] for r in backend.scorer.rows(request)]  # type: ignore[union-attr]
+
+    def alone(m: Any) -> list[float]:
+        return [
+            float(
+                mx.sigmoid(m(mx.array([p.ids]), mx.ones((1, p.length)), mx.array([p.type_ids])))[
+                    0, 0
+                ]
+            )
+            for p in rows
+        ]
+
+    np.testing.assert_allclose(scores.scores, alone(model), atol=2e-5)
+    assert np.abs(np.array(scores.scores) - alone(float_model)).max() > 1e-4
