@@ -36,6 +36,12 @@ IMAGE_INPUT = "image_input"
 """images (and audio) inside chat messages"""
 PROGRESS = "progress"
 """per-step progress of long requests shown in /v1/models"""
+RERANK = "rerank"
+"""/v1/rerank (and /rerank, /v2/rerank): query/document relevance scores"""
+TOKENIZE = "tokenize"
+"""/tokenize and /detokenize: the model's own tokenizer"""
+BATCH_TOKENS = "batch_tokens"
+"""inputs of concurrent requests share padded forward passes (``max_batch_tokens``)"""
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ KINDS: dict[str, Kind] = {
         Kind(
             name="lm",
             model_types=("lm",),
-            surfaces=frozenset({CHAT, COMPLETIONS, CONSTRAINED, ADAPTERS}),
+            surfaces=frozenset({CHAT, COMPLETIONS, CONSTRAINED, ADAPTERS, TOKENIZE}),
             endpoints="/v1/chat/completions or /v1/completions",
             memory=MemoryProfile(1.0, 200 * MB, kv=True),
             extra=_extra("lm", "mlx-lm", "mlx_lm", "llguidance"),
@@ -113,7 +119,7 @@ KINDS: dict[str, Kind] = {
         Kind(
             name="vlm",
             model_types=("vlm", "multimodal"),
-            surfaces=frozenset({CHAT, COMPLETIONS, IMAGE_INPUT}),
+            surfaces=frozenset({CHAT, COMPLETIONS, IMAGE_INPUT, TOKENIZE}),
             endpoints="/v1/chat/completions",
             # the vision tower's pass
             memory=MemoryProfile(1.0, 450 * MB, activations=600 * MB, kv=True),
@@ -123,10 +129,20 @@ KINDS: dict[str, Kind] = {
         Kind(
             name="embeddings",
             model_types=("embeddings",),
-            surfaces=frozenset({EMBEDDINGS}),
+            surfaces=frozenset({EMBEDDINGS, TOKENIZE, BATCH_TOKENS}),
             endpoints="/v1/embeddings",
             memory=MemoryProfile(1.0, 200 * MB, activations=100 * MB),
             extra=_extra("embeddings", "mlx-embeddings", "mlx_embeddings", "numpy"),
+            batches=True,
+        ),
+        Kind(
+            name="rerank",
+            model_types=("rerank",),
+            surfaces=frozenset({RERANK, TOKENIZE, BATCH_TOKENS}),
+            endpoints="/v1/rerank",
+            memory=MemoryProfile(1.0, 250 * MB, activations=100 * MB),
+            # cross-encoders run on mlx-embeddings' encoders, LM rerankers on mlx-lm
+            extra=_extra("rerank", "mlx-embeddings", "mlx_embeddings", "mlx_lm", "numpy"),
             batches=True,
         ),
         Kind(

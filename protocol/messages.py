@@ -188,12 +188,54 @@ class GenerateImage(Message, tag="generate_image"):
 class CountTokens(Message, tag="count_tokens"):
     """Count the prompt tokens of ``messages`` (chat template applied, as for a
     :class:`Generate`) or of ``prompt``; answered by one :class:`Done` whose
-    ``usage.prompt_tokens`` is the count (``finish_reason`` ``counted``), or an Error."""
+    ``usage.prompt_tokens`` is the count (``finish_reason`` ``counted``), or an Error.
+    ``images`` as in :class:`Generate` (vision models: image parts count the tokens
+    their pictures become; the vision tower does not run)."""
 
     request_id: str
     messages: list[dict[str, Any]] | None = None
     prompt: str | None = None
     chat_template_kwargs: dict[str, Any] = {}
+    images: list[int] = []
+
+
+class Rerank(Message, tag="rerank"):
+    """Score each of ``documents`` for its relevance to ``query``; answered by
+    :class:`Scores` then :class:`Done` (``usage.prompt_tokens``: the tokens read).
+
+    A query and document pair longer than the model's window is cut to it
+    (``max_tokens_per_doc`` cuts each document shorter still); with
+    ``max_chunks_per_doc`` above 1 a long document is read in up to that many
+    windows instead and scored by its best one. ``instruction`` is the task an LM
+    reranker is told (``None``: its default)."""
+
+    request_id: str
+    query: str
+    documents: list[str]
+    max_tokens_per_doc: int | None = None
+    max_chunks_per_doc: int = 1
+    instruction: str | None = None
+
+
+class Tokenize(Message, tag="tokenize"):
+    """The token ids of ``text`` (with the tokenizer's special tokens when
+    ``add_special``), or of ``messages`` with the chat template applied; with
+    ``with_pieces`` also each token's text. Answered by :class:`Tokens` and
+    :class:`Done`."""
+
+    request_id: str
+    text: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    chat_template_kwargs: dict[str, Any] = {}
+    add_special: bool = False
+    with_pieces: bool = False
+
+
+class Detokenize(Message, tag="detokenize"):
+    """The text of ``tokens``; answered by :class:`Tokens` (``text``) and :class:`Done`."""
+
+    request_id: str
+    tokens: list[int]
 
 
 class MountAdapter(Message, tag="mount_adapter"):
@@ -334,6 +376,24 @@ class Embeddings(Message, tag="embeddings"):
     prompt_tokens: int = 0
 
 
+class Scores(Message, tag="scores"):
+    """The relevance of each document of a :class:`Rerank`, in document order."""
+
+    request_id: str
+    scores: list[float]
+
+
+class Tokens(Message, tag="tokens"):
+    """The answer to a :class:`Tokenize` (``tokens``; with ``with_pieces``, ``pieces``:
+    each token's text as it adds to the decoded text) or a :class:`Detokenize`
+    (``text``)."""
+
+    request_id: str
+    tokens: list[int] = []
+    pieces: list[str] = []
+    text: str = ""
+
+
 class Transcript(Message, tag="transcript"):
     """The whole result of a :class:`Transcribe`. ``language`` is the language's
     English name (``english``, as the OpenAI API reports it); ``segments`` follow
@@ -410,6 +470,9 @@ Request = (
     | Transcribe
     | GenerateImage
     | CountTokens
+    | Rerank
+    | Tokenize
+    | Detokenize
     | MountAdapter
     | UnmountAdapter
     | Cancel
@@ -427,6 +490,8 @@ Reply = (
     | Chunk
     | Batch
     | Embeddings
+    | Scores
+    | Tokens
     | Transcript
     | ImageStep
     | Image

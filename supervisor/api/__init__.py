@@ -10,6 +10,7 @@ from starlette.routing import Route
 
 from mlx_gateway.supervisor.api.anthropic.routes import count_tokens, create_message
 from mlx_gateway.supervisor.api.audio.routes import create_transcription, create_translation
+from mlx_gateway.supervisor.api.chat.routes import count_input_tokens as chat_input_tokens
 from mlx_gateway.supervisor.api.chat.routes import create_chat_completion
 from mlx_gateway.supervisor.api.completions.routes import create_completion
 from mlx_gateway.supervisor.api.embeddings.routes import create_embeddings
@@ -25,12 +26,17 @@ from mlx_gateway.supervisor.api.models.health import health
 from mlx_gateway.supervisor.api.models.metrics import metrics
 from mlx_gateway.supervisor.api.models.openapi import openapi
 from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
+from mlx_gateway.supervisor.api.rerank.routes import rerank
+from mlx_gateway.supervisor.api.responses.routes import (
+    count_input_tokens as response_input_tokens,
+)
 from mlx_gateway.supervisor.api.responses.routes import (
     create_response,
     delete_response,
     list_input_items,
     retrieve_response,
 )
+from mlx_gateway.supervisor.api.tokenize.routes import detokenize, tokenize
 from mlx_gateway.supervisor.api.ui.routes import logs as ui_logs
 from mlx_gateway.supervisor.api.ui.routes import page as ui_page
 from mlx_gateway.supervisor.api.ui.routes import static_file as ui_static
@@ -39,14 +45,20 @@ from mlx_gateway.supervisor.http.exceptions import exception_handlers
 
 routes: list[Route] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
+    Route("/v1/chat/completions/input_tokens", chat_input_tokens, methods=["POST"]),
     Route("/v1/completions", create_completion, methods=["POST"]),
     Route("/v1/responses", create_response, methods=["POST"]),
+    Route("/v1/responses/input_tokens", response_input_tokens, methods=["POST"]),
     Route("/v1/messages", create_message, methods=["POST"]),
     Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
     Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
     Route("/v1/embeddings", create_embeddings, methods=["POST"]),
+    Route("/v1/rerank", rerank, methods=["POST"]),
+    # Cohere's v2 path, and the path llama-server and Jina-style clients also use
+    Route("/v2/rerank", rerank, methods=["POST"]),
+    Route("/rerank", rerank, methods=["POST"]),
     Route("/v1/audio/transcriptions", create_transcription, methods=["POST"]),
     Route("/v1/audio/translations", create_translation, methods=["POST"]),
     Route("/v1/images/generations", create_image, methods=["POST"]),
@@ -62,6 +74,9 @@ routes: list[Route] = [
     Route("/v1/adapters", mount_adapter, methods=["POST"]),
     Route("/v1/adapters/{adapter_id}", unmount_adapter, methods=["DELETE"]),
     Route("/health", health, methods=["GET"]),
+    # llama-server's (and vLLM's) tokenizer endpoints
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
     # mlx-vlm's server answers these without the /v1 prefix too.
     Route("/chat/completions", create_chat_completion, methods=["POST"]),
     Route("/responses", create_response, methods=["POST"]),

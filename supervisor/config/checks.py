@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlx_gateway.protocol.kinds import KINDS
+from mlx_gateway.protocol.kinds import BATCH_TOKENS, KINDS, kind_serves, kinds_serving
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
 from mlx_gateway.supervisor.config.image import preset_model_type
 from mlx_gateway.supervisor.config.parser_names import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
@@ -183,8 +183,10 @@ def _name_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> list[tuple[_Ke
     ]
 
 
-_EMBEDDINGS_ONLY: dict[str, Any] = {"max_batch_tokens": None, "truncate": False}
+_EMBEDDINGS_ONLY: dict[str, Any] = {"truncate": False}
 """Per-model keys of embeddings models, with their defaults."""
+_BATCH_TOKENS_ONLY: dict[str, Any] = {"max_batch_tokens": None}
+"""Per-model keys of the kinds whose inputs share padded passes (embeddings, rerank)."""
 
 _VISION_ONLY: dict[str, Any] = {
     "max_images": 8,
@@ -213,6 +215,15 @@ def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
             f"model_type {model.model_type!r} is not supported yet by this gateway "
             f"(supported now: {servable}); remove this entry or serve it elsewhere for now",
         )
+    if not kind_serves(kind, BATCH_TOKENS):
+        for key, default in _BATCH_TOKENS_ONLY.items():
+            if getattr(model, key) != default:
+                served = ", ".join(kinds_serving(BATCH_TOKENS))
+                raise ctx.error(
+                    (*here, key),
+                    f"{key} applies to models of model_type {served} only, and this "
+                    f"entry's model_type is {model.model_type!r}; remove it",
+                )
     if kind != "embeddings":
         for key, default in _EMBEDDINGS_ONLY.items():
             if getattr(model, key) != default:

@@ -13,6 +13,8 @@ COMPLETION_KINDS = kinds_serving(kinds.COMPLETIONS)
 EMBEDDING_KINDS = kinds_serving(kinds.EMBEDDINGS)
 TRANSCRIPTION_KINDS = kinds_serving(kinds.TRANSCRIPTION)
 IMAGE_KINDS = kinds_serving(kinds.IMAGES)
+RERANK_KINDS = kinds_serving(kinds.RERANK)
+TOKENIZE_KINDS = kinds_serving(kinds.TOKENIZE)
 
 
 def kind_of(handle: ModelHandle) -> str:

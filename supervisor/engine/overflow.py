@@ -17,7 +17,7 @@ and chat template, with a :class:`CountTokens`), so what fits is exact.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from uuid import uuid4
 
@@ -43,13 +43,23 @@ Summarizer = Callable[[Messages, int], Awaitable[str]]
 """Runs the model on ``messages`` for at most that many tokens; returns its text."""
 
 
-async def count_tokens(handle: ModelHandle, messages: Messages, kwargs: dict[str, Any]) -> int:
-    """The prompt tokens of ``messages`` as the worker renders them."""
+async def count_tokens(
+    handle: ModelHandle,
+    messages: Messages,
+    kwargs: dict[str, Any],
+    files: Sequence[bytes] = (),
+    images: list[int] | None = None,
+) -> int:
+    """The prompt tokens of ``messages`` as the worker renders them (vision models:
+    with the image and audio ``files``, ``images`` naming the image parts' frames)."""
     msg = CountTokens(
-        request_id=f"count-{uuid4().hex}", messages=messages, chat_template_kwargs=kwargs
+        request_id=f"count-{uuid4().hex}",
+        messages=messages,
+        chat_template_kwargs=kwargs,
+        images=images or [],
     )
     tokens: int | None = None
-    async with WorkerCall(handle, msg) as call:
+    async with WorkerCall(handle, msg, files) as call:
         async for reply in call:
             if isinstance(reply, Done):
                 tokens = reply.usage.prompt_tokens

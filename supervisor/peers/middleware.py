@@ -38,7 +38,9 @@ from mlx_gateway.supervisor.peers.directory import VIA_HEADER, Peer, PeerDirecto
 from mlx_gateway.supervisor.peers.forward import open_upstream, relay
 from mlx_gateway.supervisor.peers.target import model_of, previous_response_of
 
-RESPONSES_PATHS = ("/v1/responses", "/responses")
+RESPONSES_PATHS = ("/v1/responses", "/responses", "/v1/responses/input_tokens")
+MODEL_PATHS = ("/rerank", "/v2/rerank", "/tokenize", "/detokenize")
+"""Routes outside ``/v1/`` whose body names a model (rerank and tokenizer clients')."""
 """The Responses API's create routes (with and without ``/v1``)."""
 RETRY_ELSEWHERE = frozenset({502, 503, 504})
 """A peer's answers that send the request to the next replica, when one is left."""
@@ -70,7 +72,9 @@ class PeerMiddleware:
         method, path = scope["method"], scope["path"]
         if directory is None or not directory.peers:
             await self.app(scope, receive, send)
-        elif method == "POST" and path.startswith("/v1/") and not path.startswith("/v1/models"):
+        elif method == "POST" and (
+            (path.startswith("/v1/") and not path.startswith("/v1/models")) or path in MODEL_PATHS
+        ):
             await self._by_model(scope, receive, send, directory, state.registry)
         elif method == "POST" and (name := _admin_target(path)) is not None:
             await self._admin_action(scope, receive, send, directory, state.registry, name)

@@ -34,7 +34,9 @@ from mlx_gateway.protocol.messages import (
     Prefilled,
     Reply,
     Request,
+    Scores,
     Started,
+    Tokens,
     Transcript,
 )
 
@@ -175,6 +177,8 @@ class Relay:
                 | Prefilled()
                 | Chunk()
                 | Embeddings()
+                | Scores()
+                | Tokens()
                 | Transcript()
                 | ImageStep()
                 | Image()

@@ -25,7 +25,6 @@ L2-normalized again (Matryoshka-style shortening).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ import numpy as np
 from mlx_embeddings import load as load_model_and_tokenizer
 
 from mlx_gateway.protocol.messages import (
+    Detokenize,
     Done,
     Embed,
     Embeddings,
@@ -46,9 +46,13 @@ from mlx_gateway.protocol.messages import (
     Progress,
     Request,
     Started,
+    Tokenize,
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.common.encoder_limits import max_input_length, read_json
+from mlx_gateway.workers.common.length_batches import pad_right, shortest_first, take_batch
+from mlx_gateway.workers.common.tokenize import answer_tokenize
 from mlx_gateway.workers.embeddings.pooling import (
     MODEL_POOLING,
     Pooling,
@@ -63,9 +67,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH_TOKENS = 4096
 """Padded tokens per forward pass (``max_batch_tokens`` in the model's config)."""
-FALLBACK_MAX_LENGTH = 512
-"""Used when neither the config nor the model tells its maximum input length."""
-_UNBOUNDED = 10**7  # tokenizers without a limit report model_max_length ≈ 1e30
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
 """What a hub download fetches: weights, configs (1_Pooling/config.json too), vocabularies."""
 
@@ -145,7 +146,7 @@ class EmbeddingsBackend(Backend):
             raise LoadError(f"load failed: {spec.model_path}: {exc}") from None
         self.model = model
         self.tokenizer = _hf_tokenizer(tokenizer)
-        config = _read_json(path / "config.json")
+        config = read_json(path / "config.json")
         self.info = self._describe(path, config, spec)
         info = self.info
         return ModelFacts(
@@ -161,7 +162,7 @@ class EmbeddingsBackend(Backend):
             pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
         pooling = read_pooling(path)
         info = _Model(
-            max_length=_max_length(path, config, tokenizer, spec.context_length),
+            max_length=max_input_length(path, config, tokenizer, spec.context_length),
             dims=0,
             vocab_size=_vocab_size(config, tokenizer),
             pad_id=int(pad_id),
@@ -192,6 +193,10 @@ class EmbeddingsBackend(Backend):
     # ------------------------------------------------------------ requests
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        if isinstance(request, Tokenize | Detokenize):
+            self._emit(answer_tokenize(self.tokenizer, request))
+            self._emit(Done(request_id=request.request_id, finish_reason="stop"))
+            return
         if not isinstance(request, Embed):
             raise RequestError(
                 f"an embeddings worker does not serve '{type(request).__name__}' requests"
@@ -211,8 +216,7 @@ class EmbeddingsBackend(Backend):
         job = _Job(request.request_id, tokens, dimensions, remaining=len(tokens))
         job.prompt_tokens = sum(len(t) for t in tokens)
         self._jobs[job.request_id] = job
-        # Shortest first: neighbours in a batch then pad to similar lengths.
-        for index in sorted(range(len(tokens)), key=lambda i: len(tokens[i])):
+        for index in shortest_first([len(t) for t in tokens]):
             self._queue.append(_Item(job, index))
         self._emit(Started(request_id=job.request_id, prompt_tokens=job.prompt_tokens))
 
@@ -309,22 +313,10 @@ class EmbeddingsBackend(Backend):
         self._batch_jobs = []
 
     def _take(self) -> list[_Item]:
-        """The next batch: queued inputs in order while the padded size (rows times
-        the longest row) stays within ``max_batch_tokens``; at least one input."""
-        batch: list[_Item] = []
-        longest = 0
-        queue = self._queue
-        while queue:
-            item = queue[0]
-            if item.job.request_id not in self._jobs:  # cancelled or failed
-                queue.popleft()
-                continue
-            width = max(longest, item.length)
-            if batch and width * (len(batch) + 1) > self.max_batch_tokens:
-                break
-            batch.append(queue.popleft())
-            longest = width
-        return batch
+        """The next batch (see :func:`~..common.length_batches.take_batch`)."""
+        return take_batch(
+            self._queue, self.max_batch_tokens, lambda item: item.job.request_id in self._jobs
+        )
 
     def _forward(self, rows: list[list[int]]) -> tuple[Any, mx.array, mx.array]:
         """Run the model on ``rows`` padded on the right; returns its output, the
@@ -336,12 +328,7 @@ class EmbeddingsBackend(Backend):
         tokens keep the positions they have alone."""
         info = self.info
         assert info is not None
-        width = max(len(r) for r in rows)
-        ids = np.full((len(rows), width), info.pad_id, dtype=np.int32)
-        mask = np.zeros((len(rows), width), dtype=np.int32)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = row
-            mask[i, : len(row)] = 1
+        ids, mask = pad_right(rows, info.pad_id)
         mx_mask = mx.array(mask)
         output = self.model(mx.array(ids), attention_mask=mx_mask)
         return output, mx_mask, mx.array([len(r) for r in rows])
@@ -397,37 +384,7 @@ def _positive_option(spec: WorkerSpec, key: str, default: int) -> int:
     return value
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _vocab_size(config: dict[str, Any], tokenizer: Any) -> int:
     """Token ids below this are valid: in the tokenizer and in the embedding table."""
     table = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     return min(len(tokenizer), table) if isinstance(table, int) and table > 0 else len(tokenizer)
-
-
-def _max_length(path: Path, config: dict[str, Any], tokenizer: Any, configured: int | None) -> int:
-    """The longest input, in tokens: the config's ``context_length``, else what
-    sentence-transformers uses (``max_seq_length``), else the tokenizer's limit,
-    else the model's position table; never more than the position table."""
-    positions = config.get("max_position_embeddings")
-    if not isinstance(positions, int) or positions <= 0:
-        positions = None
-    elif config.get("model_type") in ("roberta", "xlm-roberta", "xlm_roberta", "camembert"):
-        # RoBERTa-style position ids start after the padding index.
-        positions -= 2
-    candidates: list[Any] = [
-        configured,
-        _read_json(path / "sentence_bert_config.json").get("max_seq_length"),
-        getattr(tokenizer, "model_max_length", None),
-        positions,
-    ]
-    limit = next(
-        (v for v in candidates if isinstance(v, int) and 0 < v < _UNBOUNDED), FALLBACK_MAX_LENGTH
-    )
-    return min(limit, positions) if positions else limit

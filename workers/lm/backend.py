@@ -50,6 +50,7 @@ from mlx_lm.generate import BatchGenerator
 
 from mlx_gateway.protocol.messages import (
     CountTokens,
+    Detokenize,
     Done,
     Generate,
     ModelFacts,
@@ -57,6 +58,7 @@ from mlx_gateway.protocol.messages import (
     Progress,
     Request,
     Started,
+    Tokenize,
     UnmountAdapter,
     Usage,
 )
@@ -72,6 +74,7 @@ from mlx_gateway.workers.common.sampling import (
     make_request_processors,
     make_request_sampler,
 )
+from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
 from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
@@ -276,6 +279,9 @@ class LmBackend(LmScheduling):
         if isinstance(request, CountTokens):
             self._count(request)
             return
+        if isinstance(request, Tokenize | Detokenize):
+            self._tokenize(request)
+            return
         if isinstance(request, MountAdapter | UnmountAdapter):
             self._adapter_request(request)
             return
@@ -389,6 +395,25 @@ class LmBackend(LmScheduling):
         prompt, _ = self._prompt_tokens(as_generate)
         usage = Usage(prompt_tokens=len(prompt))
         self._emit(Done(request_id=request.request_id, finish_reason="counted", usage=usage))
+
+    def _tokenize(self, request: Tokenize | Detokenize) -> None:
+        """Answer a :class:`Tokenize` (text, or messages through the chat template as
+        for a ``Generate``) or a :class:`Detokenize` at once."""
+        tokenizer = self.tokenizer
+        assert tokenizer is not None
+        if isinstance(request, Detokenize):
+            reply = detokenized(tokenizer, request)
+        elif request.messages is not None:
+            as_generate = Generate(
+                request_id=request.request_id,
+                messages=request.messages,
+                chat_template_kwargs=request.chat_template_kwargs,
+            )
+            reply = tokens_reply(tokenizer, request, self._prompt_tokens(as_generate)[0])
+        else:
+            reply = tokens_reply(tokenizer, request, text_tokens(tokenizer, request))
+        self._emit(reply)
+        self._emit(Done(request_id=request.request_id, finish_reason="stop"))
 
     def _prompt_tokens(self, request: Generate) -> tuple[list[int], str]:
         """The prompt as token ids, and the field it came from (for error params)."""

@@ -34,7 +34,6 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
@@ -49,12 +48,17 @@ from PIL import Image
 
 from mlx_gateway.protocol.messages import (
     Chunk,
+    CountTokens,
+    Detokenize,
+    Done,
     Generate,
     Limits,
     ModelFacts,
     Progress,
     Request,
     Started,
+    Tokenize,
+    Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common import system_turns
@@ -66,11 +70,18 @@ from mlx_gateway.workers.common.batch_requests import (
 )
 from mlx_gateway.workers.common.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, compute_dtype_bytes
+from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import ToolPrompt, probe_tool_prompt
-from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
+from mlx_gateway.workers.runtime.contract import Emit, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 from mlx_gateway.workers.vlm.audio_input import decode_input_audio, sampling_rate, takes_audio
-from mlx_gateway.workers.vlm.images import DETAILS, ImageLimits, decode_image
+from mlx_gateway.workers.vlm.images import DETAILS, ImageLimits, decode_image, image_payload
+from mlx_gateway.workers.vlm.model_settings import (
+    config_dict,
+    context_length_of,
+    image_limits,
+    set_chat_template,
+)
 from mlx_gateway.workers.vlm.row_sampler import argmax_sampler, row_processors
 
 log = logging.getLogger(__name__)
@@ -144,7 +155,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
     def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
         self._spec = spec
         self._emit = emit
-        self.limits = _limits(spec.options)
+        self.limits = image_limits(spec.options)
         self._out = Coalescer(self._emit_batch, interval_option(spec.options))
 
         def downloading(repo: str) -> None:
@@ -154,11 +165,11 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         emit(Progress(stage="load", detail=str(path)))
         self.model, self.processor = load_vlm(str(path), trust_remote_code=spec.trust_remote_code)
         if spec.chat_template_file:
-            _set_chat_template(self.processor, spec.chat_template_file)
-        config = _config_dict(self.model.config)
+            set_chat_template(self.processor, spec.chat_template_file)
+        config = config_dict(self.model.config)
         KvSettings.from_spec(spec).check_model(config)  # kv_bits: mlx-vlm applies it
         self.kv_admission = KvAdmission.for_model(config, spec, compute_dtype_bytes(self.model))
-        self.context_length = spec.context_length or _context_length(config)
+        self.context_length = spec.context_length or context_length_of(config)
         # A stream belongs to the thread that made it: this one, the MLX thread.
         self._stream = mx.new_stream(mx.default_device())
         if spec.options.get("prefix_cache", True):
@@ -205,6 +216,18 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
     # ------------------------------------------------------------ requests
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
+        if isinstance(request, CountTokens):
+            usage = Usage(prompt_tokens=len(self._count(request, payloads)))
+            self._emit(Done(request_id=request.request_id, finish_reason="counted", usage=usage))
+            return
+        if isinstance(request, Tokenize | Detokenize):
+            tokenizer = self.processor.tokenizer
+            if isinstance(request, Detokenize):
+                self._emit(detokenized(tokenizer, request))
+            else:
+                self._emit(tokens_reply(tokenizer, request, self._count(request, payloads)))
+            self._emit(Done(request_id=request.request_id, finish_reason="stop"))
+            return
         if not isinstance(request, Generate):
             raise RequestError(f"a vlm worker does not serve '{type(request).__name__}' requests")
         if request.request_id in self._by_id:
@@ -241,6 +264,17 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
 
     def _prompt(self, request: Generate, payloads: Sequence[bytes]) -> Prompt:
         """Template, images and tokens → the prompt with its input embeddings."""
+        raw, where, has_images, has_audio = self._inputs(request, payloads)
+        tokens = raw["input_ids"].squeeze(0).tolist()
+        kwargs = self._embed(raw, has_images, has_audio=has_audio)
+        return Prompt(tokens=tokens, kwargs=kwargs, where=where)
+
+    def _inputs(
+        self, request: Generate, payloads: Sequence[bytes]
+    ) -> tuple[dict[str, Any], str, bool, bool]:
+        """The processor's output for the request (token ids with the image tokens
+        expanded, pixels…), the field it came from, and whether it has images and
+        audio. The vision tower does not run here."""
         images: list[Image.Image] = []
         audio: list[Any] = []
         if request.messages is not None:
@@ -265,11 +299,25 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             where = "prompt"
         else:
             raise RequestError("either messages or prompt is required", param="messages")
-        tokens = raw["input_ids"].squeeze(0).tolist()
-        if not tokens:
+        if raw["input_ids"].size == 0:
             raise RequestError(f"the {where} is empty", param=where)
-        kwargs = self._embed(raw, bool(images), has_audio=bool(audio))
-        return Prompt(tokens=tokens, kwargs=kwargs, where=where)
+        return raw, where, bool(images), bool(audio)
+
+    def _count(self, request: CountTokens | Tokenize, payloads: Sequence[bytes]) -> list[int]:
+        """The prompt tokens a ``Generate`` of the same messages (or text) would have."""
+        if isinstance(request, Tokenize) and request.messages is None:
+            return text_tokens(self.processor.tokenizer, request)
+        as_generate = Generate(
+            request_id=request.request_id,
+            messages=request.messages,
+            prompt=request.prompt if isinstance(request, CountTokens) else None,
+            chat_template_kwargs=request.chat_template_kwargs,
+            images=request.images if isinstance(request, CountTokens) else [],
+        )
+        assert self._stream is not None
+        with mx.stream(self._stream):
+            raw, _, _, _ = self._inputs(as_generate, payloads)
+        return [int(t) for t in raw["input_ids"].squeeze(0).tolist()]
 
     def _template_messages(
         self,
@@ -296,7 +344,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                 if kind in _TEXT_PARTS:
                     parts.append({"type": "text", "text": str(part.get("text", ""))})
                 elif kind == "image":
-                    payload = _payload(request, payloads, len(images), where)
+                    payload = image_payload(request, payloads, len(images), where)
                     detail = str(part.get("detail") or "auto")
                     if detail not in DETAILS:
                         raise RequestError(
@@ -543,52 +591,3 @@ def _check_supported(request: Generate) -> None:
             param="logprobs",
             code="unsupported_parameter",
         )
-
-
-def _limits(options: dict[str, Any]) -> ImageLimits:
-    shape = options.get("resize_shape")
-    max_pixels = options.get("max_pixels")
-    return ImageLimits(
-        resize_shape=(int(shape[0]), int(shape[1])) if shape else None,
-        max_pixels=int(max_pixels) if max_pixels else None,
-    )
-
-
-def _payload(request: Generate, payloads: Sequence[bytes], index: int, where: str) -> bytes:
-    """The bytes of the request's ``index``-th image part."""
-    if index >= len(request.images):
-        raise RequestError(f"{where}: no image payload for this part", param=where)
-    frame = request.images[index]
-    if not 0 <= frame < len(payloads):
-        raise RequestError(
-            f"{where}: image payload {frame} is missing ({len(payloads)} sent)", param=where
-        )
-    return payloads[frame]
-
-
-def _set_chat_template(processor: Any, path: str) -> None:
-    try:
-        template = Path(path).expanduser().read_text()
-    except OSError as exc:
-        raise LoadError(f"chat_template_file '{path}' cannot be read: {exc.strerror}") from None
-    processor.chat_template = template
-    tokenizer = getattr(processor, "tokenizer", None)
-    if tokenizer is not None:
-        tokenizer.chat_template = template
-
-
-def _config_dict(config: Any) -> dict[str, Any]:
-    if isinstance(config, dict):
-        return config
-    return {k: v for k, v in vars(config).items() if not k.startswith("_")}
-
-
-def _context_length(config: dict[str, Any]) -> int | None:
-    text_config = config.get("text_config")
-    if text_config is not None and not isinstance(text_config, dict):
-        text_config = _config_dict(text_config)
-    for source in (text_config or {}, config):
-        value = source.get("max_position_embeddings")
-        if isinstance(value, int) and value > 0:
-            return value
-    return None

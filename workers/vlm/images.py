@@ -23,10 +23,12 @@ from __future__ import annotations
 import functools
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from mlx_gateway.protocol.messages import Generate
 from mlx_gateway.workers.runtime.contract import RequestError
 
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF", "HEIF", "AVIF")
@@ -147,3 +149,15 @@ def _fit(image: Image.Image, detail: str, limits: ImageLimits) -> Image.Image:
     # Floors keep the result within max_pixels; at least 1 pixel per side.
     size = (max(1, math.floor(width * scale)), max(1, math.floor(height * scale)))
     return image.resize(size, Image.Resampling.BICUBIC)
+
+
+def image_payload(request: Generate, payloads: Sequence[bytes], index: int, where: str) -> bytes:
+    """The bytes of the request's ``index``-th image part."""
+    if index >= len(request.images):
+        raise RequestError(f"{where}: no image payload for this part", param=where)
+    frame = request.images[index]
+    if not 0 <= frame < len(payloads):
+        raise RequestError(
+            f"{where}: image payload {frame} is missing ({len(payloads)} sent)", param=where
+        )
+    return payloads[frame]

@@ -10,6 +10,7 @@ from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor.api.chat.inputs import chat_input
 from mlx_gateway.supervisor.api.chat.objects import (
     ChatChoiceOut,
     ChatCompletionOut,
@@ -22,27 +23,24 @@ from mlx_gateway.supervisor.api.chat.objects import (
 )
 from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
 from mlx_gateway.supervisor.engine.adapters import adapters_for
-from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.objects import usage_from
+from mlx_gateway.supervisor.engine.overflow import count_tokens
 from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
-from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, messages_to_builtins
+from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest
 from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
-from mlx_gateway.supervisor.engine.thinking import from_effort
-from mlx_gateway.supervisor.engine.tools import output_spec, tool_spec
+from mlx_gateway.supervisor.engine.tools import output_spec
 from mlx_gateway.supervisor.engine.turns import (
     ChoiceResult,
     Turn,
     TurnRequest,
     check_turn,
-    template_kwargs,
 )
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.reply.inputs import prepare_images
 from mlx_gateway.supervisor.reply.loading import start_stream
 from mlx_gateway.supervisor.reply.streaming import relay
 
@@ -66,23 +64,34 @@ class ChatEvents(ChatStream):
         return self.chunk(0, DeltaOut(), finish_reason)
 
 
+async def count_input_tokens(request: Request) -> Response:
+    """``POST /v1/chat/completions/input_tokens``: the prompt tokens of a chat body
+    (tools and images included), counted by the worker as the completion would be."""
+    req = await read_json(request, ChatCompletionRequest)
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, CHAT_KINDS, "/v1/chat/completions/input_tokens")
+    chat = await chat_input(request, req, handle)
+    inputs = chat.inputs
+    work = count_tokens(handle, inputs.messages, chat.kwargs, inputs.files, inputs.frame_indices)
+    tokens = await unless_disconnected(request, work)
+    return JSONResponse({"object": "chat.completion.input_tokens", "input_tokens": tokens})
+
+
 async def create_chat_completion(request: Request) -> Response:
     """Validate, resolve the model, generate; answer as JSON or as an SSE stream."""
     req = await read_json(request, ChatCompletionRequest)
     check_common(req)
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/chat/completions")
-    tools = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
-    messages = for_template(messages_to_builtins(req.messages))
-    inputs = await prepare_images(request, handle, messages)
-    thinking = from_effort(req.reasoning_effort, req.enable_thinking, req.thinking_budget)
+    chat = await chat_input(request, req, handle)
+    inputs = chat.inputs
     turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(req, handle.config),
-        template_kwargs=template_kwargs(req.chat_template_kwargs, tools, thinking.enabled),
-        thinking_budget=thinking.budget,
+        template_kwargs=chat.kwargs,
+        thinking_budget=chat.thinking.budget,
         adapters=adapters_for(handle, req.adapter),
-        tools=tools,
+        tools=chat.tools,
         output=output_spec(req.response_format),
         logprobs=(req.top_logprobs or 0) if req.logprobs else None,
         n=req.n or 1,

@@ -86,6 +86,36 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         request="api.embeddings.inputs:EmbeddingRequest",
         response="api.embeddings.inputs:EmbeddingList",
     ),
+    ("POST", "/v1/chat/completions/input_tokens"): Operation(
+        "countChatInputTokens",
+        "The prompt tokens of a chat-completions body, counted by the model's worker.",
+        request="engine.requests:ChatCompletionRequest",
+        extra={"application/json": {"schema": {"type": "object"}}},
+    ),
+    ("POST", "/v1/responses/input_tokens"): Operation(
+        "countResponseInputTokens",
+        "The input tokens of a Responses body, counted by the model's worker.",
+        request="api.responses.schemas:ResponsesRequest",
+        extra={"application/json": {"schema": {"type": "object"}}},
+    ),
+    ("POST", "/tokenize"): Operation(
+        "tokenize",
+        "Token ids (and pieces) of a text or a chat conversation, with the model's tokenizer.",
+        request="api.tokenize.routes:TokenizeRequest",
+        extra={"application/json": {"schema": {"type": "object"}}},
+    ),
+    ("POST", "/detokenize"): Operation(
+        "detokenize",
+        "The text of token ids, with the model's tokenizer.",
+        request="api.tokenize.routes:DetokenizeRequest",
+        extra={"application/json": {"schema": {"type": "object"}}},
+    ),
+    ("POST", "/v1/rerank"): Operation(
+        "rerank",
+        "Documents scored for their relevance to a query, best first (also /v2/rerank, /rerank).",
+        request="api.rerank.schemas:RerankRequest",
+        response="api.rerank.schemas:RerankResponse",
+    ),
     ("POST", "/v1/audio/transcriptions"): Operation(
         "createTranscription",
         "Speech to text in the language spoken.",

@@ -19,28 +19,26 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.responses.convert import new_id, output_items, stored_input, to_chat
 from mlx_gateway.supervisor.api.responses.events import ResponseBuilder
+from mlx_gateway.supervisor.api.responses.inputs import response_input
 from mlx_gateway.supervisor.api.responses.schemas import (
     FunctionToolChoice,
     ResponsesRequest,
     TextFormatJsonObject,
     TextFormatJsonSchema,
-    input_items,
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
-from mlx_gateway.supervisor.api.responses.tools import flat_name, request_tools
 from mlx_gateway.supervisor.engine.adapters import adapters_for
-from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
+from mlx_gateway.supervisor.engine.overflow import count_tokens
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
-from mlx_gateway.supervisor.engine.thinking import from_effort
-from mlx_gateway.supervisor.engine.tools import OutputSpec, checked_spec
-from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
+from mlx_gateway.supervisor.engine.tools import OutputSpec
+from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
+from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.reply.inputs import prepare_images
 from mlx_gateway.supervisor.reply.turn import serve_turn
 
 logger = logging.getLogger(__name__)
@@ -117,39 +115,29 @@ def _skeleton(req: ResponsesRequest, name: str, tools: list[Any]) -> dict[str, A
     }
 
 
+async def count_input_tokens(request: Request) -> Response:
+    """``POST /v1/responses/input_tokens``: the prompt tokens of a Responses body
+    (instructions, the conversation of ``previous_response_id``, tools and images
+    included), counted by the worker as the response would be."""
+    req = await read_json(request, ResponsesRequest)
+    handle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, CHAT_KINDS, "/v1/responses/input_tokens")
+    given = await response_input(request, req, handle, response_store(request))
+    inputs = given.inputs
+    work = count_tokens(handle, inputs.messages, given.kwargs, inputs.files, inputs.frame_indices)
+    tokens = await unless_disconnected(request, work)
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": tokens})
+
+
 async def create_response(request: Request) -> Response:
     """Validate, resolve the model, run the turn; answer as JSON or as an event stream."""
     req = await read_json(request, ResponsesRequest)
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/responses")
     store = response_store(request)
-    items = input_items(req.input)
-    earlier: list[dict[str, Any]] = []
-    if req.previous_response_id is not None:
-        previous = store.get(req.previous_response_id)
-        if previous is None:
-            raise BadRequest(
-                f"Previous response with id '{req.previous_response_id}' not found (it "
-                "expired, was deleted, or was created with store: false).",
-                param="previous_response_id",
-                code="previous_response_not_found",
-            )
-        earlier = previous.conversation
-    new_messages = to_chat(items)
-    tools = request_tools(req.tools)
-    choice = req.tool_choice
-    spec = checked_spec(
-        tools.functions,
-        flat_name(choice.namespace, choice.name)
-        if isinstance(choice, FunctionToolChoice)
-        else choice or "auto",
-        req.parallel_tool_calls,
-        "tool_choice",
-    )
-    system = [{"role": "system", "content": req.instructions}] if req.instructions else []
-    inputs = await prepare_images(request, handle, for_template([*system, *earlier, *new_messages]))
-    effort = req.reasoning.effort if req.reasoning else None
-    thinking = from_effort(effort, req.enable_thinking, req.thinking_budget)
+    given = await response_input(request, req, handle, store)
+    items, earlier, new_messages = given.items, given.earlier, given.new_messages
+    tools, spec, inputs, thinking = given.tools, given.spec, given.inputs, given.thinking
     fields = SamplingFields(
         model=req.model,
         max_tokens=req.max_output_tokens,
@@ -166,7 +154,7 @@ async def create_response(request: Request) -> Response:
     turn = TurnRequest(
         messages=inputs.messages,
         sampling=sampling_params(fields, handle.config),
-        template_kwargs=template_kwargs(req.chat_template_kwargs, spec, thinking.enabled),
+        template_kwargs=given.kwargs,
         thinking_budget=thinking.budget,
         adapters=adapters_for(handle, req.adapter),
         tools=spec,

@@ -261,3 +261,22 @@ async def test_large_replies_are_rendered_off_the_event_loop(
     monkeypatch.setattr(embeddings_api, "INLINE_VALUES", 0)
     threaded = (await http.post("/v1/embeddings", json=body)).json()
     assert threaded == inline
+
+
+async def test_tokenize_and_detokenize_with_the_model_tokenizer(
+    http: httpx.AsyncClient, local: Any
+) -> None:
+    text = "a man is eating food"
+    r = await http.post(
+        "/tokenize", json={"model": BERT, "content": text, "add_special": True, "with_pieces": True}
+    )
+    assert r.status_code == 200, r.text
+    listed = r.json()["tokens"]
+    assert [t["id"] for t in listed] == tokens(local, text)  # [CLS] … [SEP]
+    assert "".join(t["piece"] for t in listed[1:-1]).strip() == text
+    back = await http.post("/detokenize", json={"model": BERT, "tokens": tokens(local, text)[1:-1]})
+    assert back.status_code == 200 and back.json()["content"] == text
+    chat = await http.post(
+        "/tokenize", json={"model": BERT, "messages": [{"role": "user", "content": "x"}]}
+    )
+    assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"

@@ -45,7 +45,10 @@ def test_embeddings_keys_reach_the_worker(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ("max_batch_tokens: 512", "max_batch_tokens applies to embeddings models only"),
+        (
+            "max_batch_tokens: 512",
+            "max_batch_tokens applies to models of model_type embeddings, rerank only",
+        ),
         ("truncate: true", "truncate applies to embeddings models only"),
     ],
 )

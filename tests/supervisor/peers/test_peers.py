@@ -158,6 +158,20 @@ def test_peer_models_are_listed_and_every_api_is_forwarded() -> None:
             )
             assert message.content[0].text == "hi claude "  # type: ignore[union-attr]
 
+            # tokenizing and counting are the peer's worker's too
+            tokenized = httpx.post(f"{a.url}/tokenize", json={"model": "alpha", "content": "x y"})
+            assert tokenized.headers["x-mlx-gateway-peer"] == "mac-b"
+            assert tokenized.json()["tokens"] == [0, 1]  # the fake worker: one id per word
+            counted = httpx.post(
+                f"{a.url}/v1/chat/completions/input_tokens",
+                json={
+                    "model": "alpha",
+                    "messages": [{"role": "user", "content": "three words here"}],
+                },
+            )
+            assert counted.headers["x-mlx-gateway-peer"] == "mac-b"
+            assert counted.json()["input_tokens"] == 3
+
             # the local model stays local; the peer's worker served the others
             mine = client.chat.completions.with_raw_response.create(
                 model="mine", messages=[{"role": "user", "content": "at home"}]

@@ -42,7 +42,9 @@ Per request, the last message's text (or the prompt) decides:
 * anything else: echoes the words back, one per step, ``max_tokens`` capping them
   (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
 
-A ``CountTokens`` is answered at once with the number of words in all messages.
+A ``CountTokens`` is answered at once with the number of words in all messages; a
+``Tokenize`` with one token per word of its text (ids 0, 1, …; the words as pieces),
+a ``Detokenize`` with its ids joined by spaces.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from mlx_gateway.protocol.messages import (
     Chunk,
     ContextOverflow,
     CountTokens,
+    Detokenize,
     Done,
     Error,
     Generate,
@@ -77,6 +80,8 @@ from mlx_gateway.protocol.messages import (
     Ready,
     Shutdown,
     Started,
+    Tokenize,
+    Tokens,
     Usage,
 )
 from mlx_gateway.protocol.spec import decode_spec
@@ -255,6 +260,14 @@ def main() -> None:
                         len(str(m.get("content", "")).split()) for m in request.messages or []
                     )
                     send(Done(request_id=rid, finish_reason="counted", usage=Usage(count, 0)))
+                case Tokenize(request_id=rid):
+                    words = (request.text or "").split()
+                    pieces = words if request.with_pieces else []
+                    send(Tokens(request_id=rid, tokens=list(range(len(words))), pieces=pieces))
+                    send(Done(request_id=rid, finish_reason="stop"))
+                case Detokenize(request_id=rid, tokens=ids):
+                    send(Tokens(request_id=rid, text=" ".join(str(t) for t in ids)))
+                    send(Done(request_id=rid, finish_reason="stop"))
                 case Cancel(request_id=rid) if rid not in active:
                     print(f"cancel for {rid}: not running", flush=True)
                 case Cancel(request_id=rid) if rid in active:

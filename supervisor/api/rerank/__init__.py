@@ -1,0 +1,1 @@
+"""``POST /v1/rerank`` (and ``/rerank``, ``/v2/rerank``)."""

@@ -1,0 +1,1 @@
+"""``POST /tokenize`` and ``/detokenize``."""
