@@ -109,6 +109,11 @@ def split_rows(header: Embeddings, matrix: bytes) -> list[memoryview]:
     return [view[i * width : (i + 1) * width] for i in range(header.rows)]
 
 
+def float_rows(header: Embeddings, matrix: bytes) -> list[list[float]]:
+    """The matrix's rows as lists of floats."""
+    return [_floats(row) for row in split_rows(header, matrix)]
+
+
 def _floats(row: memoryview) -> list[float]:
     values = array.array("f")
     values.frombytes(row)
