@@ -12,11 +12,8 @@ import math
 import re
 from typing import Any
 
-from starlette.background import BackgroundTask
-from starlette.responses import Response
-
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_lifetime
+from mlx_gateway.supervisor.pool.keep_alive import request_lifetime
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -74,17 +71,12 @@ def apply_keep_alive(
     return seconds
 
 
-def release_after(response: Response, handle: ModelHandle) -> Response:
-    """Make ``response`` stop ``handle``'s model once it was sent, when the model's
-    lifetime is 0 (``keep_alive: 0``) and nothing else uses it."""
-    if lifetime(handle) == 0 and hasattr(handle, "stop"):
-        stop = handle.stop
-        previous = response.background
-
-        async def release() -> None:
-            if previous is not None:
-                await previous()
-            await stop("keep_alive 0: unloaded after the request", if_idle=True)
-
-        response.background = BackgroundTask(release)
-    return response
+def client_lifetime(
+    state: Any, handle: ModelHandle, keep_alive: float | str | None, ttl: float | None
+) -> None:
+    """The extension fields of the OpenAI and Anthropic routes: ``keep_alive`` (as
+    Ollama's) or LM Studio's ``ttl`` (seconds); ``keep_alive`` wins."""
+    if keep_alive is not None:
+        apply_keep_alive(state, handle, keep_alive, "keep_alive")
+    elif ttl is not None:
+        apply_keep_alive(state, handle, ttl, "ttl")

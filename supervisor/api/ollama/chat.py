@@ -35,7 +35,7 @@ from mlx_gateway.supervisor.api.ollama.replies import (
 from mlx_gateway.supervisor.api.ollama.schemas import ChatRequest, GenerateRequest
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.generation import Generation
-from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive, release_after
+from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.tools import ToolSpec
@@ -184,9 +184,9 @@ async def _reply(
 ) -> Response:
     shape = _Shape(request_name(request, handle), chat)
     if stream:
-        return release_after(ndjson(_stream(running, shape, clock)), handle)
+        return ndjson(_stream(running, shape, clock))
     body = await unless_disconnected(request, _whole(running, shape, clock))
-    return release_after(JSONResponse(body), handle)
+    return JSONResponse(body)
 
 
 def request_name(request: Request, handle: ModelHandle) -> str:

@@ -15,7 +15,7 @@ from mlx_gateway.supervisor.api.ollama.names import resolve
 from mlx_gateway.supervisor.api.ollama.options import read_options
 from mlx_gateway.supervisor.api.ollama.replies import Clock, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import EmbeddingsRequest, EmbedRequest
-from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive, release_after
+from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import read_json
@@ -63,7 +63,7 @@ async def embed(request: Request) -> Response:
         "load_duration": durations["load_duration"],
         "prompt_eval_count": tokens,
     }
-    return release_after(JSONResponse(body), handle)
+    return JSONResponse(body)
 
 
 @ollama_errors
@@ -75,4 +75,4 @@ async def embeddings(request: Request) -> Response:
     require_kind(handle, EMBEDDING_KINDS, "/api/embeddings")
     apply_keep_alive(request.app.state, handle, req.keep_alive)
     vectors, _ = await _vectors(request, handle, [req.prompt], True, None)
-    return release_after(JSONResponse({"embedding": vectors[0]}), handle)
+    return JSONResponse({"embedding": vectors[0]})

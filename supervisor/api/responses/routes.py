@@ -30,6 +30,7 @@ from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.api.responses.tools import flat_name, request_tools
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
+from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
@@ -121,6 +122,7 @@ async def create_response(request: Request) -> Response:
     """Validate, resolve the model, run the turn; answer as JSON or as an event stream."""
     req = await read_json(request, ResponsesRequest)
     handle = request.app.state.registry.resolve(req.model)
+    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
     require_kind(handle, CHAT_KINDS, "/v1/responses")
     store = response_store(request)
     items = input_items(req.input)

@@ -118,6 +118,13 @@ function fitText(fit) {
   if (fit.verdict === "waits") return "waits for " + escapeHtml(fit.blockers.join(", "));
   return escapeHtml(words[fit.verdict] || fit.verdict);
 }
+function expiry(m) {
+  // When an idle model will be unloaded (its idle_timeout, or a client's keep_alive).
+  if (m.state !== "ready") return "";
+  if (m.expires_at == null) return m.keep_alive === -1 ? '<div class="muted">kept loaded</div>' : "";
+  const at = new Date(m.expires_at * 1000).toLocaleTimeString();
+  return `<div class="muted" data-expires>unloads at ${escapeHtml(at)}</div>`;
+}
 function renderModels() {
   const budget = state.budget || 0;
   const rows = state.models.map((m) => {
@@ -129,7 +136,7 @@ function renderModels() {
     return `<tr data-model="${escapeHtml(m.id)}">
       <td data-label="Model"><strong>${escapeHtml(m.id)}</strong>${m.aliases?.length ? `<div class="muted">${escapeHtml(m.aliases.join(", "))}</div>` : ""}</td>
       <td data-label="Type">${escapeHtml(m.model_type)}</td>
-      <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}</td>
+      <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}${expiry(m)}</td>
       <td data-label="Memory">${bytes(need)}${m.memory == null && need != null ? ' <span class="muted">(est.)</span>' : ""}<div class="bar"><span style="width:${width}%"></span></div></td>
       <td data-label="Fits?">${fitText(m.fit)}</td>
       <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div></td>
