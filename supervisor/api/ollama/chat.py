@@ -20,7 +20,7 @@ from mlx_gateway.supervisor.api.ollama.convert import (
     tool_spec,
     user_content,
 )
-from mlx_gateway.supervisor.api.ollama.names import resolve
+from mlx_gateway.supervisor.api.ollama.names import require_kind, resolve
 from mlx_gateway.supervisor.api.ollama.options import read_options, sampling_fields
 from mlx_gateway.supervisor.api.ollama.replies import (
     Clock,
@@ -36,7 +36,7 @@ from mlx_gateway.supervisor.api.ollama.schemas import ChatRequest, GenerateReque
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive
-from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
+from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.tools import ToolSpec
 from mlx_gateway.supervisor.engine.turns import (

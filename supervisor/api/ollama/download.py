@@ -134,7 +134,8 @@ def _download(repo_id: str, emit: Callable[[dict[str, Any]], None]) -> Snapshot:
         path = hf_hub_download(
             repo_id,
             sibling.rfilename,
-            revision=info.sha,
+            # by branch, not commit: the cache then records refs/main, where the
+            # workers (and snapshot_download) look for the model
             endpoint=endpoint,
             tqdm_class=_bar_class(line, size, emit),
         )
