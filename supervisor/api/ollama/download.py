@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,8 +104,11 @@ def _bar_class(
     return Bar
 
 
-def _download(repo_id: str, emit: Callable[[dict[str, Any]], None]) -> Snapshot:
-    """Blocking: list the repo's files, fetch those the workers read."""
+def _download(
+    repo_id: str, emit: Callable[[dict[str, Any]], None], stop: threading.Event
+) -> Snapshot:
+    """Blocking: list the repo's files, fetch those the workers read (until
+    ``stop`` is set: the client left)."""
     from huggingface_hub import HfApi, constants, hf_hub_download
 
     if constants.HF_HUB_OFFLINE:
@@ -120,6 +124,8 @@ def _download(repo_id: str, emit: Callable[[dict[str, Any]], None]) -> Snapshot:
     folder: Path | None = None
     total_size = 0
     for sibling in files:
+        if stop.is_set():
+            raise PullFailed(f"pull {repo_id}: the client left", status=499)
         size = int(sibling.size or 0)
         total_size += size
         oid = sibling.lfs.sha256 if sibling.lfs is not None else sibling.blob_id
@@ -156,8 +162,9 @@ async def download(repo_id: str) -> AsyncIterator[dict[str, Any] | Snapshot]:
     def emit(line: dict[str, Any]) -> None:
         loop.call_soon_threadsafe(queue.put_nowait, line)
 
+    stop = threading.Event()
     yield {"status": "pulling manifest"}
-    task = asyncio.ensure_future(asyncio.to_thread(_download, repo_id, emit))
+    task = asyncio.ensure_future(asyncio.to_thread(_download, repo_id, emit, stop))
     try:
         while not task.done() or not queue.empty():
             getter = asyncio.ensure_future(queue.get())
@@ -175,6 +182,7 @@ async def download(repo_id: str) -> AsyncIterator[dict[str, Any] | Snapshot]:
         yield snapshot
     finally:
         if not task.done():
-            # The client left: the thread finishes its current file on its own;
+            # The client left: the thread ends after the file it is fetching;
             # nothing is served from a pull that did not end.
+            stop.set()
             task.cancel()
