@@ -182,6 +182,57 @@ async function modelAction(name, action, pinned) {
   refresh();
 }
 
+// Pulls a Hugging Face repo through Ollama's /api/pull (an admin endpoint) and
+// shows its NDJSON progress; the model is served by its repo id once it succeeds.
+async function pullModel(event) {
+  event.preventDefault();
+  const repo = $("#pull-repo").value.trim();
+  const status = $("#pull-state");
+  const button = $("#pull-run");
+  if (!repo) return;
+  button.disabled = true;
+  status.textContent = `pulling ${repo}…`;
+  try {
+    const response = await fetch("/api/pull", {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify({ model: repo, stream: true }),
+    });
+    if (!response.ok) {
+      let message = response.status + " " + response.statusText;
+      try { const body = await response.json(); message = body.error?.message || body.error || message; } catch (e) { /* not JSON */ }
+      throw new Error(message);
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "", last = {};
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, cut).trim();
+        buffer = buffer.slice(cut + 1);
+        if (!line) continue;
+        last = JSON.parse(line);
+        if (last.error) throw new Error(last.error);
+        const part = last.total ? ` ${bytes(last.completed || 0)} of ${bytes(last.total)}` : "";
+        status.textContent = `${last.status}${part}`;
+      }
+    }
+    if (last.status !== "success") throw new Error("the pull ended early");
+    status.textContent = `${repo}: pulled, served as ${repo}`;
+    notice("");
+  } catch (error) {
+    status.textContent = "";
+    notice(error.message.startsWith("pull ") ? error.message : `pull ${repo}: ${error.message}`);
+  } finally {
+    button.disabled = false;
+    refresh();
+  }
+}
+
 // ------------------------------------------------------------------ logs
 function fillModelSelects() {
   const names = state.models.map((m) => m.id);
@@ -451,6 +502,7 @@ $("#pg-model").addEventListener("change", choosePlayground);
 $("#chat-form").addEventListener("submit", sendChat);
 $("#chat-stop").addEventListener("click", () => state.chatAbort?.abort());
 $("#emb-run").addEventListener("click", compareEmbeddings);
+$("#pull-form").addEventListener("submit", pullModel);
 $("#audio-record").addEventListener("click", toggleRecording);
 $("#audio-run").addEventListener("click", transcribe);
 $("#img-run").addEventListener("click", generateImage);
