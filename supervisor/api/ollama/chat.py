@@ -50,13 +50,13 @@ from mlx_gateway.supervisor.engine.turns import (
     check_turn,
     template_kwargs,
 )
-from mlx_gateway.supervisor.engine.vision_input import prepare_images
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.keep_alive import lifetime
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.inputs import prepare_images
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ async def _load_only(request: Request, handle: ModelHandle, stream: bool, chat: 
     if lifetime(handle) == 0:
         reason = "unload"
         stop = getattr(handle, "stop", None)
-        if stop is not None and handle.status()["state"] == "ready":
+        if stop is not None and handle.status().state == "ready":
             await stop("keep_alive 0: unloaded by an empty request", if_idle=True)
     elif (load := getattr(handle, "load", None)) is not None:
         await unless_disconnected(request, load())

@@ -15,10 +15,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.protocol import kinds
 from mlx_gateway.supervisor.api.ollama.names import listed, resolve
 from mlx_gateway.supervisor.api.ollama.replies import iso, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import ModelRequest
-from mlx_gateway.supervisor.engine.kinds import kind_of
+from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.replies import JSONResponse
@@ -88,13 +89,13 @@ def tag_entry(handle: ModelHandle, name: str) -> dict[str, Any]:
 
 
 def capabilities(handle: ModelHandle) -> list[str]:
-    kind = kind_of(handle)
-    if kind == "embeddings":
+    """Ollama's capability names, from the surfaces the model's kind serves."""
+    if serves(handle, kinds.EMBEDDINGS):
         return ["embedding"]
-    if kind not in ("lm", "vlm"):
+    if not serves(handle, kinds.CHAT):
         return []
     found = ["completion", "tools"]
-    if kind == "vlm":
+    if serves(handle, kinds.IMAGE_INPUT):
         found.append("vision")
     extra = handle.facts.extra if handle.facts is not None else None
     if resolve_reasoning(handle.config.reasoning_parser, extra) is not None:
@@ -159,10 +160,10 @@ async def ps(request: Request) -> Response:
     models = []
     for handle in registry.handles:
         status = handle.status()
-        if status["state"] != "ready":
+        if status.state != "ready":
             continue
         folder, meta = _files(handle)
-        size = int(status.get("memory") or status.get("memory_need") or 0)
+        size = int(status.memory or status.memory_need or 0)
         weights = weights_on_disk(folder) if folder is not None else 0
         expires = expires_at(handle)
         models.append(

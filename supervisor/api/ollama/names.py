@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.engine.kinds import require_kind as engine_require_kind
+from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -43,21 +43,17 @@ def resolve(registry: Any, name: str) -> ModelHandle:
     raise ModelNotFound(name, served)
 
 
-_OLLAMA_ROUTES = {
-    "lm": "/api/chat or /api/generate",
-    "vlm": "/api/chat",
-    "embeddings": "/api/embed",
-}
-
-
-def require_kind(handle: ModelHandle, kinds: tuple[str, ...], endpoint: str) -> None:
-    """A 400 unless ``handle``'s model is one of ``kinds``, naming the Ollama route
+def require_kind(handle: ModelHandle, allowed: tuple[str, ...], endpoint: str) -> None:
+    """A 400 unless ``handle``'s model is one of ``allowed``, naming the Ollama route
     that serves it (or, for other kinds, the OpenAI one)."""
     try:
-        engine_require_kind(handle, kinds, endpoint)
+        engine_require_kind(handle, allowed, endpoint)
     except BadRequest as exc:
-        where = _OLLAMA_ROUTES.get(kind_of(handle))
-        if where is None:
+        if serves(handle, kinds.CHAT):
+            where = "/api/chat or /api/generate"
+        elif serves(handle, kinds.EMBEDDINGS):
+            where = "/api/embed"
+        else:
             raise
         raise BadRequest(
             f"The model '{handle.name}' (model_type {handle.config.model_type}) cannot be "
