@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlx_gateway.protocol import kinds
 from mlx_gateway.supervisor.engine.kinds import require_kind as engine_require_kind
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
