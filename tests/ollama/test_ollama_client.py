@@ -6,6 +6,7 @@ is scripted and the gateway's parsing is what is tested)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -212,3 +213,91 @@ def test_a_stream_error_after_the_start(client: ollama.Client) -> None:
             model=PLAIN, messages=[{"role": "user", "content": "crash now"}], stream=True
         ):
             pass
+
+
+def test_generate_refuses_what_it_cannot_honour(client: ollama.Client) -> None:
+    for field, value in (("suffix", "end"), ("template", "{{ .Prompt }}")):
+        with pytest.raises(ollama.ResponseError) as refused:
+            client.generate(model=PLAIN, prompt="say x", **{field: value})
+        assert refused.value.status_code == 400 and field in refused.value.error
+    with pytest.raises(ollama.ResponseError) as context:
+        client.generate(model=PLAIN, prompt="say x", context=[1, 2, 3])
+    assert context.value.status_code == 400 and "/api/chat" in context.value.error
+
+
+def test_an_empty_chat_with_keep_alive_zero_unloads(gateway: LiveGateway) -> None:
+    with LiveGateway({"model_path": PLAIN}) as gw:
+        c = ollama.Client(host=gw.url, timeout=30)
+        assert c.chat(model=PLAIN, messages=[]).done_reason == "load"
+        assert gw.registry.resolve(PLAIN).state.public == "ready"
+        assert c.chat(model=PLAIN, messages=[], keep_alive=0).done_reason == "unload"
+        assert gw.registry.resolve(PLAIN).state.public == "unloaded"
+
+
+def test_pull_offline_and_of_a_local_folder(client: ollama.Client) -> None:
+    before = {m.model for m in client.list().models}
+    with pytest.raises(ollama.ResponseError) as offline:  # the tests run with HF_HUB_OFFLINE
+        for _ in client.pull("mlx-community/Qwen3-0.6B-4bit", stream=True):
+            pass
+    assert "offline" in offline.value.error and "HF_HUB_OFFLINE" in offline.value.error
+    with pytest.raises(ollama.ResponseError) as not_streamed:
+        client.pull("mlx-community/Qwen3-0.6B-4bit")
+    assert not_streamed.value.status_code == 503
+    assert {m.model for m in client.list().models} == before
+    # A served name pulls its entry's repo again (an update): offline here too.
+    with pytest.raises(ollama.ResponseError) as update:
+        client.pull(f"{PLAIN}:latest")
+    assert update.value.status_code == 503 and PLAIN in update.value.error
+
+
+def test_pull_of_a_model_in_a_local_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "fake" / "ok"  # the fake worker reads its mode from the path
+    folder.mkdir(parents=True)
+    with LiveGateway({"model_path": str(folder), "served_model_name": "local"}) as gw:
+        c = ollama.Client(host=gw.url, timeout=30)
+        assert c.pull("local").status == "success"  # nothing to download
+        assert [p.status for p in c.pull("local", stream=True)] == ["success"]
+
+
+def test_copy_then_delete_the_copy(client: ollama.Client, gateway: LiveGateway) -> None:
+    assert client.copy(PLAIN, "plain-copy").status == "success"
+    assert "plain-copy:latest" in {m.model for m in client.list().models}
+    reply = client.chat(model="plain-copy", messages=[{"role": "user", "content": "say copied"}])
+    assert reply.message.content == "copied" and reply.model == "plain-copy"
+    with pytest.raises(ollama.ResponseError) as taken:
+        client.copy(OK, "plain-copy:latest")
+    assert taken.value.status_code == 400 and "already names" in taken.value.error
+    with pytest.raises(ollama.ResponseError) as configured:
+        client.delete(PLAIN)
+    assert configured.value.status_code == 400 and "config file" in configured.value.error
+    assert client.delete("plain-copy:latest").status == "success"
+    assert "plain-copy:latest" not in {m.model for m in client.list().models}
+    assert f"{PLAIN}:latest" in {m.model for m in client.list().models}
+    with pytest.raises(ollama.ResponseError) as unknown:
+        client.delete("never-there")
+    assert unknown.value.status_code == 404
+
+
+def test_pull_delete_copy_are_admin_endpoints() -> None:
+    with LiveGateway(
+        {"model_path": PLAIN}, api_keys=["client-key"], admin_keys=["admin-key"]
+    ) as gw:
+        user = ollama.Client(host=gw.url, headers={"Authorization": "Bearer client-key"})
+        assert user.chat(model=PLAIN, messages=[{"role": "user", "content": "say ok"}]).done
+        for call in (
+            lambda: user.pull(PLAIN),
+            lambda: user.delete(PLAIN),
+            lambda: user.copy(PLAIN, "other"),
+        ):
+            with pytest.raises(ollama.ResponseError) as denied:
+                call()
+            assert denied.value.status_code == 403
+        admin = ollama.Client(host=gw.url, headers={"Authorization": "Bearer admin-key"})
+        with pytest.raises(ollama.ResponseError) as offline:  # let in; then offline
+            admin.pull(PLAIN)
+        assert offline.value.status_code == 503
+        assert admin.copy(PLAIN, "other").status == "success"
+        anonymous = ollama.Client(host=gw.url)
+        with pytest.raises(ollama.ResponseError) as missing:
+            anonymous.list()
+        assert missing.value.status_code == 401
