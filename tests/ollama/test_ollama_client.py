@@ -5,6 +5,7 @@ is scripted and the gateway's parsing is what is tested)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import ollama
 import pytest
 
 from tests.api.lm_app import OK, PLAIN, REASONER, VISION, hermes_call
+from tests.e2e.gateway import wait_until
 from tests.supervisor.live import LiveGateway
 
 pytestmark = pytest.mark.timeout(120)
@@ -200,8 +202,8 @@ def test_errors_in_ollamas_shape(client: ollama.Client, gateway: LiveGateway) ->
 
 
 def test_format_json_needs_an_lm(client: ollama.Client) -> None:
-    # The fake workers are of model_type lm only by name; a vision model cannot be
-    # constrained, which the gateway refuses before any worker runs.
+    # Only language models (lm) decode under a grammar: a vision model's format is
+    # refused before any worker runs.
     with pytest.raises(ollama.ResponseError) as refused:
         client.chat(model=VISION, messages=[{"role": "user", "content": "say {}"}], format="json")
     assert refused.value.status_code == 400 and "format" in refused.value.error
@@ -301,3 +303,19 @@ def test_pull_delete_copy_are_admin_endpoints() -> None:
         with pytest.raises(ollama.ResponseError) as missing:
             anonymous.list()
         assert missing.value.status_code == 401
+
+
+def test_a_client_that_leaves_a_stream_stops_its_request(gateway: LiveGateway) -> None:
+    handle = gateway.registry.resolve(PLAIN)
+    body = {
+        "model": PLAIN,
+        "messages": [{"role": "user", "content": " ".join(["word"] * 2000)}],  # 40 s of steps
+    }
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream("POST", f"{gateway.url}/api/chat", json=body) as response,
+    ):
+        first = next(response.iter_lines())
+        assert json.loads(first)["done"] is False
+        assert handle.inflight == 1
+    assert wait_until(lambda: handle.inflight == 0, 10)

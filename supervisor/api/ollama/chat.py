@@ -148,7 +148,6 @@ async def _whole(running: Running, shape: _Shape, clock: Clock) -> dict[str, Any
     finish: Finished | None = None
     try:
         async for event in running.choice(0):
-            _chunk(event, shape, clock)
             match event:
                 case TextDelta(text=piece):
                     text.append(piece)
@@ -158,6 +157,8 @@ async def _whole(running: Running, shape: _Shape, clock: Clock) -> dict[str, Any
                     calls.append(_call(event))
                 case Finished():
                     finish = event
+            if text or thinking or calls:
+                clock.mark_output()
     finally:
         await running.aclose()
     return shape.final(
