@@ -1,7 +1,8 @@
 """A whole gateway process for the Ollama tests that need real workers: a tiny
-random llama (``tiny``) and a tiny BERT (``minilm``), a local stand-in for the
-hub serving the llama's files as ``mlx-community/tiny-llama`` (``HF_ENDPOINT``),
-and the gateway's own Hugging Face cache and state folder (``pulled.json``)."""
+random llama (``tiny``), a tiny BERT (``minilm``) and a tiny Qwen2-VL (``eyes``);
+a local stand-in for the hub serving the llama's files as
+``mlx-community/tiny-llama`` (``HF_ENDPOINT``); the gateway's own Hugging Face
+cache and state folder (``pulled.json``)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def lab(
     hub: HubServer,
     tiny_lm_path: Path,
     tiny_bert_path: Path,
+    tiny_vlm_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Lab:
     tmp = tmp_path_factory.mktemp("ollama-lab")
@@ -60,6 +62,7 @@ def lab(
             "model_path": str(tiny_bert_path),
             "model_type": "embeddings",
         },
+        {"served_model_name": "eyes", "model_path": str(tiny_vlm_path), "model_type": "vlm"},
     ]
     env = {
         "HF_HUB_OFFLINE": "0",

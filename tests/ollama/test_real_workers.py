@@ -6,6 +6,7 @@ pulled model across a restart, and Home Assistant's sequence."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -86,6 +87,27 @@ def test_embed(gateway: Gateway) -> None:
     with pytest.raises(ollama.ResponseError) as wrong:
         c.embed(model="tiny", input="x")
     assert wrong.value.status_code == 400 and "/api/chat" in wrong.value.error
+
+
+def test_images_reach_a_vision_model(gateway: Gateway) -> None:
+    from PIL import Image
+
+    picture = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(picture, format="PNG")
+    c = client(gateway)
+    text = {"role": "user", "content": "What is this?"}
+    plain = c.chat(model="eyes", messages=[text], options={"num_predict": 2})
+    seen = c.chat(
+        model="eyes",
+        messages=[{**text, "images": [picture.getvalue()]}],  # the client sends base64
+        options={"num_predict": 2},
+    )
+    assert seen.done and plain.prompt_eval_count and seen.prompt_eval_count
+    assert seen.prompt_eval_count > plain.prompt_eval_count  # the image's tokens
+    assert "vision" in (c.show("eyes").capabilities or [])
+    with pytest.raises(ollama.ResponseError) as broken:
+        c.chat(model="eyes", messages=[{**text, "images": ["bm90IGFuIGltYWdl"]}])
+    assert broken.value.status_code == 400
 
 
 def test_show_and_ps(gateway: Gateway) -> None:
