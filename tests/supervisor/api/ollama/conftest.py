@@ -6,11 +6,12 @@ cache and state folder (``pulled.json``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ollama
 import pytest
 
 from tests.e2e.gateway import Gateway
@@ -79,3 +80,20 @@ def gateway(lab: Lab) -> Iterator[Gateway]:
     gw = lab.start()
     yield gw
     gw.stop()
+
+
+Connect = Callable[..., ollama.Client]
+
+
+@pytest.fixture
+def connect() -> Iterator[Connect]:
+    """``connect(url, **options)``: an official Python client, closed after the test."""
+    made: list[ollama.Client] = []
+
+    def make(url: str, **options: object) -> ollama.Client:
+        made.append(ollama.Client(host=url, timeout=120, **options))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.api.lm_app import OK, hermes_call
 from tests.e2e.gateway import Gateway
+from tests.supervisor.api.lm_app import OK, hermes_call
 from tests.supervisor.live import LiveGateway
 
 from .conftest import PULLABLE

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import ollama
 import pytest
 
 from tests.e2e.gateway import Gateway
 from tests.fixtures.browser import DESKTOP, browser, shoot
 
-from .conftest import PULLABLE, Lab
+from .conftest import PULLABLE, Connect, Lab
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 __all__ = ["browser"]  # the fixture, imported for this module
@@ -39,7 +38,9 @@ def ui_gateway(ui_lab: Lab) -> Iterator[Gateway]:
     gw.stop()
 
 
-def test_pull_from_the_models_view(browser: Any, ui_gateway: Gateway, ui_lab: Lab) -> None:
+def test_pull_from_the_models_view(
+    browser: Any, ui_gateway: Gateway, ui_lab: Lab, connect: Connect
+) -> None:
     page = browser.new_page(viewport=DESKTOP)
     page.goto(ui_gateway.base_url + "/ui")
     page.wait_for_selector('#models tr[data-model="tiny"]')
@@ -51,7 +52,7 @@ def test_pull_from_the_models_view(browser: Any, ui_gateway: Gateway, ui_lab: La
     page.wait_for_selector(f'#models tr[data-model="{PULLABLE}"]')
     assert (Path(ui_lab.env["MLX_GATEWAY_CACHE_DIR"]) / "pulled.json").exists()
 
-    client = ollama.Client(host=ui_gateway.base_url, timeout=120)
+    client = connect(ui_gateway.base_url)
     client.chat(
         model="tiny",
         messages=[{"role": "user", "content": "hi"}],

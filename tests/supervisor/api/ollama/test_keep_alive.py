@@ -4,12 +4,12 @@ their SDKs), the server's cap and off switch; fake workers, real TCP."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
 import anthropic
 import httpx
-import ollama
 import openai
 import pytest
 
@@ -19,6 +19,8 @@ from mlx_gateway.supervisor.pool.keep_alive import lifetime
 from mlx_gateway.supervisor.pool.reaper import reapable
 from tests.e2e.gateway import wait_until
 from tests.supervisor.live import LiveGateway
+
+from .conftest import Connect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,9 +59,9 @@ def state(gw: LiveGateway) -> str:
     return str(gw.registry.resolve(MODEL).state.public)
 
 
-def test_keep_alive_zero_unloads_after_the_answer() -> None:
+def test_keep_alive_zero_unloads_after_the_answer(connect: Connect) -> None:
     with LiveGateway({"model_path": MODEL, "idle_timeout": 300}) as gw:
-        client = ollama.Client(host=gw.url, timeout=30)
+        client = connect(gw.url)
         reply = client.chat(model=MODEL, messages=HELLO, keep_alive=0)
         assert reply.message.content == "hello"
         assert wait_until(lambda: state(gw) == "unloaded", 10)
@@ -69,9 +71,9 @@ def test_keep_alive_zero_unloads_after_the_answer() -> None:
         assert wait_until(lambda: state(gw) == "unloaded", 10)
 
 
-def test_a_short_keep_alive_replaces_idle_timeout() -> None:
+def test_a_short_keep_alive_replaces_idle_timeout(connect: Connect) -> None:
     with LiveGateway({"model_path": MODEL, "idle_timeout": 300}) as gw:
-        client = ollama.Client(host=gw.url, timeout=30)
+        client = connect(gw.url)
         client.chat(model=MODEL, messages=HELLO, keep_alive="1s")
         (entry,) = client.ps().models
         assert entry.expires_at is not None
@@ -79,9 +81,9 @@ def test_a_short_keep_alive_replaces_idle_timeout() -> None:
         assert wait_until(lambda: state(gw) == "unloaded", 15)
 
 
-def test_keep_alive_forever_outlives_idle_timeout() -> None:
+def test_keep_alive_forever_outlives_idle_timeout(connect: Connect) -> None:
     with LiveGateway({"model_path": MODEL, "idle_timeout": 1}) as gw:
-        client = ollama.Client(host=gw.url, timeout=30)
+        client = connect(gw.url)
         client.chat(model=MODEL, messages=HELLO, keep_alive=-1)
         handle = gw.registry.resolve(MODEL)
         assert lifetime(handle) is None
@@ -93,15 +95,20 @@ def test_keep_alive_forever_outlives_idle_timeout() -> None:
 
 
 def test_openai_and_anthropic_routes_take_keep_alive_and_ttl() -> None:
-    with LiveGateway({"model_path": MODEL, "idle_timeout": 300}) as gw:
+    with (
+        LiveGateway({"model_path": MODEL, "idle_timeout": 300}) as gw,
+        contextlib.ExitStack() as closing,
+    ):
         sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="x", max_retries=0)
+        claude = anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0)
+        closing.callback(sdk.close)
+        closing.callback(claude.close)
         reply = sdk.chat.completions.create(
             model=MODEL, messages=HELLO, extra_body={"keep_alive": 0}
         )
         assert reply.choices[0].message.content == "hello"
         assert wait_until(lambda: state(gw) == "unloaded", 10)
 
-        claude = anthropic.Anthropic(base_url=gw.url, api_key="x", max_retries=0)
         message = claude.messages.create(
             model=MODEL, max_tokens=50, messages=HELLO, extra_body={"ttl": 1234}
         )
@@ -114,22 +121,22 @@ def test_openai_and_anthropic_routes_take_keep_alive_and_ttl() -> None:
         assert "ttl" in str(bad.value)
 
 
-def test_the_server_caps_or_ignores_client_lifetimes() -> None:
+def test_the_server_caps_or_ignores_client_lifetimes(connect: Connect) -> None:
     with LiveGateway({"model_path": MODEL, "idle_timeout": 300}, max_keep_alive=60) as gw:
-        client = ollama.Client(host=gw.url, timeout=30)
+        client = connect(gw.url)
         client.chat(model=MODEL, messages=HELLO, keep_alive=-1)
         assert lifetime(gw.registry.resolve(MODEL)) == 60
     with LiveGateway({"model_path": MODEL, "idle_timeout": 300}, client_keep_alive=False) as gw:
-        client = ollama.Client(host=gw.url, timeout=30)
+        client = connect(gw.url)
         client.chat(model=MODEL, messages=HELLO, keep_alive=0)
         handle = gw.registry.resolve(MODEL)
         assert lifetime(handle) == 300 and not reapable(handle, time.monotonic() + 299)
         assert state(gw) == "ready"
 
 
-def test_a_busy_model_is_not_stopped_by_keep_alive_zero() -> None:
+def test_a_busy_model_is_not_stopped_by_keep_alive_zero(connect: Connect) -> None:
     with LiveGateway({"model_path": MODEL, "idle_timeout": 300}) as gw:
-        client = ollama.Client(host=gw.url, timeout=30)
+        client = connect(gw.url)
         stream = client.chat(
             model=MODEL,
             # 300 words at one a step: seconds, the second request takes a few steps

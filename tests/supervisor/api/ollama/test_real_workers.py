@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import pytest
 
 from tests.e2e.gateway import Gateway, wait_until
 
-from .conftest import PULLABLE, Lab
+from .conftest import PULLABLE, Connect, Lab
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -34,15 +35,20 @@ WEATHER: dict[str, Any] = {
 }
 
 
-def client(gw: Gateway) -> ollama.Client:
-    return ollama.Client(host=gw.base_url, timeout=120)
+ClientFor = Callable[[Gateway], ollama.Client]
+
+
+@pytest.fixture
+def client(connect: Connect) -> ClientFor:
+    """``client(gateway)``: the Python client aimed at that gateway."""
+    return lambda gw: connect(gw.base_url)
 
 
 def state_of(gw: Gateway, name: str) -> str:
     return str(gw.model(name)["state"])
 
 
-def test_chat_and_generate(gateway: Gateway) -> None:
+def test_chat_and_generate(gateway: Gateway, client: ClientFor) -> None:
     c = client(gateway)
     messages = [{"role": "user", "content": "Hello"}]
     reply = c.chat(model="tiny", messages=messages, options={"num_predict": 6, "seed": 1})
@@ -60,7 +66,7 @@ def test_chat_and_generate(gateway: Gateway) -> None:
     assert generated.done and generated.eval_count and generated.eval_count <= 4
 
 
-def test_format_schema_is_enforced(gateway: Gateway) -> None:
+def test_format_schema_is_enforced(gateway: Gateway, client: ClientFor) -> None:
     schema = {
         "type": "object",
         "properties": {"city": {"type": "string", "maxLength": 8}, "n": {"type": "integer"}},
@@ -77,7 +83,7 @@ def test_format_schema_is_enforced(gateway: Gateway) -> None:
     assert set(value) == {"city", "n"} and isinstance(value["n"], int)
 
 
-def test_embed(gateway: Gateway) -> None:
+def test_embed(gateway: Gateway, client: ClientFor) -> None:
     c = client(gateway)
     result = c.embed(model="minilm", input=["first text", "second text"])
     assert len(result.embeddings) == 2 and len(result.embeddings[0]) == len(result.embeddings[1])
@@ -89,7 +95,7 @@ def test_embed(gateway: Gateway) -> None:
     assert wrong.value.status_code == 400 and "/api/chat" in wrong.value.error
 
 
-def test_images_reach_a_vision_model(gateway: Gateway) -> None:
+def test_images_reach_a_vision_model(gateway: Gateway, client: ClientFor) -> None:
     from PIL import Image
 
     picture = io.BytesIO()
@@ -110,7 +116,7 @@ def test_images_reach_a_vision_model(gateway: Gateway) -> None:
     assert broken.value.status_code == 400
 
 
-def test_show_and_ps(gateway: Gateway) -> None:
+def test_show_and_ps(gateway: Gateway, client: ClientFor) -> None:
     c = client(gateway)
     shown = c.show("tiny")
     assert shown.modelinfo is not None
@@ -122,7 +128,7 @@ def test_show_and_ps(gateway: Gateway) -> None:
     assert loaded["tiny:latest"].size and loaded["tiny:latest"].context_length == 2048
 
 
-def test_keep_alive_zero_unloads_the_real_worker(gateway: Gateway) -> None:
+def test_keep_alive_zero_unloads_the_real_worker(gateway: Gateway, client: ClientFor) -> None:
     c = client(gateway)
     c.chat(model="tiny", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 2})
     assert state_of(gateway, "tiny") == "ready"
@@ -138,7 +144,7 @@ def test_keep_alive_zero_unloads_the_real_worker(gateway: Gateway) -> None:
     c.chat(model="tiny", messages=[{"role": "user", "content": "again"}], keep_alive="5m")
 
 
-def test_a_failed_pull_leaves_nothing(gateway: Gateway, lab: Lab) -> None:
+def test_a_failed_pull_leaves_nothing(gateway: Gateway, lab: Lab, client: ClientFor) -> None:
     c = client(gateway)
     before = {m.model for m in c.list().models}
     with pytest.raises(ollama.ResponseError) as missing:
@@ -153,7 +159,9 @@ def test_a_failed_pull_leaves_nothing(gateway: Gateway, lab: Lab) -> None:
     assert not pulled.exists() or "does-not-exist" not in pulled.read_text()
 
 
-def test_home_assistant_then_restart_then_delete(gateway: Gateway, lab: Lab) -> None:
+def test_home_assistant_then_restart_then_delete(
+    gateway: Gateway, lab: Lab, client: ClientFor
+) -> None:
     """Home Assistant's Ollama integration: list the models, pull the configured one
     when it is missing (progress streamed), then chat with its tools, keep_alive -1
     and options.num_ctx on every request; a restart keeps the pulled model; deleting

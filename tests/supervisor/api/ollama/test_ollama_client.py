@@ -14,9 +14,11 @@ import httpx
 import ollama
 import pytest
 
-from tests.api.lm_app import OK, PLAIN, REASONER, VISION, hermes_call
 from tests.e2e.gateway import wait_until
+from tests.supervisor.api.lm_app import OK, PLAIN, REASONER, VISION, hermes_call
 from tests.supervisor.live import LiveGateway
+
+from .conftest import Connect
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,8 +53,9 @@ def gateway() -> Iterator[LiveGateway]:
 
 
 @pytest.fixture(scope="module")
-def client(gateway: LiveGateway) -> ollama.Client:
-    return ollama.Client(host=gateway.url, timeout=60)
+def client(gateway: LiveGateway) -> Iterator[ollama.Client]:
+    with ollama.Client(host=gateway.url, timeout=60) as made:
+        yield made
 
 
 def test_list_names_round_trip(client: ollama.Client) -> None:
@@ -154,7 +157,7 @@ def test_generate_empty_prompt_loads(client: ollama.Client, gateway: LiveGateway
 
 
 def test_images_reach_a_vision_model(client: ollama.Client) -> None:
-    from tests.api.lm_app import PNG_1PX
+    from tests.supervisor.api.lm_app import PNG_1PX
 
     reply = client.chat(
         model=VISION,
@@ -227,9 +230,9 @@ def test_generate_refuses_what_it_cannot_honour(client: ollama.Client) -> None:
     assert context.value.status_code == 400 and "/api/chat" in context.value.error
 
 
-def test_an_empty_chat_with_keep_alive_zero_unloads(gateway: LiveGateway) -> None:
+def test_an_empty_chat_with_keep_alive_zero_unloads(gateway: LiveGateway, connect: Connect) -> None:
     with LiveGateway({"model_path": PLAIN}) as gw:
-        c = ollama.Client(host=gw.url, timeout=30)
+        c = connect(gw.url)
         assert c.chat(model=PLAIN, messages=[]).done_reason == "load"
         assert gw.registry.resolve(PLAIN).state.public == "ready"
         assert c.chat(model=PLAIN, messages=[], keep_alive=0).done_reason == "unload"
@@ -252,11 +255,11 @@ def test_pull_offline_and_of_a_local_folder(client: ollama.Client) -> None:
     assert update.value.status_code == 503 and PLAIN in update.value.error
 
 
-def test_pull_of_a_model_in_a_local_folder(tmp_path: Path) -> None:
+def test_pull_of_a_model_in_a_local_folder(tmp_path: Path, connect: Connect) -> None:
     folder = tmp_path / "fake" / "ok"  # the fake worker reads its mode from the path
     folder.mkdir(parents=True)
     with LiveGateway({"model_path": str(folder), "served_model_name": "local"}) as gw:
-        c = ollama.Client(host=gw.url, timeout=30)
+        c = connect(gw.url)
         assert c.pull("local").status == "success"  # nothing to download
         assert [p.status for p in c.pull("local", stream=True)] == ["success"]
 
@@ -280,11 +283,11 @@ def test_copy_then_delete_the_copy(client: ollama.Client, gateway: LiveGateway) 
     assert unknown.value.status_code == 404
 
 
-def test_pull_delete_copy_are_admin_endpoints() -> None:
+def test_pull_delete_copy_are_admin_endpoints(connect: Connect) -> None:
     with LiveGateway(
         {"model_path": PLAIN}, api_keys=["client-key"], admin_keys=["admin-key"]
     ) as gw:
-        user = ollama.Client(host=gw.url, headers={"Authorization": "Bearer client-key"})
+        user = connect(gw.url, headers={"Authorization": "Bearer client-key"})
         assert user.chat(model=PLAIN, messages=[{"role": "user", "content": "say ok"}]).done
         for call in (
             lambda: user.pull(PLAIN),
@@ -294,12 +297,12 @@ def test_pull_delete_copy_are_admin_endpoints() -> None:
             with pytest.raises(ollama.ResponseError) as denied:
                 call()
             assert denied.value.status_code == 403
-        admin = ollama.Client(host=gw.url, headers={"Authorization": "Bearer admin-key"})
+        admin = connect(gw.url, headers={"Authorization": "Bearer admin-key"})
         with pytest.raises(ollama.ResponseError) as offline:  # let in; then offline
             admin.pull(PLAIN)
         assert offline.value.status_code == 503
         assert admin.copy(PLAIN, "other").status == "success"
-        anonymous = ollama.Client(host=gw.url)
+        anonymous = connect(gw.url)
         with pytest.raises(ollama.ResponseError) as missing:
             anonymous.list()
         assert missing.value.status_code == 401
