@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol import kinds
 from mlx_gateway.supervisor.api.ollama.names import listed, resolve
-from mlx_gateway.supervisor.api.ollama.replies import iso, ollama_errors
+from mlx_gateway.supervisor.api.ollama.replies import FOREVER, iso, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import ModelRequest
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
@@ -179,11 +179,6 @@ async def ps(request: Request) -> Response:
             }
         )
     return JSONResponse({"models": models})
-
-
-FOREVER = "2318-01-01T00:00:00Z"
-"""``expires_at`` of a model kept loaded without limit (or busy now): far ahead, as
-Ollama shows a model kept with ``keep_alive: -1``."""
 
 
 async def version(request: Request) -> Response:

@@ -25,9 +25,20 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
 
 
+FOREVER = "2318-01-01T00:00:00Z"
+"""A time too far ahead to matter (``expires_at`` of a model kept without limit),
+as Ollama shows a model kept with ``keep_alive: -1``."""
+
+
 def iso(timestamp: float) -> str:
-    """A Unix time in ``created_at``'s form."""
-    moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    """A Unix time in ``created_at``'s form (:data:`FOREVER` beyond what dates hold:
+    a client may ask for a lifetime of 1e300 seconds)."""
+    try:
+        moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return FOREVER
+    if moment.year > 2317:
+        return FOREVER
     return moment.isoformat().replace("+00:00", "Z")
 
 

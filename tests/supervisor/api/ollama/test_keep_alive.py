@@ -150,3 +150,11 @@ def test_a_busy_model_is_not_stopped_by_keep_alive_zero(connect: Connect) -> Non
         rest = list(stream)
         assert rest[-1].done
         assert wait_until(lambda: state(gw) == "unloaded", 10)
+
+
+def test_a_lifetime_beyond_the_calendar(connect: Connect) -> None:
+    with LiveGateway({"model_path": MODEL, "idle_timeout": 300}) as gw:
+        client = connect(gw.url)
+        client.chat(model=MODEL, messages=HELLO, keep_alive=1e300)  # found by the fuzz suite
+        (entry,) = client.ps().models
+        assert entry.expires_at is not None and entry.expires_at.year > 2200
