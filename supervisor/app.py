@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.api.anthropic.routes import anthropic_error
+from mlx_gateway.supervisor.api.ollama.replies import ollama_error
 from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.log_hub import LogHub
@@ -77,4 +78,6 @@ def _error_reply(path: str, exc: GatewayError) -> Response:
     """An error in the shape of the API at ``path``."""
     if path.startswith("/v1/messages"):
         return anthropic_error(exc)
+    if path.startswith("/api/"):
+        return ollama_error(exc)
     return error_response(exc)

@@ -26,6 +26,7 @@ from mlx_gateway.supervisor.api.models.health import health
 from mlx_gateway.supervisor.api.models.metrics import metrics
 from mlx_gateway.supervisor.api.models.openapi import openapi
 from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
+from mlx_gateway.supervisor.api.ollama.routes import ollama_routes
 from mlx_gateway.supervisor.api.rerank.routes import rerank
 from mlx_gateway.supervisor.api.responses.routes import (
     count_input_tokens as response_input_tokens,
@@ -88,6 +89,7 @@ routes: list[Route] = [
     Route("/ui/static/{name}", ui_static, methods=["GET"]),
     Route("/ui/stats", ui_stats, methods=["GET"]),
     Route("/ui/logs", ui_logs, methods=["GET"]),
+    *ollama_routes,  # Ollama's native API
 ]
 
 __all__ = ["exception_handlers", "routes"]

@@ -23,6 +23,7 @@ _DURATION_KEYS = frozenset(
         "stream_keepalive",
         "peer_check_interval",
         "peer_timeout",
+        "max_keep_alive",
     }
 )
 

@@ -179,6 +179,13 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     peer_timeout: _PositiveSeconds = 5.0
     """Seconds to connect to a peer (and for a whole health check) before it counts
     as down."""
+    client_keep_alive: bool = True
+    """Whether a request's ``keep_alive`` (Ollama's routes; an extra field on the
+    OpenAI and Anthropic routes, also as LM Studio's ``ttl``) sets how long its model
+    stays loaded after its last request; ``false``: ignored, ``idle_timeout`` rules."""
+    max_keep_alive: _Seconds | None = None
+    """Most seconds a client-set lifetime may keep a model loaded after its last
+    request (longer ones, and "forever", are cut to it); ``None``: no cap."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

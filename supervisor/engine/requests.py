@@ -158,6 +158,10 @@ class SamplingFields(Struct, kw_only=True):
     user: str | None = None
     adapter: str | None = None
     """LoRA adapters of the model to run with: ``"id"``, ``"a+b"``, ``"none"``."""
+    keep_alive: float | str | None = None
+    """Extension (Ollama's): how long the model stays loaded after this request."""
+    ttl: float | None = None
+    """Extension (LM Studio's): seconds the model stays loaded after this request."""
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

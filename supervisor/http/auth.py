@@ -6,7 +6,8 @@ or as ``x-api-key: <key>`` (the Anthropic SDK's way). Rules:
 * no ``api_keys`` and no ``admin_keys``: everything is open;
 * ``/health`` is always open (load balancers and ``mlx-gateway status`` probe it);
 * the web UI's page and static files (``GET /ui``, ``/ui/static/…``) are open;
-* admin endpoints (``/metrics``, ``/ui/logs``, ``POST /v1/models/{id}/…``, ``/admin/…``)
+* admin endpoints (``/metrics``, ``/ui/logs``, ``POST /v1/models/{id}/…``, ``/admin/…``,
+  Ollama's ``/api/pull``, ``/api/delete``, ``/api/copy``)
   need one of ``admin_keys`` when that list is set, else one of ``api_keys``;
 * every other endpoint needs one of ``api_keys`` (or of ``admin_keys``) when
   ``api_keys`` is set, and is open otherwise.
@@ -31,6 +32,7 @@ OPEN_PATHS = frozenset({"/health"})
 OPEN_FILES = "/v1/images/files/"
 """Generated images served for ``response_format: url``: the unguessable, expiring
 id in the path is the credential (as OpenAI's signed URLs), so a page can load them."""
+OLLAMA_ADMIN = frozenset({"/api/pull", "/api/delete", "/api/copy", "/api/create", "/api/push"})
 UI_PAGE = "/ui"
 UI_FILES = "/ui/static/"
 """The web UI's page and files hold no data (what it shows comes from API calls made
@@ -58,6 +60,8 @@ def is_admin(method: str, path: str) -> bool:
     if method == "POST" and path == "/unload":  # every idle model (mlx-vlm's route)
         return True
     if path == "/v1/adapters" or path.startswith("/v1/adapters/"):  # LoRA mounts
+        return True
+    if path in OLLAMA_ADMIN:  # models pulled, deleted, copied
         return True
     return method == "POST" and path.startswith("/v1/models/")
 

@@ -19,6 +19,7 @@ from mlx_gateway.protocol.messages import Generate
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.errors import ModelUnavailable, TooManyRequests, WorkerCrashed
 from mlx_gateway.supervisor.pool.calls import ReplyStream
+from mlx_gateway.supervisor.pool.keep_alive import lifetime
 from mlx_gateway.supervisor.pool.owner_events import WorkerProcess, background
 from mlx_gateway.supervisor.pool.relay import Relay
 from mlx_gateway.supervisor.pool.room import Room
@@ -151,6 +152,8 @@ class Admission:
             self.last_used = time.monotonic()
             self.last_used_wall = time.time()
             self._changed()
+            if self.idle and lifetime(self) == 0:  # a client's keep_alive 0
+                background(self.stop("keep_alive 0: unloaded after its request", if_idle=True))
 
     async def _admit(self, deadline: float) -> None:
         """Wait out a drain, reserve room in the memory budget, start, await Ready."""

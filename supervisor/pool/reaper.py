@@ -1,7 +1,8 @@
 """The housekeeping loop: stop idle workers, kill hung ones, release drained ones.
 
 * Idle: READY, nothing in flight or waiting, ``on_demand``, ``idle_timeout > 0``, and
-  ``idle_timeout`` seconds since the last request *finished*.
+  ``idle_timeout`` seconds since the last request *finished* (a client's
+  ``keep_alive`` replaces ``idle_timeout``: see :mod:`.keep_alive`).
 * Hung: READY with requests in flight but no heartbeat for ``hang_timeout`` seconds
   (e.g. the process was stopped); it is SIGKILLed and its requests fail at once.
 * Drained (see :mod:`.placement`): once idle it is stopped so the waiting model fits.
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from mlx_gateway.supervisor.config import ServerConfig
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
+from mlx_gateway.supervisor.pool.keep_alive import lifetime
 from mlx_gateway.supervisor.pool.state import WorkerState
 
 log = logging.getLogger("mlx_gateway.reaper")
@@ -23,10 +25,9 @@ log = logging.getLogger("mlx_gateway.reaper")
 
 def reapable(handle: WorkerHandle, now: float) -> bool:
     """Whether ``handle`` has been idle past its ``idle_timeout`` (see module doc)."""
-    timeout = handle.config.idle_timeout
+    timeout = lifetime(handle)
     return (
-        handle.config.on_demand
-        and timeout > 0
+        timeout is not None
         and handle.state is WorkerState.READY
         and handle.idle
         and handle.idle_for(now) >= timeout
@@ -42,7 +43,7 @@ def hung(handle: WorkerHandle, now: float, hang_timeout: float) -> bool:
 
 
 def check_interval(handles: Sequence[WorkerHandle], server: ServerConfig) -> float:
-    timeouts = [h.config.idle_timeout for h in handles if h.config.idle_timeout > 0]
+    timeouts = [t for h in handles if (t := lifetime(h)) is not None]
     return max(0.2, min([*timeouts, server.hang_timeout, 20.0]) / 4)
 
 

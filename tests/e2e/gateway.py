@@ -27,7 +27,13 @@ def free_port() -> int:
 class Gateway:
     """A running ``mlx-gateway launch --config …`` process."""
 
-    def __init__(self, tmp: Path, models: list[dict[str, Any]], **server: Any) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        models: list[dict[str, Any]],
+        env: dict[str, str] | None = None,
+        **server: Any,
+    ) -> None:
         self.port = free_port()
         self.config_path = tmp / "config.yaml"
         server = {"port": self.port, "shutdown_grace": 2, "log_level": "info", **server}
@@ -38,7 +44,7 @@ class Gateway:
             [str(MLX_GATEWAY), "launch", "--config", str(self.config_path)],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
         )
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._wait_healthy()

@@ -76,8 +76,13 @@ def check_alive(gateway: LiveGateway, http: httpx.Client) -> None:
 
 def check_error_shape(response: httpx.Response, path: str = "") -> None:
     """A 4xx JSON answer is ``{"error": {"message", "type", "param", "code"}}`` (the
-    Anthropic endpoints: ``{"type": "error", "error": {"type", "message"}}``)."""
+    Anthropic endpoints: ``{"type": "error", "error": {"type", "message"}}``; Ollama's
+    ``/api/…``: ``{"error": "message"}``)."""
     assert response.status_code < 500, response.text
+    if response.status_code >= 400 and path.startswith("/api/"):  # Ollama's own shape
+        error = response.json()["error"]
+        assert isinstance(error, str) and error, error
+        return
     if response.status_code >= 400:
         error = response.json()["error"]
         expected = {"message", "type"} if path.startswith("/v1/messages") else {

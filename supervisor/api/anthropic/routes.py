@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
+from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.overflow import count_tokens as prompt_tokens
 from mlx_gateway.supervisor.engine.requests import SamplingFields
@@ -122,6 +123,7 @@ async def create_message(request: Request) -> Response:
     check_betas(request, req)
     handle = request.app.state.registry.resolve(req.model)
     require_kind(handle, CHAT_KINDS, "/v1/messages")
+    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
     tools = tool_spec(req.tools, req.tool_choice)
     inputs = await prepare_images(request, handle, for_template(to_chat(req.system, req.messages)))
     fields = SamplingFields(

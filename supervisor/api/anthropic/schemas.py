@@ -108,6 +108,10 @@ class MessagesRequest(Struct, kw_only=True):
     """Extension: most tokens inside a thinking block (wins over ``budget_tokens``)."""
     adapter: str | None = None
     """Extension: LoRA adapters of the model (``"id"``, ``"a+b"``, ``"none"``)."""
+    keep_alive: float | str | None = None
+    """Extension (Ollama's): how long the model stays loaded after this request."""
+    ttl: float | None = None
+    """Extension (LM Studio's): seconds the model stays loaded after this request."""
     metadata: dict[str, Any] | None = None
     context_management: Any = None
     output_config: Any = None

@@ -23,6 +23,7 @@ from mlx_gateway.supervisor.api.chat.objects import (
 )
 from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
 from mlx_gateway.supervisor.engine.adapters import adapters_for
+from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.objects import usage_from
 from mlx_gateway.supervisor.engine.overflow import count_tokens
@@ -82,6 +83,7 @@ async def create_chat_completion(request: Request) -> Response:
     req = await read_json(request, ChatCompletionRequest)
     check_common(req)
     handle = request.app.state.registry.resolve(req.model)
+    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
     require_kind(handle, CHAT_KINDS, "/v1/chat/completions")
     chat = await chat_input(request, req, handle)
     inputs = chat.inputs

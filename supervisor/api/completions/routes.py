@@ -13,6 +13,7 @@ from starlette.responses import Response
 from mlx_gateway.protocol.messages import Generate
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.generation import Generation
+from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import COMPLETION_KINDS, require_kind
 from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice, Usage, usage_from
 from mlx_gateway.supervisor.engine.requests import CompletionRequest
@@ -101,6 +102,7 @@ async def create_completion(request: Request) -> Response:
         raise BadRequest("'echo' is only supported with a text prompt.", param="echo")
     echo = prompt if req.echo and isinstance(prompt, str) else ""
     handle = request.app.state.registry.resolve(req.model)
+    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
     require_kind(handle, COMPLETION_KINDS, "/v1/completions")
     msg = Generate(
         request_id=f"cmpl-{uuid4().hex}",

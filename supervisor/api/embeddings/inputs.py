@@ -25,6 +25,10 @@ class EmbeddingRequest(Struct, kw_only=True):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
     user: str | None = None
+    keep_alive: float | str | None = None
+    """Extension (Ollama's): how long the model stays loaded after this request."""
+    ttl: float | None = None
+    """Extension (LM Studio's): seconds the model stays loaded after this request."""
 
 
 class Embedding(Struct, kw_only=True):

@@ -28,6 +28,7 @@ from mlx_gateway.supervisor.api.embeddings.inputs import (
     EmbeddingUsage,
     split_input,
 )
+from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
 from mlx_gateway.supervisor.http.body import read_json
@@ -45,6 +46,7 @@ async def create_embeddings(request: Request) -> Response:
     req = await read_json(request, EmbeddingRequest)
     texts, token_ids = split_input(req.input)
     handle = request.app.state.registry.resolve(req.model)
+    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
     require_kind(handle, EMBEDDING_KINDS, ENDPOINT)
     msg = Embed(
         request_id=f"embd-{uuid4().hex}",
@@ -107,6 +109,11 @@ def split_rows(header: Embeddings, matrix: bytes) -> list[memoryview]:
         )
     view = memoryview(matrix)
     return [view[i * width : (i + 1) * width] for i in range(header.rows)]
+
+
+def float_rows(header: Embeddings, matrix: bytes) -> list[list[float]]:
+    """The matrix's rows as lists of floats."""
+    return [_floats(row) for row in split_rows(header, matrix)]
 
 
 def _floats(row: memoryview) -> list[float]:

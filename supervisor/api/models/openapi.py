@@ -52,6 +52,8 @@ class Operation:
     """200 content types beyond (or instead of) ``response``."""
     statuses: tuple[int, ...] = (400, 404, 413, 429, 503)
     optional_body: bool = False
+    error: str = "Error"
+    """The component of its error bodies (``OllamaError`` on Ollama's ``/api/…``)."""
 
 
 _TEXT = {"text/plain": {"schema": {"type": "string"}}}
@@ -240,7 +242,98 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
 }
 
+# Ollama's native API (api/ollama): NDJSON streams, ``{"error": "..."}`` errors.
+_OLLAMA_OK = {
+    "application/json": {"schema": {"type": "object"}},
+    "application/x-ndjson": {"schema": {"type": "string"}},
+}
+_OLLAMA_JSON = {"application/json": {"schema": {"type": "object"}}}
+_OLLAMA = "api.ollama.schemas"
+OPERATIONS.update(
+    {
+        ("POST", "/api/chat"): Operation(
+            "ollamaChat",
+            "Ollama chat: one JSON object, or NDJSON lines (stream, the default).",
+            request=f"{_OLLAMA}:ChatRequest",
+            extra=_OLLAMA_OK,
+            statuses=(400, 404, 429, 503),
+            error="OllamaError",
+        ),
+        ("POST", "/api/generate"): Operation(
+            "ollamaGenerate",
+            "Ollama generate: one JSON object, or NDJSON lines (stream, the default).",
+            request=f"{_OLLAMA}:GenerateRequest",
+            extra=_OLLAMA_OK,
+            statuses=(400, 404, 429, 503),
+            error="OllamaError",
+        ),
+        ("POST", "/api/embed"): Operation(
+            "ollamaEmbed",
+            "Ollama embeddings of one or more inputs.",
+            request=f"{_OLLAMA}:EmbedRequest",
+            extra=_OLLAMA_JSON,
+            statuses=(400, 404, 429, 503),
+            error="OllamaError",
+        ),
+        ("POST", "/api/embeddings"): Operation(
+            "ollamaEmbeddings",
+            "Ollama's older embedding route: one prompt.",
+            request=f"{_OLLAMA}:EmbeddingsRequest",
+            extra=_OLLAMA_JSON,
+            statuses=(400, 404, 429, 503),
+            error="OllamaError",
+        ),
+        ("POST", "/api/show"): Operation(
+            "ollamaShow",
+            "Ollama: a model's details, model_info and capabilities.",
+            request=f"{_OLLAMA}:ModelRequest",
+            extra=_OLLAMA_JSON,
+            statuses=(400, 404),
+            error="OllamaError",
+        ),
+        ("POST", "/api/pull"): Operation(
+            "ollamaPull",
+            "Ollama pull: download a Hugging Face repo and serve it (admin).",
+            request=f"{_OLLAMA}:ModelRequest",
+            extra=_OLLAMA_OK,
+            statuses=(400, 403, 404, 502, 503),
+            error="OllamaError",
+        ),
+        ("DELETE", "/api/delete"): Operation(
+            "ollamaDelete",
+            "Ollama delete: stop serving a pulled model, remove its files (admin).",
+            request=f"{_OLLAMA}:ModelRequest",
+            extra=_OLLAMA_JSON,
+            statuses=(400, 404),
+            error="OllamaError",
+        ),
+        ("POST", "/api/copy"): Operation(
+            "ollamaCopy",
+            "Ollama copy: another name for a model (admin).",
+            request=f"{_OLLAMA}:CopyRequest",
+            extra=_OLLAMA_JSON,
+            statuses=(400, 404),
+            error="OllamaError",
+        ),
+        **{
+            ("GET", f"/api/{name}"): Operation(
+                f"ollama{name.title()}", summary, extra=_OLLAMA_JSON, statuses=()
+            )
+            for name, summary in (
+                ("tags", "Ollama: every served name and alias."),
+                ("ps", "Ollama: the loaded models and when they unload."),
+                ("version", "Ollama: the API version these routes follow."),
+            )
+        },
+    }
+)
+
 _HAND_WRITTEN: dict[str, dict[str, Any]] = {
+    "OllamaError": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string"}},
+    },
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -433,25 +526,27 @@ def _operation(
         ok["text/event-stream"] = {"schema": SSE_EVENT}
     responses: dict[str, Any] = {"200": {"description": "OK", "content": ok}}
     for status in op.statuses:
-        responses[str(status)] = _error_response(_STATUS_TEXT[status])
+        responses[str(status)] = _error_response(_STATUS_TEXT[status], op.error)
     operation["responses"] = responses
     return operation
 
 
 _STATUS_TEXT = {
     400: "Invalid request (the error's param names the field).",
+    403: "A gated repo (pull).",
     404: "Unknown model (the message lists the served names).",
     409: "The model is busy (unload without force).",
     413: "The request body is too large.",
     429: "Too many requests for this model (see Retry-After).",
+    502: "The hub cannot be reached (pull).",
     503: "The model cannot serve now (failed to load, crashed, or busy past the wait).",
 }
 
 
-def _error_response(description: str) -> dict[str, Any]:
+def _error_response(description: str, name: str = "Error") -> dict[str, Any]:
     return {
         "description": description,
-        "content": {"application/json": {"schema": {"$ref": REF.format(name="Error")}}},
+        "content": {"application/json": {"schema": {"$ref": REF.format(name=name)}}},
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -14,6 +15,7 @@ from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import ModelNotFound
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.fit import assess
+from mlx_gateway.supervisor.pool.keep_alive import client_set, expires_at
 from mlx_gateway.supervisor.pool.model_files import configured_context_window
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -41,6 +43,11 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
         window = configured_context_window(handle.config)
     if window is not None:
         entry.setdefault("context_window", window)
+    # When an idle loaded model will be stopped (Unix time; null: not loaded, busy,
+    # or kept without limit), and the lifetime a client set (seconds, -1: forever).
+    entry.setdefault("expires_at", expires_at(handle))
+    if (asked := client_set(handle)) is not None:
+        entry.setdefault("keep_alive", -1 if math.isinf(asked) else asked)
     if serves(handle, ADAPTERS):  # the ids a request's "adapter" may name
         entry.setdefault("adapters", [m.id for m in handle.adapters])
     if serves(handle, PROGRESS):  # how far each image request got

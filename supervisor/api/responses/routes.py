@@ -28,6 +28,7 @@ from mlx_gateway.supervisor.api.responses.schemas import (
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.engine.adapters import adapters_for
+from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
 from mlx_gateway.supervisor.engine.overflow import count_tokens
 from mlx_gateway.supervisor.engine.requests import SamplingFields
@@ -133,6 +134,7 @@ async def create_response(request: Request) -> Response:
     """Validate, resolve the model, run the turn; answer as JSON or as an event stream."""
     req = await read_json(request, ResponsesRequest)
     handle = request.app.state.registry.resolve(req.model)
+    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
     require_kind(handle, CHAT_KINDS, "/v1/responses")
     store = response_store(request)
     given = await response_input(request, req, handle, store)

@@ -102,6 +102,10 @@ class ResponsesRequest(Struct, kw_only=True):
     """Most tokens inside a thinking block (wins over ``reasoning.effort``'s)."""
     adapter: str | None = None
     """Extension: LoRA adapters of the model (``"id"``, ``"a+b"``, ``"none"``)."""
+    keep_alive: float | str | None = None
+    """Extension (Ollama's): how long the model stays loaded after this request."""
+    ttl: float | None = None
+    """Extension (LM Studio's): seconds the model stays loaded after this request."""
 
 
 # ---------------------------------------------------------------- input items

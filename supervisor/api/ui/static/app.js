@@ -118,6 +118,13 @@ function fitText(fit) {
   if (fit.verdict === "waits") return "waits for " + escapeHtml(fit.blockers.join(", "));
   return escapeHtml(words[fit.verdict] || fit.verdict);
 }
+function expiry(m) {
+  // When an idle model will be unloaded (its idle_timeout, or a client's keep_alive).
+  if (m.state !== "ready") return "";
+  if (m.expires_at == null) return m.keep_alive === -1 ? '<div class="muted">kept loaded</div>' : "";
+  const at = new Date(m.expires_at * 1000).toLocaleTimeString();
+  return `<div class="muted" data-expires>unloads at ${escapeHtml(at)}</div>`;
+}
 function renderModels() {
   const budget = state.budget || 0;
   const rows = state.models.map((m) => {
@@ -129,7 +136,7 @@ function renderModels() {
     return `<tr data-model="${escapeHtml(m.id)}">
       <td data-label="Model"><strong>${escapeHtml(m.id)}</strong>${m.aliases?.length ? `<div class="muted">${escapeHtml(m.aliases.join(", "))}</div>` : ""}</td>
       <td data-label="Type">${escapeHtml(m.model_type)}</td>
-      <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}</td>
+      <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}${expiry(m)}</td>
       <td data-label="Memory">${bytes(need)}${m.memory == null && need != null ? ' <span class="muted">(est.)</span>' : ""}<div class="bar"><span style="width:${width}%"></span></div></td>
       <td data-label="Fits?">${fitText(m.fit)}</td>
       <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div></td>
@@ -173,6 +180,57 @@ async function modelAction(name, action, pinned) {
     notice(`${action} '${name}' refused: ${error.message}`);
   }
   refresh();
+}
+
+// Pulls a Hugging Face repo through Ollama's /api/pull (an admin endpoint) and
+// shows its NDJSON progress; the model is served by its repo id once it succeeds.
+async function pullModel(event) {
+  event.preventDefault();
+  const repo = $("#pull-repo").value.trim();
+  const status = $("#pull-state");
+  const button = $("#pull-run");
+  if (!repo) return;
+  button.disabled = true;
+  status.textContent = `pulling ${repo}…`;
+  try {
+    const response = await fetch("/api/pull", {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify({ model: repo, stream: true }),
+    });
+    if (!response.ok) {
+      let message = response.status + " " + response.statusText;
+      try { const body = await response.json(); message = body.error?.message || body.error || message; } catch (e) { /* not JSON */ }
+      throw new Error(message);
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "", last = {};
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, cut).trim();
+        buffer = buffer.slice(cut + 1);
+        if (!line) continue;
+        last = JSON.parse(line);
+        if (last.error) throw new Error(last.error);
+        const part = last.total ? ` ${bytes(last.completed || 0)} of ${bytes(last.total)}` : "";
+        status.textContent = `${last.status}${part}`;
+      }
+    }
+    if (last.status !== "success") throw new Error("the pull ended early");
+    status.textContent = `${repo}: pulled, served as ${repo}`;
+    notice("");
+  } catch (error) {
+    status.textContent = "";
+    notice(error.message.startsWith("pull ") ? error.message : `pull ${repo}: ${error.message}`);
+  } finally {
+    button.disabled = false;
+    refresh();
+  }
 }
 
 // ------------------------------------------------------------------ logs
@@ -444,6 +502,7 @@ $("#pg-model").addEventListener("change", choosePlayground);
 $("#chat-form").addEventListener("submit", sendChat);
 $("#chat-stop").addEventListener("click", () => state.chatAbort?.abort());
 $("#emb-run").addEventListener("click", compareEmbeddings);
+$("#pull-form").addEventListener("submit", pullModel);
 $("#audio-record").addEventListener("click", toggleRecording);
 $("#audio-run").addEventListener("click", transcribe);
 $("#img-run").addEventListener("click", generateImage);

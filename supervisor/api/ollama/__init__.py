@@ -1,0 +1,1 @@
+"""Ollama's native API (``/api/...``) on the gateway's port."""

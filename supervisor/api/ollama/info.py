@@ -1,0 +1,186 @@
+"""What Ollama's clients ask about models: ``GET /api/tags`` (every served name),
+``POST /api/show`` (details, ``model_info``, ``capabilities``), ``GET /api/ps``
+(loaded models, their memory and when they will be unloaded), ``GET /api/version``.
+
+Facts come from the model's own files (``config.json``, its weights' size: nothing
+is downloaded) and from what its worker reported once loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.protocol import kinds
+from mlx_gateway.supervisor.api.ollama.names import listed, resolve
+from mlx_gateway.supervisor.api.ollama.replies import FOREVER, iso, ollama_errors
+from mlx_gateway.supervisor.api.ollama.schemas import ModelRequest
+from mlx_gateway.supervisor.engine.kinds import serves
+from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
+from mlx_gateway.supervisor.http.body import read_json
+from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.pool.keep_alive import expires_at
+from mlx_gateway.supervisor.pool.memory import model_dir, text_config, weights_on_disk
+from mlx_gateway.supervisor.pool.model_files import configured_context_window
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+
+OLLAMA_VERSION = "0.12.0"
+"""The Ollama release whose API these routes follow (clients gate features on it)."""
+
+
+def _files(handle: ModelHandle) -> tuple[Path | None, dict[str, Any]]:
+    folder = model_dir(handle.config.model_path)
+    return folder, text_config(folder) if folder is not None else {}
+
+
+def digest(handle: ModelHandle) -> str:
+    """A stable id of the model's entry (Ollama's manifest digest has no equal here)."""
+    key = f"{handle.config.model_path}\0{handle.name}"
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _parameters(meta: dict[str, Any], size: int) -> str:
+    bits = (meta.get("quantization") or {}).get("bits") if isinstance(meta, dict) else None
+    if not size:
+        return ""
+    count = size * 8 / (bits if isinstance(bits, int) and bits > 0 else 16)
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f}{unit}"
+    return str(int(count))
+
+
+def details(handle: ModelHandle, meta: dict[str, Any], size: int) -> dict[str, Any]:
+    quant = meta.get("quantization")
+    bits = quant.get("bits") if isinstance(quant, dict) else None
+    family = str(meta.get("model_type") or handle.config.model_type)
+    return {
+        "parent_model": "",
+        "format": "safetensors",
+        "family": family,
+        "families": [family],
+        "parameter_size": _parameters(meta, size),
+        "quantization_level": f"Q{bits}" if isinstance(bits, int) else "F16",
+    }
+
+
+def _modified(folder: Path | None) -> str:
+    try:
+        return iso(folder.stat().st_mtime) if folder is not None else iso(0)
+    except OSError:
+        return iso(0)
+
+
+def tag_entry(handle: ModelHandle, name: str) -> dict[str, Any]:
+    folder, meta = _files(handle)
+    size = weights_on_disk(folder) if folder is not None else 0
+    return {
+        "name": listed(name),
+        "model": listed(name),
+        "modified_at": _modified(folder),
+        "size": size,
+        "digest": digest(handle),
+        "details": details(handle, meta, size),
+    }
+
+
+def capabilities(handle: ModelHandle) -> list[str]:
+    """Ollama's capability names, from the surfaces the model's kind serves."""
+    if serves(handle, kinds.EMBEDDINGS):
+        return ["embedding"]
+    if not serves(handle, kinds.CHAT):
+        return []
+    found = ["completion", "tools"]
+    if serves(handle, kinds.IMAGE_INPUT):
+        found.append("vision")
+    extra = handle.facts.extra if handle.facts is not None else None
+    if resolve_reasoning(handle.config.reasoning_parser, extra) is not None:
+        found.append("thinking")
+    return found
+
+
+def context_length(handle: ModelHandle) -> int | None:
+    if handle.facts is not None and handle.facts.context_length:
+        return handle.facts.context_length
+    return configured_context_window(handle.config)
+
+
+@ollama_errors
+async def tags(request: Request) -> Response:
+    """``GET /api/tags``: every served name and alias, each as ``name:latest``."""
+    registry = request.app.state.registry
+    models = [
+        tag_entry(handle, name) for handle in registry.handles for name in handle.config.names
+    ]
+    return JSONResponse({"models": models})
+
+
+@ollama_errors
+async def show(request: Request) -> Response:
+    """``POST /api/show``."""
+    req = await read_json(request, ModelRequest)
+    handle = resolve(request.app.state.registry, req.target)
+    folder, meta = _files(handle)
+    size = weights_on_disk(folder) if folder is not None else 0
+    arch = str(meta.get("model_type") or handle.config.model_type)
+    info: dict[str, Any] = {"general.architecture": arch}
+    if (window := context_length(handle)) is not None:
+        info[f"{arch}.context_length"] = window
+    for key, ours in (
+        ("hidden_size", "embedding_length"),
+        ("num_hidden_layers", "block_count"),
+        ("num_attention_heads", "attention.head_count"),
+        ("vocab_size", "vocab_size"),
+    ):
+        if isinstance(meta.get(key), int):
+            info[f"{arch}.{ours}"] = meta[key]
+    return JSONResponse(
+        {
+            "modelfile": f"FROM {handle.config.model_path}\n",
+            "parameters": "",
+            "template": "",
+            "details": details(handle, meta, size),
+            "model_info": info,
+            "capabilities": capabilities(handle),
+            "modified_at": _modified(folder),
+        }
+    )
+
+
+@ollama_errors
+async def ps(request: Request) -> Response:
+    """``GET /api/ps``: the loaded models; ``size`` and ``size_vram`` are the
+    memory its worker measured (unified memory: the same), ``expires_at`` when it
+    will be unloaded if no request comes (far in the future when never)."""
+    registry = request.app.state.registry
+    models = []
+    for handle in registry.handles:
+        status = handle.status()
+        if status.state != "ready":
+            continue
+        folder, meta = _files(handle)
+        size = int(status.memory or status.memory_need or 0)
+        weights = weights_on_disk(folder) if folder is not None else 0
+        expires = expires_at(handle)
+        models.append(
+            {
+                "name": listed(handle.name),
+                "model": listed(handle.name),
+                "size": size,
+                "size_vram": size,
+                "digest": digest(handle),
+                "details": details(handle, meta, weights),
+                "expires_at": iso(expires) if expires is not None else FOREVER,
+                "context_length": context_length(handle) or 0,
+            }
+        )
+    return JSONResponse({"models": models})
+
+
+async def version(request: Request) -> Response:
+    """``GET /api/version``."""
+    return JSONResponse({"version": OLLAMA_VERSION})
