@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -73,3 +74,24 @@ exception_handlers = {
     Exception: unexpected_error,
 }
 """For ``Starlette(exception_handlers=...)``."""
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def errors_shaped_by(render: Callable[[GatewayError], Response]) -> Callable[[Handler], Handler]:
+    """A decorator for the routes of an API with an error shape of its own (Anthropic's,
+    Ollama's): the :class:`GatewayError`\\ s of the handler become ``render(error)``."""
+
+    def decorate(handler: Handler) -> Handler:
+        async def wrapped(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except GatewayError as exc:
+                return render(exc)
+
+        wrapped.__doc__ = handler.__doc__
+        wrapped.__name__ = handler.__name__
+        return wrapped
+
+    return decorate

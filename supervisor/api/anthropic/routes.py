@@ -10,7 +10,6 @@ can say which one matched. Errors are Anthropic-shaped:
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from uuid import uuid4
 
 from starlette.requests import Request
@@ -31,6 +30,7 @@ from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, t
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.exceptions import errors_shaped_by
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.reply.inputs import prepare_images
@@ -81,20 +81,8 @@ def anthropic_error(exc: GatewayError) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
-def anthropic_errors(
-    handler: Callable[[Request], Awaitable[Response]],
-) -> Callable[[Request], Awaitable[Response]]:
-    """Render the :class:`GatewayError`\\ s of ``handler`` the Anthropic way."""
-
-    async def wrapped(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except GatewayError as exc:
-            return anthropic_error(exc)
-
-    wrapped.__doc__ = handler.__doc__
-    wrapped.__name__ = handler.__name__
-    return wrapped
+anthropic_errors = errors_shaped_by(anthropic_error)
+"""Render the :class:`GatewayError`\\ s of ``handler`` the Anthropic way."""
 
 
 def check_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> None:

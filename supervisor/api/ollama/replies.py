@@ -6,15 +6,15 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import StreamingResponse
 
 from mlx_gateway.protocol.messages import Usage
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
+from mlx_gateway.supervisor.http.exceptions import errors_shaped_by
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 NDJSON = "application/x-ndjson"
@@ -59,20 +59,8 @@ def ollama_error(exc: GatewayError) -> JSONResponse:
     return JSONResponse({"error": error_message(exc)}, status_code=exc.status, headers=exc.headers)
 
 
-def ollama_errors(
-    handler: Callable[[Request], Awaitable[Response]],
-) -> Callable[[Request], Awaitable[Response]]:
-    """Render the :class:`GatewayError`\\ s of ``handler`` the Ollama way."""
-
-    async def wrapped(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except GatewayError as exc:
-            return ollama_error(exc)
-
-    wrapped.__doc__ = handler.__doc__
-    wrapped.__name__ = handler.__name__
-    return wrapped
+ollama_errors = errors_shaped_by(ollama_error)
+"""Render the :class:`GatewayError`\\ s of ``handler`` the Ollama way."""
 
 
 def line(obj: Any) -> bytes:
