@@ -26,6 +26,8 @@ EMBEDDINGS = "embeddings"
 """/v1/embeddings"""
 TRANSCRIPTION = "transcription"
 """/v1/audio/transcriptions and /v1/audio/translations"""
+SPEECH = "speech"
+"""/v1/audio/speech and /v1/audio/voices"""
 IMAGES = "images"
 """/v1/images/generations and /v1/images/edits"""
 CONSTRAINED = "constrained"
@@ -159,6 +161,15 @@ KINDS: dict[str, Kind] = {
                 "numpy",
                 no_deps="mlx-whisper>=0.4.3,<0.5",
             ),
+        ),
+        Kind(
+            name="tts",
+            model_types=("tts",),
+            surfaces=frozenset({SPEECH}),
+            endpoints="/v1/audio/speech",
+            # a language model and an audio decoder (Kokoro 82M … Qwen3-TTS 1.7B)
+            memory=MemoryProfile(1.0, 400 * MB, activations=300 * MB),
+            extra=_extra("tts", "mlx-audio", "mlx_audio", "av", "numpy"),
         ),
         Kind(
             name="image",

@@ -185,6 +185,23 @@ class GenerateImage(Message, tag="generate_image"):
     """How many intermediate previews to send per picture (0 to 3)."""
 
 
+class Synthesize(Message, tag="synthesize"):
+    """Text to speech. ``voice`` is the name the client sent (the worker resolves it
+    among the model's voices and the entry's aliases; ``None``: the default voice);
+    ``response_format`` is ``mp3``, ``opus``, ``aac``, ``flac``, ``wav`` or ``pcm``.
+    :class:`Started` comes once the request passed its checks (an unknown voice gets
+    ``Error(400)`` instead); then one :class:`SpeechChunk` per synthesized piece of
+    the text, a last one with the file's final bytes, and :class:`Done`."""
+
+    request_id: str
+    input: str
+    voice: str | None = None
+    instructions: str | None = None
+    speed: float = 1.0
+    response_format: str = "mp3"
+    language: str | None = None
+
+
 class CountTokens(Message, tag="count_tokens"):
     """Count the prompt tokens of ``messages`` (chat template applied, as for a
     :class:`Generate`) or of ``prompt``; answered by one :class:`Done` whose
@@ -406,6 +423,16 @@ class Transcript(Message, tag="transcript"):
     segments: list[dict[str, Any]] = []
 
 
+class SpeechChunk(Message, tag="speech_chunk"):
+    """The next bytes of a :class:`Synthesize`'s audio file: payload 0 (possibly
+    empty: encoders work in frames). ``seconds`` of audio were synthesized for it;
+    ``sample_rate`` is the file's. The concatenated payloads are the whole file."""
+
+    request_id: str
+    seconds: float = 0.0
+    sample_rate: int = 0
+
+
 class ImageStep(Message, tag="image_step"):
     """Progress of a :class:`GenerateImage`: picture ``index`` finished denoising
     step ``step`` of ``steps``."""
@@ -469,6 +496,7 @@ Request = (
     | Embed
     | Transcribe
     | GenerateImage
+    | Synthesize
     | CountTokens
     | Rerank
     | Tokenize
@@ -493,6 +521,7 @@ Reply = (
     | Scores
     | Tokens
     | Transcript
+    | SpeechChunk
     | ImageStep
     | Image
     | Done
