@@ -34,6 +34,10 @@ class RequestRecord:
     draft_proposed: int = 0
     draft_accepted: int = 0
     """A draft model's proposals for this request and those taken (speculative decoding)."""
+    characters: int = 0
+    """Text-to-speech: characters of input."""
+    audio_seconds: float = 0.0
+    """Text-to-speech: seconds of audio synthesized."""
     outcome: str | None = None
     """How the model's work ended: a finish reason (``stop``, ``length``…),
     ``error`` (failed after it started) or ``client_left``."""
@@ -87,6 +91,14 @@ def note_output(tokens: int) -> None:
         if record.first_token is None:
             record.first_token = time.monotonic()
         record.completion_tokens += tokens
+
+
+def note_speech(characters: int, seconds: float) -> None:
+    """Text-to-speech: ``characters`` of input taken, ``seconds`` of audio made."""
+    record = _current.get()
+    if record is not None:
+        record.characters += characters
+        record.audio_seconds += seconds
 
 
 def note_done(
@@ -149,6 +161,16 @@ class Recorder:
             "(the model took them) or rejected.",
             ("model", "outcome"),
         )
+        self.tts_characters = Counter(
+            "mlx_gateway_tts_characters_total",
+            "Text-to-speech: characters of input taken.",
+            ("model",),
+        )
+        self.tts_audio_seconds = Counter(
+            "mlx_gateway_tts_audio_seconds_total",
+            "Text-to-speech: seconds of audio synthesized (and sent, as far as the client stayed).",
+            ("model",),
+        )
         self.ttft = Histogram(
             "mlx_gateway_time_to_first_token_seconds",
             "From the request's arrival to the worker's first output (model load included).",
@@ -181,6 +203,10 @@ class Recorder:
             self.draft_tokens.inc(model, "accepted", amount=record.draft_accepted)
             rejected = record.draft_proposed - record.draft_accepted
             self.draft_tokens.inc(model, "rejected", amount=rejected)
+        if record.characters:
+            self.tts_characters.inc(model, amount=record.characters)
+        if record.audio_seconds:
+            self.tts_audio_seconds.inc(model, amount=record.audio_seconds)
         if record.first_token is not None:
             self.ttft.observe(model, value=record.first_token - record.started)
         self.duration.observe(model, value=ended - record.started)
@@ -193,6 +219,8 @@ class Recorder:
             self.prompt_tokens,
             self.completion_tokens,
             self.draft_tokens,
+            self.tts_characters,
+            self.tts_audio_seconds,
             self.ttft,
             self.duration,
         ]

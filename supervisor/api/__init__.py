@@ -37,6 +37,7 @@ from mlx_gateway.supervisor.api.responses.routes import (
     list_input_items,
     retrieve_response,
 )
+from mlx_gateway.supervisor.api.speech.routes import create_speech, list_voices
 from mlx_gateway.supervisor.api.tokenize.routes import detokenize, tokenize
 from mlx_gateway.supervisor.api.ui.routes import logs as ui_logs
 from mlx_gateway.supervisor.api.ui.routes import page as ui_page
@@ -62,6 +63,8 @@ routes: list[Route] = [
     Route("/rerank", rerank, methods=["POST"]),
     Route("/v1/audio/transcriptions", create_transcription, methods=["POST"]),
     Route("/v1/audio/translations", create_translation, methods=["POST"]),
+    Route("/v1/audio/speech", create_speech, methods=["POST"]),
+    Route("/v1/audio/voices", list_voices, methods=["GET"]),
     Route("/v1/images/generations", create_image, methods=["POST"]),
     Route("/v1/images/edits", create_image_edit, methods=["POST"]),
     Route("/v1/images/files/{name}", get_image_file, methods=["GET"]),

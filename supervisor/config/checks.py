@@ -198,6 +198,14 @@ _VISION_ONLY: dict[str, Any] = {
 }
 """Per-model keys of vision models (``vlm``), with their defaults."""
 
+_TTS_ONLY: dict[str, Any] = {
+    "max_input_chars": 4096,
+    "voice": None,
+    "voices": {},
+    "generate_kwargs": {},
+}
+"""Per-model keys of text-to-speech models (``tts``), with their defaults."""
+
 
 def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
     kind = MODEL_TYPES.get(model.model_type)
@@ -239,6 +247,14 @@ def _check_kind(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
                     (*here, key),
                     f"{key} applies to vision models (model_type vlm) only, and this "
                     f"entry's model_type is {model.model_type!r}; remove it",
+                )
+    if kind != "tts":
+        for key, default in _TTS_ONLY.items():
+            if getattr(model, key) != default:
+                raise ctx.error(
+                    (*here, key),
+                    f"{key} applies to text-to-speech models (model_type tts) only, and "
+                    f"this entry's model_type is {model.model_type!r}; remove it",
                 )
 
 

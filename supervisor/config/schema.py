@@ -298,6 +298,17 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_upload_mb: Annotated[float, msgspec.Meta(gt=0)] = 100.0
     """Largest audio upload accepted for this model, in MiB (speech-to-text models);
     a bigger one is answered with 413."""
+    max_input_chars: _Positive = 4096
+    """Text-to-speech models: longest ``input`` accepted, in characters → else 400."""
+    voice: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    """Text-to-speech models: the voice of requests that name ``default`` (or an
+    OpenAI voice the model lacks); ``None``: the model's own default."""
+    voices: dict[str, Annotated[str, msgspec.Meta(min_length=1)]] = {}
+    """Text-to-speech models: more names for the model's voices (``alloy: af_heart``);
+    OpenAI's voice names already mean the default voice unless mapped here."""
+    generate_kwargs: dict[str, Any] = {}
+    """Text-to-speech models: keyword arguments for the model's mlx-audio
+    ``generate`` (``temperature``, ``max_tokens``, ``lang_code``, ``cfg_scale`` …)."""
     max_image_mb: Annotated[float, msgspec.Meta(gt=0)] = 20.0
     """Vision models: largest image file (a ``data:`` URL's bytes or a fetched one),
     in MiB → else 413. Image-edit models: largest uploaded ``image`` or ``mask``."""

@@ -15,6 +15,7 @@ TRANSCRIPTION_KINDS = kinds_serving(kinds.TRANSCRIPTION)
 IMAGE_KINDS = kinds_serving(kinds.IMAGES)
 RERANK_KINDS = kinds_serving(kinds.RERANK)
 TOKENIZE_KINDS = kinds_serving(kinds.TOKENIZE)
+SPEECH_KINDS = kinds_serving(kinds.SPEECH)
 
 
 def kind_of(handle: ModelHandle) -> str:

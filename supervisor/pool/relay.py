@@ -35,6 +35,7 @@ from mlx_gateway.protocol.messages import (
     Reply,
     Request,
     Scores,
+    SpeechChunk,
     Started,
     Tokens,
     Transcript,
@@ -180,6 +181,7 @@ class Relay:
                 | Scores()
                 | Tokens()
                 | Transcript()
+                | SpeechChunk()
                 | ImageStep()
                 | Image()
                 | Done()

@@ -12,6 +12,8 @@ from mlx_gateway.supervisor.config.image import IMAGE_KIND
 from mlx_gateway.supervisor.config.image import worker_options as image_options
 from mlx_gateway.supervisor.config.lm import LM_KIND, disk_tier_options
 from mlx_gateway.supervisor.config.lm import worker_options as lm_options
+from mlx_gateway.supervisor.config.tts import TTS_KIND
+from mlx_gateway.supervisor.config.tts import worker_options as tts_options
 from mlx_gateway.supervisor.config.vision import VISION_KIND
 from mlx_gateway.supervisor.config.vision import worker_options as vision_options
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
@@ -47,6 +49,8 @@ def kind_options(config: ModelConfig) -> dict[str, Any]:
         options.update(image_options(config))
     if config.worker_kind == LM_KIND:
         options.update(lm_options(config))
+    if config.worker_kind == TTS_KIND:
+        options.update(tts_options(config))
     if config.distributed is not None:
         options["distributed"] = config.distributed.parallel
     return options

@@ -88,7 +88,7 @@ def decoded(data: bytes, fmt: str) -> tuple[int, float]:
 
 
 def test_the_model_loads_through_mlx_audio_and_tells_its_facts(tts) -> None:
-    backend, replies = tts
+    backend, _ = tts
     assert type(backend.model).__module__.startswith("mlx_audio.tts.models.soprano")
     assert backend.sample_rate == SAMPLE_RATE
     # no voice list of its own: "default", and the aliases

@@ -315,7 +315,4 @@ class TtsBackend(Backend):
 def _usage(job: _Job) -> Usage:
     """Characters of input as prompt tokens; milliseconds of audio as completion
     tokens (a figure the gateway's metrics read)."""
-    return Usage(
-        prompt_tokens=len(job.request.input), completion_tokens=round(job.seconds * 1000)
-    )
-
+    return Usage(prompt_tokens=len(job.request.input), completion_tokens=round(job.seconds * 1000))

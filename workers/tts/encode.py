@@ -11,6 +11,7 @@ and FFmpeg read to the end of the data).
 
 from __future__ import annotations
 
+import contextlib
 import io
 from dataclasses import dataclass
 
@@ -117,10 +118,8 @@ class Encoder:
     def close(self) -> None:
         """Drop the encoder without finishing the file (a cancelled request)."""
         if self._container is not None:
-            try:
+            with contextlib.suppress(av.FFmpegError):
                 self._container.close()
-            except av.FFmpegError:
-                pass
             self._container = None
 
     def _write(self, frames: list[av.AudioFrame]) -> None:

@@ -1,7 +1,7 @@
 """Cut the text of a speech request into pieces synthesized one at a time.
 
-A piece is a sentence (cut after ``.``, ``!``, ``?``, ``…`` and their CJK forms
-when whitespace or the end follows, and at blank lines); a sentence longer than
+A piece is a sentence (cut after ``.``, ``!``, ``?`` and ``…`` when whitespace follows, after
+their CJK forms, and at blank lines); a sentence longer than
 :data:`MAX_PIECE` characters is cut again at its last comma, semicolon or colon
 before the limit, else at its last space. Each piece's audio goes out as soon as
 it is synthesized, so a long text starts playing after its first sentence and a
@@ -16,8 +16,9 @@ MAX_PIECE = 400
 """Longest piece, in characters (the largest mlx-audio models take about 500
 phonemes or a few hundred tokens at once)."""
 
-_SENTENCE_END = re.compile(r"(?<=[.!?…。！？])\s+|\n\s*\n")
-_SOFT_BREAKS = (", ", "; ", ": ", "，", "、")
+# CJK text's full stops (U+3002, fullwidth ! and ?) need no space after them
+_SENTENCE_END = re.compile("(?<=[.!?\u2026])\\s+|(?<=[\u3002\uff01\uff1f])\\s*|\n\\s*\n")
+_SOFT_BREAKS = (", ", "; ", ": ", "\uff0c", "\u3001")
 
 
 def split_text(text: str, limit: int = MAX_PIECE) -> list[str]:

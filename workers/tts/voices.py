@@ -57,8 +57,7 @@ class Voices:
         self.model_name = model_name
         if default is not None and default not in own and own:
             raise ValueError(
-                f"the default voice {default!r} is not one of the model's voices "
-                f"({', '.join(own)})"
+                f"the default voice {default!r} is not one of the model's voices ({', '.join(own)})"
             )
 
     def names(self) -> list[str]:
