@@ -168,11 +168,14 @@ def test_a_failing_model_is_an_error_not_an_empty_200(client: openai.OpenAI) -> 
     with pytest.raises(openai.InternalServerError) as caught:
         client.audio.speech.create(model="broken-tts", voice="alloy", input=ONE)
     assert "generation failed" in str(caught.value)
-    with pytest.raises(openai.InternalServerError):
-        with client.audio.speech.with_streaming_response.create(
+    streamed = client.audio.speech.with_streaming_response
+    with (
+        pytest.raises(openai.InternalServerError),
+        streamed.create(
             model="broken-tts", voice="alloy", input=ONE, response_format="pcm"
-        ) as response:
-            response.read()
+        ) as response,
+    ):
+        response.read()
 
 
 def test_a_client_that_leaves_stops_the_synthesis(gateway: Gateway) -> None:

@@ -86,8 +86,10 @@ class Encoder:
         frame_size: int | None = None
         if spec.container:
             self._container = av.open(self._sink, "w", format=spec.container)
-            self._stream = self._container.add_stream(spec.codec, rate=self.rate, layout="mono")
-            context = self._stream.codec_context
+            stream = self._container.add_stream(spec.codec, rate=self.rate, layout="mono")
+            assert isinstance(stream, av.audio.stream.AudioStream)
+            self._stream = stream
+            context = stream.codec_context
             sample_format = context.format.name
             frame_size = context.frame_size or None
         self._resampler = av.AudioResampler(
