@@ -45,14 +45,23 @@ def create_app(
         peers = PeerDirectory(
             server.peers, interval=server.peer_check_interval, timeout=server.peer_timeout
         )
+        wyoming = None
         try:
             await registry.start()
             await peers.start()
             app.state.registry = registry
             app.state.peers = peers
+            if server.wyoming is not None:
+                # imported only when configured: the wyoming package is not small
+                from mlx_gateway.supervisor.api.wyoming.server import WyomingServer
+
+                wyoming = WyomingServer(server.wyoming, registry, recorder)
+                await wyoming.start()
             try:
                 yield
             finally:
+                if wyoming is not None:
+                    await wyoming.stop()
                 await registry.close()
         finally:
             await peers.close()

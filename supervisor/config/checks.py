@@ -9,7 +9,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mlx_gateway.protocol.kinds import BATCH_TOKENS, KINDS, kind_serves, kinds_serving
+from mlx_gateway.protocol.kinds import (
+    BATCH_TOKENS,
+    KINDS,
+    SPEECH,
+    TRANSCRIPTION,
+    kind_serves,
+    kinds_serving,
+)
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show, _suggest
 from mlx_gateway.supervisor.config.image import preset_model_type
 from mlx_gateway.supervisor.config.parser_names import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
@@ -87,9 +94,28 @@ def _check_peers(ctx: _Ctx, config: GatewayConfig) -> None:
         names[peer.name] = j
 
 
+def _check_wyoming(ctx: _Ctx, config: GatewayConfig) -> None:
+    """The models ``server.wyoming`` offers are speech models of this file."""
+    wyoming = config.server.wyoming
+    if wyoming is None:
+        return
+    speech = {*kinds_serving(TRANSCRIPTION), *kinds_serving(SPEECH)}
+    kinds = {name: model.worker_kind for model in config.models for name in model.names}
+    for j, name in enumerate(wyoming.models):
+        if kinds.get(name) not in speech:
+            offered = ", ".join(n for n, k in kinds.items() if k in speech) or "none"
+            what = "is not a model of this file" if name not in kinds else "is no speech model"
+            raise ctx.error(
+                ("server", "wyoming", "models", j),
+                f"{name!r} {what}; Wyoming serves speech-to-text and text-to-speech models "
+                f"(here: {offered})",
+            )
+
+
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
     _check_peers(ctx, config)
+    _check_wyoming(ctx, config)
     _check_groups(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):

@@ -95,6 +95,26 @@ class DistributedConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     """Ring backend: the first TCP port of the ranks (``mlx.launch``'s default when unset)."""
 
 
+class WyomingConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The Wyoming protocol server (``server.wyoming``): the gateway's speech models
+    for Home Assistant (docs/speech.md). Wyoming has no authentication: API keys do
+    not apply, so it listens on loopback unless told otherwise."""
+
+    host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
+    port: _Port = 10300
+    models: list[str] = []
+    """Served names (or aliases) of the whisper and tts models offered; empty: all
+    of them."""
+    languages: list[Annotated[str, msgspec.Meta(min_length=1)]] = msgspec.field(
+        default_factory=lambda: ["en"]
+    )
+    """Languages announced for every model (Home Assistant lists a model for the
+    languages it announces), as codes (``en``, ``de``)."""
+    zeroconf: bool = False
+    """Announce the server on the local network (mDNS ``_wyoming._tcp``) so Home
+    Assistant discovers it; needs the ``zeroconf`` package."""
+
+
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Gateway-wide settings (the ``server:`` section)."""
 
@@ -186,6 +206,8 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_keep_alive: _Seconds | None = None
     """Most seconds a client-set lifetime may keep a model loaded after its last
     request (longer ones, and "forever", are cut to it); ``None``: no cap."""
+    wyoming: WyomingConfig | None = None
+    """Serve the speech models over the Wyoming protocol too (Home Assistant)."""
 
 
 class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
