@@ -135,6 +135,24 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         response="api.audio.formats:TextBody",
         extra={"text/plain": _TEXT["text/plain"], "text/vtt": {"schema": {"type": "string"}}},
     ),
+    ("POST", "/v1/audio/speech"): Operation(
+        "createSpeech",
+        "Text to speech: the audio file, streamed as it is synthesized (or as SSE events).",
+        request="api.speech.schemas:SpeechRequest",
+        extra={
+            media: {"schema": {"type": "string", "contentMediaType": media}}
+            for media in ("audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav")
+        }
+        | {"audio/pcm": {"schema": {"type": "string", "contentMediaType": "audio/pcm"}}},
+        stream=True,
+        statuses=(400, 404, 429, 500, 503),
+    ),
+    ("GET", "/v1/audio/voices"): Operation(
+        "listVoices",
+        "The voices of the text-to-speech models (?model= starts that model to ask it).",
+        response="api.speech.schemas:VoiceList",
+        statuses=(400, 404, 503),
+    ),
     ("POST", "/v1/images/generations"): Operation(
         "createImage",
         "Images from a text prompt, as JSON or as server-sent events.",
@@ -538,6 +556,7 @@ _STATUS_TEXT = {
     409: "The model is busy (unload without force).",
     413: "The request body is too large.",
     429: "Too many requests for this model (see Retry-After).",
+    500: "The model failed on the request.",
     502: "The hub cannot be reached (pull).",
     503: "The model cannot serve now (failed to load, crashed, or busy past the wait).",
 }
