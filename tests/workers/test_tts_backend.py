@@ -233,6 +233,21 @@ def test_voices_of_a_voice_pack_model(tmp_path: Path) -> None:
         voices.resolve("af_nobody")
 
 
+def test_voices_a_model_loads_or_names() -> None:
+    from mlx_gateway.workers.tts.voices import model_voices
+
+    class Kitten:  # loads a table of voices (voices.npz)
+        voices = {"expr-voice-2-f": None, "expr-voice-5-m": None}
+
+    class Qwen3:  # names its speakers
+        def get_supported_speakers(self) -> list[str]:
+            return ["vivian", "ryan"]
+
+    nowhere = Path("/nonexistent")
+    assert model_voices(Kitten(), nowhere) == ["expr-voice-2-f", "expr-voice-5-m"]
+    assert model_voices(Qwen3(), nowhere) == ["ryan", "vivian"]
+
+
 def test_split_text() -> None:
     assert split_text("One. Two!  Three?\n\nFour") == ["One.", "Two!", "Three?", "Four"]
     assert split_text("e.g. this") == ["e.g.", "this"]

@@ -1,9 +1,10 @@
 """The voices of a text-to-speech model, and which one a request's name means.
 
 mlx-audio has no one way to list a model's voices: voice packs are files in the
-model folder (``voices/*.safetensors``, Kokoro's layout), and some models name
-their speakers themselves (``get_supported_speakers()``, Qwen3-TTS). A model with
-neither has one voice, its own, called ``default`` here.
+model folder (``voices/*.safetensors``, Kokoro's layout), some models load a table
+of them (Kitten's ``voices`` from ``voices.npz``), and some name their speakers
+themselves (``get_supported_speakers()``, Qwen3-TTS). A model with none of these
+has one voice, its own, called ``default`` here.
 
 Beside the model's own names, a config entry may name aliases (``voices:`` — the
 gateway adds OpenAI's built-in names, ``alloy`` … ``verse``, as aliases of the
@@ -32,6 +33,9 @@ def model_voices(model: Any, path: Path) -> list[str]:
     folder = path / "voices"
     if folder.is_dir():
         names.update(file.stem for file in folder.glob("*.safetensors"))
+    table = getattr(model, "voices", None)
+    if isinstance(table, dict):
+        names.update(str(name) for name in table)
     speakers = getattr(model, "get_supported_speakers", None)
     if callable(speakers):
         try:

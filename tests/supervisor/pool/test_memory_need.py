@@ -86,6 +86,7 @@ def test_every_example_model_gets_a_working_set_estimate(hub: Path) -> None:
         "flux2-klein-edit": (10.8, 12.5),
         "qwen-image-edit": (33.0, 36.0),
         "whisper-large-v3-turbo": (2.1, 2.6),
+        "kokoro": (0.8, 0.95),
     }
     assert set(needs) == set(expected)
     for name, (low, high) in expected.items():
