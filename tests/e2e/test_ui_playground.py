@@ -1,7 +1,7 @@
 """The web UI's playground with real models behind the real ``mlx-gateway`` command,
 in Debian's chromium: embeddings similarity (all-MiniLM-L6-v2 from PyPI), a
-transcription of an uploaded file (Whisper tiny.en from PyPI) and an image with step
-progress (the tiny FLUX.2 klein)."""
+transcription of an uploaded file (Whisper tiny.en from PyPI), an image with step
+progress (the tiny FLUX.2 klein) and speech played back (the tiny Soprano)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ MP3 = Path(__file__).resolve().parents[1] / "data" / "fox.mp3"
 
 @pytest.fixture(scope="module")
 def gateway(
-    tiny_en_path: Path, tiny_flux2_path: Path, tmp_path_factory: pytest.TempPathFactory
+    tiny_en_path: Path,
+    tiny_flux2_path: Path,
+    tiny_soprano_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
     models = [
         {
@@ -41,6 +44,12 @@ def gateway(
             "config_name": CONFIG_NAME,
             "model_config": MODEL_CONFIG,
             "size": "16x16",
+        },
+        {
+            "served_model_name": "tts",
+            "model_path": str(tiny_soprano_path),
+            "model_type": "tts",
+            "generate_kwargs": {"max_tokens": 6},
         },
     ]
     gw = Gateway(tmp_path_factory.mktemp("ui"), models)
@@ -101,4 +110,21 @@ def test_generate_an_image_with_step_progress(browser: Any, gateway: Gateway) ->
     assert any("step 1/3" in s for s in steps), steps
     assert page.evaluate("document.querySelector('#img-out').naturalWidth") == 16
     shoot(page, "playground-image")
+    page.close()
+
+
+def test_speak_and_play_back(browser: Any, gateway: Gateway) -> None:
+    page = _playground(browser, gateway, "tts")
+    page.fill("#speak-input", "Hello there. How are you today?")
+    page.click("#speak-run")
+    # the browser decoded the wav: two sentences of 0.384 s
+    page.wait_for_function("document.querySelector('#speak-audio').duration > 0.7", timeout=120_000)
+    assert "KB of wav" in page.inner_text("#speak-state")
+    duration = page.evaluate("document.querySelector('#speak-audio').duration")
+    assert duration == pytest.approx(0.768, abs=0.05)
+    shoot(page, "playground-speak")
+    page.fill("#speak-voice", "nobody")
+    page.click("#speak-run")
+    page.wait_for_function("document.querySelector('#speak-state').textContent.startsWith('error')")
+    assert "not a voice of the model" in page.inner_text("#speak-state")
     page.close()

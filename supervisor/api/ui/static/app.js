@@ -288,6 +288,7 @@ function kindOf(model) {
   if (type === "vlm" || type === "multimodal") return "vlm";
   if (type === "embeddings") return "embeddings";
   if (type === "whisper") return "audio";
+  if (type === "tts") return "speak";
   if (type.startsWith("image")) return "image";
   return "lm";
 }
@@ -300,6 +301,8 @@ function choosePlayground() {
   chooseAdapters(model);
   $("#pg-embeddings").hidden = kind !== "embeddings";
   $("#pg-audio").hidden = kind !== "audio";
+  $("#pg-speak").hidden = kind !== "speak";
+  if (kind === "speak") listVoices(model);
   $("#pg-image").hidden = kind !== "image";
 }
 function chooseAdapters(model) {
@@ -485,6 +488,38 @@ async function generateImage() {
   }
 }
 
+async function listVoices(model) {
+  // The voices of loaded models only: listing never starts a model.
+  try {
+    const body = await (await api("/v1/audio/voices")).json();
+    const names = body.data.filter((v) => v.model === model.id).map((v) => v.id);
+    $("#speak-voices").replaceChildren(...names.map((name) => new Option(name, name)));
+  } catch (error) { /* the list is a convenience: any name can be typed */ }
+}
+async function speak() {
+  const format = $("#speak-format").value;
+  $("#speak-state").textContent = "synthesizing…";
+  $("#speak-audio").hidden = true;
+  const started = performance.now();
+  try {
+    const response = await api("/v1/audio/speech", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: $("#pg-model").value, input: $("#speak-input").value,
+                             voice: $("#speak-voice").value || "default", response_format: format }),
+    });
+    const audio = await response.blob();
+    const player = $("#speak-audio");
+    if (player.src) URL.revokeObjectURL(player.src);
+    player.src = URL.createObjectURL(audio);
+    player.hidden = false;
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    $("#speak-state").textContent = `${(audio.size / 1024).toFixed(0)} KB of ${format} in ${seconds} s`;
+    listVoices(state.models.find((m) => m.id === $("#pg-model").value) || { id: "" });
+  } catch (error) {
+    $("#speak-state").textContent = "error: " + error.message;
+  }
+}
+
 // ------------------------------------------------------------------ wiring
 $("#key").value = key();
 $("#key").addEventListener("change", () => { localStorage.setItem("mlx-gateway-key", $("#key").value); notice("", $("#notice").dataset.source); refresh(); if (!$("#view-logs").hidden) startLogs(); });
@@ -506,6 +541,7 @@ $("#pull-form").addEventListener("submit", pullModel);
 $("#audio-record").addEventListener("click", toggleRecording);
 $("#audio-run").addEventListener("click", transcribe);
 $("#img-run").addEventListener("click", generateImage);
+$("#speak-run").addEventListener("click", speak);
 refresh();
 setInterval(refresh, 2000);
 const VIEWS = ["models", "logs", "playground"];
