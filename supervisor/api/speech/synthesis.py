@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from mlx_gateway.protocol.messages import Done, SpeechChunk, Synthesize
-from mlx_gateway.supervisor.http import recorder
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall, unwrap
 

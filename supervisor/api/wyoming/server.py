@@ -12,7 +12,7 @@ from wyoming.server import AsyncTcpServer
 from mlx_gateway.supervisor.api.wyoming.handler import WyomingHandler
 from mlx_gateway.supervisor.config.schema import WyomingConfig
 from mlx_gateway.supervisor.http.auth import is_loopback
-from mlx_gateway.supervisor.http.recorder import Recorder
+from mlx_gateway.supervisor.recorder import Recorder
 
 log = logging.getLogger("mlx_gateway.wyoming")
 
