@@ -61,10 +61,11 @@ def gateway(tiny_soprano_path: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture
-def client(gateway: Gateway) -> openai.OpenAI:
-    return openai.OpenAI(
+def client(gateway: Gateway) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(
         base_url=f"{gateway.base_url}/v1", api_key="unused", timeout=120, max_retries=0
-    )
+    ) as sdk:
+        yield sdk
 
 
 def decoded(data: bytes, fmt: str) -> tuple[int, float]:
