@@ -46,6 +46,7 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 from mlx_gateway.workers.tts.encode import FORMATS, Encoder
+from mlx_gateway.workers.tts.tempo import Tempo
 from mlx_gateway.workers.tts.text import split_text
 from mlx_gateway.workers.tts.voices import Voices, model_voices
 
@@ -68,6 +69,8 @@ class _Job:
     kwargs: dict[str, Any]
     results: Iterator[Any] | None = None
     encoder: Encoder | None = None
+    tempo: Tempo | None = None
+    """The request's speed, for a model that has no speed setting of its own."""
     seconds: float = 0.0
     sample_rate: int = 0
 
@@ -79,6 +82,7 @@ class _Job:
         if self.encoder is not None:
             self.encoder.close()
         self.encoder = None
+        self.tempo = None
         self.results = None
         self.pieces.clear()
 
@@ -168,6 +172,8 @@ class TtsBackend(Backend):
                 f"unknown response_format {request.response_format!r} (one of {known})",
                 param="response_format",
             )
+        if not 0.25 <= request.speed <= 4.0:
+            raise RequestError("speed must be between 0.25 and 4", param="speed")
         pieces = split_text(request.input)
         if not pieces:
             raise RequestError("the input has no text to speak", param="input")
@@ -183,14 +189,8 @@ class TtsBackend(Backend):
         kwargs: dict[str, Any] = {}
         if voice is not None:
             kwargs["voice"] = voice
-        if request.speed != 1.0:
-            if not self._takes("speed"):
-                name = self._spec.served_model_name if self._spec else ""
-                raise RequestError(
-                    f"The model '{name}' has no speed setting; leave speed at 1.0.",
-                    param="speed",
-                )
-            kwargs["speed"] = request.speed
+        if request.speed != 1.0 and self._takes("speed"):
+            kwargs["speed"] = request.speed  # else applied to the samples (Tempo)
         if request.instructions and self._takes("instruct"):
             kwargs["instruct"] = request.instructions
         if request.language and self._takes("lang_code"):
@@ -260,6 +260,10 @@ class TtsBackend(Backend):
             rate = int(getattr(result, "sample_rate", 0) or self.sample_rate)
             job.encoder = Encoder(job.request.response_format, rate)
             job.sample_rate = job.encoder.rate
+            if job.request.speed != 1.0 and not self._takes("speed"):
+                job.tempo = Tempo(rate, job.request.speed)
+        if job.tempo is not None:
+            samples = job.tempo.feed(samples)
         seconds = samples.size / job.encoder.model_rate
         job.seconds += seconds
         data = job.encoder.add(samples)
@@ -282,7 +286,12 @@ class TtsBackend(Backend):
                 )
             )
             return
-        tail = job.encoder.finish()
+        tail = b""
+        if job.tempo is not None:
+            rest = job.tempo.flush()
+            job.seconds += rest.size / job.encoder.model_rate
+            tail = job.encoder.add(rest)
+        tail += job.encoder.finish()
         usage = _usage(job)
         self._emit(SpeechChunk(request_id=job.request_id, sample_rate=job.sample_rate), [tail])
         self._forget(job)

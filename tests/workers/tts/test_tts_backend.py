@@ -133,6 +133,33 @@ def test_every_format_decodes_at_its_rate_and_grows_with_the_input(tts, fmt: str
     assert seconds[THREE] == pytest.approx(3 * SENTENCE_SECONDS, abs=0.1)
 
 
+@pytest.mark.parametrize("speed", [0.25, 0.5, 2.0, 4.0])
+def test_speed_of_a_model_without_its_own_setting(tts, speed: float) -> None:
+    """Soprano's generate has no speed: FFmpeg's atempo changes the samples' tempo."""
+    backend, replies = tts
+    request_id = f"speed-{speed}"
+    backend.submit(
+        Synthesize(request_id=request_id, input=THREE, response_format="flac", speed=speed), []
+    )
+    run(backend)
+    events = of(replies, request_id)
+    rate, seconds = decoded(audio_of(events), "flac")
+    assert rate == SAMPLE_RATE
+    assert seconds == pytest.approx(3 * SENTENCE_SECONDS / speed, rel=0.05)
+    done = events[-1][0]
+    assert isinstance(done, Done)
+    assert done.usage.completion_tokens == pytest.approx(seconds * 1000, rel=0.02)
+
+
+def test_tempo_factors() -> None:
+    from mlx_gateway.workers.tts.tempo import factors
+
+    assert factors(1.5) == [1.5]
+    assert factors(4.0) == [2.0, 2.0]
+    assert factors(0.25) == [0.5, 0.5]
+    assert factors(3.0) == [2.0, 1.5]
+
+
 def test_the_audio_is_what_the_model_says(tts) -> None:
     """The pcm bytes are the model's samples, resampled to 24 kHz: not silence."""
     backend, replies = tts
@@ -161,8 +188,8 @@ def test_bad_requests_are_refused(tts) -> None:
         backend.submit(Synthesize(request_id="e", input=" \n "), [])
     with pytest.raises(RequestError, match="response_format"):
         backend.submit(Synthesize(request_id="f", input=ONE, response_format="ogg"), [])
-    with pytest.raises(RequestError, match="speed"):  # Soprano takes no speed
-        backend.submit(Synthesize(request_id="s", input=ONE, speed=1.5), [])
+    with pytest.raises(RequestError, match="speed"):
+        backend.submit(Synthesize(request_id="s", input=ONE, speed=5.0), [])
     with pytest.raises(RequestError, match="speech synthesis"):
         backend.submit(Transcribe(request_id="t"), [b"x"])
     assert not backend.has_work()
