@@ -72,7 +72,7 @@ from mlx_gateway.supervisor.pool.spawn import (
     start_process,
 )
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
-from mlx_gateway.supervisor.pool.status import LoadProgress, ModelStatus
+from mlx_gateway.supervisor.pool.status import LoadProgress, ModelStatus, facts_fields
 from mlx_gateway.supervisor.pool.worker_spec import default_command, spec_for, start_options
 
 log = logging.getLogger("mlx_gateway.worker")
@@ -208,9 +208,7 @@ class WorkerHandle(Admission):
             draining=self.draining,
             crashes=self.crashes,
             evictions=self.evictions,
-            blas=extra.get("blas"),
-            tool_prompt=extra.get("tool_prompt"),
-            draft_model=extra.get("draft_model"),
+            **facts_fields(extra),
         )
 
     def _need(self) -> Need:

@@ -40,8 +40,24 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     blas: str | None = None
     tool_prompt: str | None = None
     draft_model: str | None = None
+    voices: list[str] | None = None
+    """Text-to-speech models: the voice names requests may give (once loaded)."""
+    sample_rate: int | None = None
+    """Text-to-speech models: the model's sample rate (once loaded)."""
 
     def public(self) -> dict[str, Any]:
         """The JSON object of this status (every field, ``null`` where unknown)."""
         out: dict[str, Any] = msgspec.to_builtins(self)
         return out
+
+
+def facts_fields(extra: dict[str, str]) -> dict[str, Any]:
+    """The status fields a worker's ``Ready.facts.extra`` fills in."""
+    voices, rate = extra.get("voices"), extra.get("sample_rate")
+    return {
+        "blas": extra.get("blas"),
+        "tool_prompt": extra.get("tool_prompt"),
+        "draft_model": extra.get("draft_model"),
+        "voices": voices.split(",") if voices else None,
+        "sample_rate": int(rate) if rate else None,
+    }

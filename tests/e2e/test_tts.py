@@ -146,6 +146,8 @@ def test_voice_as_an_object_and_voices_listed(client: openai.OpenAI, gateway: Ga
     assert names[0] == "default"
     assert {"alloy", "narrator", "verse"} <= set(names)
     assert {voice["model"] for voice in listed["data"]} == {MODEL}
+    entry = gateway.model(MODEL)  # /v1/models/{id} tells them too, once loaded
+    assert entry["voices"] == names and entry["sample_rate"] == SAMPLE_RATE
 
 
 def test_unknown_voice_is_a_400_at_once(client: openai.OpenAI) -> None:
