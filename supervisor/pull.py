@@ -32,10 +32,14 @@ ALLOW_PATTERNS = [
     "*.txt",
     "*.jsonl",
     "*.jinja",
+    "*.yaml",
+    "*.pth",
 ]
 """What any MLX backend reads from a model repo: the union of the files the
 workers fetch (config and tokenizer files, safetensors, Whisper's ``weights.npz``,
-templates), so a pulled model needs nothing more at its first start."""
+templates, and for mlx-audio's text-to-speech models their voice packs, ``*.yaml``
+configs and ``*.pth`` parts), so a pulled model needs nothing more at its first
+start."""
 
 
 @dataclass
