@@ -8,7 +8,11 @@ Code aborts after 300 s without a byte, and sends the request again). So a strea
 that wrote nothing for ``interval`` seconds gets a keep-alive event, which clients
 ignore: an SSE comment on the OpenAI APIs (``: prefill 4096/20000 tokens``), and
 on Anthropic Messages an ``event: ping`` as Anthropic's own API sends, preceded by
-the same note as a comment line.
+the same note as a comment line. Comments and pings never reach the application
+behind an SDK, so a watchdog there (Claude Code's and Codex's: 300 s) does not see
+them: once a stream's opening went out, the Responses API and Anthropic Messages
+send an event of their own grammar instead, which the SDKs hand on and which
+changes nothing (:func:`with_note`, used by :mod:`..reply.turn`).
 
 :func:`stream_with_keepalive` writes a response body with a ticker task beside it;
 the ticker writes only when the stream was quiet for the whole interval, so a
@@ -38,8 +42,13 @@ def comment_event(note: str) -> bytes:
 
 def ping_event(note: str) -> bytes:
     """Anthropic's ``event: ping``, with the note as a comment line of the same event."""
+    return with_note(note, PING)
+
+
+def with_note(note: str, event: bytes) -> bytes:
+    """``event`` (one whole SSE event) with the note as a comment line before it."""
     line = _one_line(note)
-    return (f": {line}\n".encode() if line else b"") + PING
+    return (f": {line}\n".encode() if line else b"") + event
 
 
 def _one_line(note: str) -> str:

@@ -4,8 +4,11 @@ API's events, or run to its end and answered as one JSON body.
 The Responses API and Anthropic Messages each bring an event builder (the
 callables below); this module owns the rest: the stream that starts at once or
 after the model loaded (:func:`~.loading.start_stream`), a failure after the
-stream began, closing the turn however the request ends, and the client leaving
-while a non-streamed answer is written.
+stream began, closing the turn however the request ends, the client leaving
+while a non-streamed answer is written, and the keep-alives: in a stream, once its
+opening went out, the API's own do-nothing event (``alive``) with the note, so that
+a client's watchdog that sees only events stays fed; before a non-streamed answer,
+whitespace (:mod:`.answer`).
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.engine.turns import Turn
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.keepalive import KeepAlive
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http.keepalive import KeepAlive, with_note
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
 
 logger = logging.getLogger(__name__)
@@ -41,6 +44,7 @@ async def serve_turn(
     body: Callable[[], Any],
     finished: Callable[[], None] = lambda: None,
     failed: Callable[[GatewayError], bytes] = openai_failure,
+    alive: Callable[[], bytes] = bytes,
 ) -> Response:
     """Answer one turn (choice 0) of ``start``.
 
@@ -48,9 +52,18 @@ async def serve_turn(
     API's stream bytes (or ``None``: nothing to send yet) and feeds the builder that
     ``body`` reads for a non-streamed answer; ``broke`` ends a stream that failed
     after it began, ``failed`` one that failed while its model was loading;
-    ``finished`` runs once the turn ended well (storing a response, say)."""
+    ``finished`` runs once the turn ended well (storing a response, say);
+    ``alive`` is the API's keep-alive event between the opening and the end
+    (``b""`` outside), sent with the note instead of ``keepalive``'s own event."""
     starting = unless_disconnected(request, start)
     if stream:
+        plain = keepalive
+
+        def keepalive_event(note: str) -> bytes:
+            event = alive()
+            return with_note(note, event) if event else plain.event(note)
+
+        keepalive = KeepAlive(plain.interval, keepalive_event)
 
         async def events(running: Turn) -> AsyncIterator[bytes]:
             try:
@@ -69,14 +82,14 @@ async def serve_turn(
 
         return await start_stream(handle, starting, events, keepalive, failed)
     running = await starting
-    try:
 
-        async def run() -> None:
+    async def run() -> Any:
+        try:
             async for event in running.choice(0):
                 on(event)
+        finally:
+            await running.aclose()
+        finished()
+        return body()
 
-        await unless_disconnected(request, run())
-    finally:
-        await running.aclose()
-    finished()
-    return JSONResponse(body())
+    return await json_answer(request, run(), keepalive.interval)

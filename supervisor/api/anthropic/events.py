@@ -10,6 +10,13 @@ The stream's order, as Anthropic sends it::
     message_delta            stop_reason, stop_sequence, output tokens
     message_stop
 
+While the stream is quiet between its opening and its end (a long prefill, a tool
+call still being parsed), each keep-alive carries a ``message_delta`` with a null
+``stop_reason`` and 0 output tokens (:meth:`MessageBuilder.keepalive`): the
+Anthropic SDKs drop ``ping`` before the application sees it, so only such an event
+feeds the stream watchdog of a client like Claude Code; the final ``message_delta``
+overwrites what it set.
+
 Each event goes out as ``event: <type>`` and ``data: <json>``.
 """
 
@@ -71,15 +78,29 @@ class MessageBuilder:
         }
         self.stream = stream
         self._open: dict[str, Any] | None = None
+        self._opened = False
 
     def _event(self, kind: str, **data: Any) -> bytes:
         return named_event(kind, {"type": kind, **data}) if self.stream else b""
 
     def opening(self, prompt_tokens: int) -> bytes:
         self.message["usage"]["input_tokens"] = prompt_tokens
+        self._opened = True
         return self._event("message_start", message={**self.message, "content": []})
 
+    def keepalive(self) -> bytes:
+        """A ``message_delta`` that changes nothing the final one does not set again
+        (``b""`` before ``message_start`` and after the end)."""
+        if not self._opened or self.message["stop_reason"] is not None:
+            return b""
+        return self._event(
+            "message_delta",
+            delta={"stop_reason": None, "stop_sequence": None},
+            usage={"output_tokens": 0},
+        )
+
     def error(self, kind: str, message: str) -> bytes:
+        self._opened = False
         return self._event("error", error={"type": kind, "message": message})
 
     def on(self, event: TurnEvent) -> bytes:

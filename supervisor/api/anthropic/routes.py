@@ -156,6 +156,7 @@ async def create_message(request: Request) -> Response:
         broke=lambda exc: [failed(exc)],
         body=lambda: builder.message,
         failed=failed,
+        alive=builder.keepalive,
     )
 
 

@@ -42,6 +42,7 @@ from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.loading import start_stream
 from mlx_gateway.supervisor.reply.streaming import relay
 
@@ -119,19 +120,21 @@ async def create_chat_completion(request: Request) -> Response:
         keepalive = keepalive_for(request.app.state)
         return await start_stream(handle, start, events, keepalive)
     running = await unless_disconnected(request, Turn.start(handle, turn, request_id))
-    try:
-        results = await unless_disconnected(request, running.collect())
-    finally:
-        await running.aclose()
-    return JSONResponse(
-        ChatCompletionOut(
+
+    async def answer() -> ChatCompletionOut:
+        try:
+            results = await running.collect()
+        finally:
+            await running.aclose()
+        return ChatCompletionOut(
             id=request_id,
             created=created,
             model=handle.name,
             choices=[_choice(r, req.logprobs is True) for r in results],
             usage=usage_from(total_usage([r.finish.usage for r in results if r.finish])),
         )
-    )
+
+    return await json_answer(request, answer(), keepalive_for(request.app.state).interval)
 
 
 def plain(turn: Turn) -> bool:

@@ -23,7 +23,7 @@ from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.loading import start_stream
 from mlx_gateway.supervisor.reply.streaming import relay
 
@@ -118,16 +118,19 @@ async def create_completion(request: Request) -> Response:
         keepalive = keepalive_for(request.app.state)
         return await start_stream(handle, start, lambda g: relay(g, events), keepalive)
     generation = await unless_disconnected(request, Generation.start(handle, msg))
-    try:
-        text, done = await unless_disconnected(request, generation.collect())
-    finally:
-        await generation.aclose()
-    return JSONResponse(
-        Completion(
+
+    async def answer() -> Completion:
+        try:
+            text, done = await generation.collect()
+        finally:
+            await generation.aclose()
+        choice = CompletionChoice(index=0, text=echo + text, finish_reason=done.finish_reason)
+        return Completion(
             id=msg.request_id,
             created=created,
             model=handle.name,
-            choices=[CompletionChoice(index=0, text=echo + text, finish_reason=done.finish_reason)],
+            choices=[choice],
             usage=usage_from(done.usage),
         )
-    )
+
+    return await json_answer(request, answer(), keepalive_for(request.app.state).interval)

@@ -107,6 +107,16 @@ class ResponseBuilder:
             "response.in_progress", response=snapshot
         )
 
+    def keepalive(self) -> bytes:
+        """A repeated ``response.in_progress`` (the snapshot of the opening): what a
+        quiet stream sends between its opening and its end, so that clients whose
+        watchdog counts only events (Codex CLI: 300 s) stay connected; the OpenAI
+        SDK and Codex pass it on and change nothing. ``b""`` before the opening and
+        after the end."""
+        if self._sequence == 0 or self.response["status"] != "in_progress":
+            return b""
+        return self._event("response.in_progress", response={**self.response, "output": []})
+
     def error(self, message: str, code: str | None, param: str | None) -> bytes:
         """The ``error`` event of a stream that failed after it started."""
         return self._event("error", code=code, message=message, param=param)

@@ -192,6 +192,7 @@ async def create_response(request: Request) -> Response:
         broke=broke,
         body=lambda: builder.response,
         finished=keep,
+        alive=builder.keepalive,
     )
 
 
