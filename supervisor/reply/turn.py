@@ -6,14 +6,15 @@ callables below); this module owns the rest: the stream that starts at once or
 after the model loaded (:func:`~.loading.start_stream`), a failure after the
 stream began, closing the turn however the request ends, the client leaving
 while a non-streamed answer is written, and the keep-alives: in a stream, once its
-opening went out, the API's own do-nothing event (``alive``) with the note, so that
-a client's watchdog that sees only events stays fed; before a non-streamed answer,
-whitespace (:mod:`.answer`).
+opening went out, every :data:`API_EVENT_SECONDS` the API's own do-nothing event
+(``alive``) with the note, so that a client's watchdog that sees only events stays
+fed; before a non-streamed answer, whitespace (:mod:`.answer`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -29,6 +30,12 @@ from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
 
 logger = logging.getLogger(__name__)
+
+API_EVENT_SECONDS = 30.0
+"""How often a quiet stream's keep-alive is the API's own event (``alive``) rather
+than a comment or ping: often enough for a client watchdog of 300 s (Claude Code,
+Codex CLI), and rarely, because Claude Code adds a message's usage to its session
+totals at every ``message_delta``."""
 
 
 async def serve_turn(
@@ -54,14 +61,20 @@ async def serve_turn(
     after it began, ``failed`` one that failed while its model was loading;
     ``finished`` runs once the turn ended well (storing a response, say);
     ``alive`` is the API's keep-alive event between the opening and the end
-    (``b""`` outside), sent with the note instead of ``keepalive``'s own event."""
+    (``b""`` outside), sent with the note instead of ``keepalive``'s own event
+    when the last one is :data:`API_EVENT_SECONDS` old."""
     starting = unless_disconnected(request, start)
     if stream:
         plain = keepalive
+        last_event = time.monotonic()
 
         def keepalive_event(note: str) -> bytes:
-            event = alive()
-            return with_note(note, event) if event else plain.event(note)
+            nonlocal last_event
+            now = time.monotonic()
+            if now - last_event >= API_EVENT_SECONDS and (event := alive()):
+                last_event = now
+                return with_note(note, event)
+            return plain.event(note)
 
         keepalive = KeepAlive(plain.interval, keepalive_event)
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from mlx_gateway.workers.lm.prefill_pace import THROTTLE_ENV
@@ -79,3 +80,39 @@ async def test_clients_leaving_mid_prefill_free_the_worker(gateway: Gateway) -> 
     assert reply.status_code == 200, reply.text
     assert reply.json()["usage"]["completion_tokens"] == 3
     assert waited < QUICK, f"the short request waited {waited:.1f} s"
+
+
+async def test_a_request_sent_again_after_the_client_gave_up_resumes(gateway: Gateway) -> None:
+    """A client that gives up during the prefill (Claude Code and Codex do after
+    300 s) and sends the same request again: the retry starts from what the first
+    one had read (the prompt cache keeps a cancelled request's KV cache), so each
+    retry gets further. Here the retry is not streamed and read by the OpenAI SDK
+    (its answer starts with keep-alive spaces while it prefills)."""
+    messages = [{"role": "user", "content": " ".join(f"item{i}" for i in range(200))}]
+    body = {"model": "tiny", "messages": messages, "max_tokens": 4, "stream": True}
+    async with (
+        httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        note = None
+        async for line in response.aiter_lines():
+            if line.startswith(": prefill "):  # ": prefill 96/1100 tokens": give up
+                note = line
+                break
+    assert note is not None
+    read, total = (int(n) for n in note.split()[2].split("/"))
+    assert 0 < read < total
+    async with openai.AsyncOpenAI(
+        base_url=f"{gateway.base_url}/v1", api_key="unused", max_retries=0
+    ) as sdk:
+        retry = await sdk.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            max_tokens=4,
+            temperature=0,  # type: ignore[arg-type]
+        )
+    assert retry.usage is not None and retry.usage.prompt_tokens == total
+    details = retry.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens is not None
+    assert read <= details.cached_tokens < total, (note, retry.usage)

@@ -22,13 +22,17 @@ import httpx
 import openai
 import pytest
 
+from mlx_gateway.supervisor.reply import turn
+
 from ..live import LiveGateway
 
 pytestmark = pytest.mark.slow
 
 MODEL = "fake/ok"
 INTERVAL = 0.25
-PREFILL = 1.5
+EVENT_SECONDS = 0.6
+"""The API's own keep-alive event at most this often (30 s in the gateway)."""
+PREFILL = 2.5
 PROMPT = f"prefill {PREFILL} hello there"
 TEXT = f"{PROMPT} "
 """What the fake worker answers: the prompt's words echoed."""
@@ -36,8 +40,10 @@ TEXT = f"{PROMPT} "
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[LiveGateway]:
-    with LiveGateway({"model_path": MODEL}, stream_keepalive=INTERVAL) as gw:
-        yield gw
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(turn, "API_EVENT_SECONDS", EVENT_SECONDS)
+        with LiveGateway({"model_path": MODEL}, stream_keepalive=INTERVAL) as gw:
+            yield gw
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +91,7 @@ def test_responses_stream_repeats_in_progress_while_prefilling(clients: dict[str
     # counts those), all before the first output.
     repeated = kinds[2:first_output]
     assert repeated and set(repeated) == {"response.in_progress"}, kinds
-    assert len(repeated) >= PREFILL / INTERVAL / 2, kinds
+    assert len(repeated) >= PREFILL / EVENT_SECONDS / 2, kinds
     assert kinds.count("response.in_progress") == len(repeated) + 1
     numbers = [event.sequence_number for event in events]
     assert numbers == list(range(len(events)))
@@ -117,7 +123,7 @@ def test_messages_stream_sends_message_deltas_while_prefilling(clients: dict[str
     first_block = kinds.index("content_block_start")
     kept = events[1:first_block]
     assert kept and {event.type for event in kept} == {"message_delta"}, kinds
-    assert len(kept) >= PREFILL / INTERVAL / 2, kinds
+    assert len(kept) >= PREFILL / EVENT_SECONDS / 2, kinds
     for event in kept:
         assert event.type == "message_delta"
         assert event.delta.stop_reason is None and event.usage.output_tokens == 0
