@@ -26,13 +26,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import httpx
 import pytest
 from pydantic import BaseModel
 
+from mlx_gateway.supervisor.reply import turn
+
 from ..supervisor.fakes import FAKE_WORKER
+from ..supervisor.live import LiveGateway
 from .gateway import Gateway
 
 pytestmark = pytest.mark.slow
@@ -120,8 +124,9 @@ def codex() -> Path:
     return binary
 
 
-def codex_config(gateway: Gateway, model: str = MODEL) -> str:
-    """The ``config.toml`` of docs/api.md ("Codex CLI"), for this gateway."""
+def codex_config(gateway: Any, model: str = MODEL, provider: str = "") -> str:
+    """The ``config.toml`` of docs/api.md ("Codex CLI"), for this gateway (anything
+    with a ``base_url``), with ``provider`` lines added to the provider's table."""
     return f"""\
 model = "{model}"
 model_provider = "mlx-gateway"
@@ -132,21 +137,21 @@ name = "mlx-gateway"
 base_url = "{gateway.base_url}/v1"
 env_key = "MLX_GATEWAY_API_KEY"
 wire_api = "responses"
-
+{provider}
 [analytics]
 enabled = false
 """
 
 
 def codex_exec(
-    codex: Path, gateway: Gateway, model: str, prompt: str, tmp: Path
+    codex: Path, gateway: Any, model: str, prompt: str, tmp: Path, provider: str = ""
 ) -> list[dict[str, Any]]:
     """Run ``codex exec --json`` and check that its turn completed without an error;
     returns its JSON events."""
     home, work = tmp / "codex-home", tmp / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(codex_config(gateway, model))
+    (home / "config.toml").write_text(codex_config(gateway, model, provider))
     env = {**os.environ, "CODEX_HOME": str(home), "MLX_GATEWAY_API_KEY": API_KEY}
     started = time.monotonic()
     done = subprocess.run(
@@ -211,6 +216,29 @@ def test_codex_runs_a_call_of_a_namespace_function(
     assert "nobody" in answer
     usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
     assert usage["reasoning_output_tokens"] > 0
+
+
+def test_codex_stays_connected_through_a_prefill_longer_than_its_watchdog(
+    codex: Path, tmp_path: Path
+) -> None:
+    """Codex aborts a stream after ``stream_idle_timeout_ms`` without an SSE event
+    (300 s by default; SSE comments do not count: with comments only, this turn
+    fails with "idle timeout waiting for SSE"). The gateway's repeated
+    ``response.in_progress`` keeps it: here a 6-s watchdog, a 12-s prefill (the fake
+    worker's ``prefill``), and the API's event every 2 s instead of 30."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(turn, "API_EVENT_SECONDS", 2.0)
+        with LiveGateway({"model_path": "fake/ok"}, stream_keepalive=1.0) as gw:
+            events = codex_exec(
+                codex,
+                SimpleNamespace(base_url=gw.url),
+                "fake/ok",
+                "prefill 12 hello there",
+                tmp_path,
+                provider="stream_idle_timeout_ms = 6000\nstream_max_retries = 0\n",
+            )
+    assert answers(events) == ["prefill 12 hello there "]
+    assert not [e for e in events if e["type"] == "error"]
 
 
 # ---------------------------------------------------------------- agent SDKs
