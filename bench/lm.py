@@ -452,12 +452,12 @@ def targets(args: argparse.Namespace, figures: Figures) -> list[str]:
 
     if 1 in args.streams:
         r = figures.median(f"{gw}/1/pair_ratio")
-        check("1 stream vs in-process stream_generate ≥ 0.85 (request pairs)", r, r >= 0.85)
+        check("1 stream vs in-process stream_generate ≥ 0.95 (request pairs)", r, r >= 0.95)
     r = _paired(figures, f"{gw}/{big}/tok_s", f"limit/{big}/tok_s")
-    check(f"{big} streams vs in-process BatchGenerator ≥ 0.70", r, r >= 0.70)
+    check(f"{big} streams vs in-process BatchGenerator ≥ 0.92", r, r >= 0.92)
     if f"mlx_lm.server/{big}/tok_s" in figures.series:
         r = _paired(figures, f"{gw}/{big}/tok_s", f"mlx_lm.server/{big}/tok_s")
-        check(f"{big} streams vs mlx_lm.server ≥ 2", r, r >= 2.0)
+        check(f"{big} streams vs mlx_lm.server ≥ 2.5", r, r >= 2.5)
     errors = sum(sum(figures.series.get(f"{gw}/{s}/errors", [])) for s in args.streams)
     check("errors = 0", errors, errors == 0)
     r = _paired(figures, f"{gw}/{big}/ttft_p99_ms", f"{gw}/{big}/ttft_p50_ms")

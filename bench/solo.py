@@ -1,0 +1,231 @@
+"""The solo decode step, feature by feature: the lm worker's backend against
+mlx-lm's ``stream_generate`` in one process.
+
+    uv run python -m bench.solo                 # about a minute on 2 cores
+    uv run python -m bench.solo --pairs 20 --max-tokens 256 --json out.json
+
+The lm worker's backend (``LmBackend``, the code a worker runs, without ZeroMQ or
+the gateway) decodes one greedy request alone, and ``stream_generate`` the same
+prompt ids with the same model object, request by request in alternating order
+(``--pairs`` pairs). The model is bench.lm's: the tests' tiny llama (hidden 64,
+2 layers) with its EOS row zeroed, so every request generates ``--max-tokens``.
+
+It prints the median ratio backend / ``stream_generate`` (the target: at least
+0.95, what the 1-stream figure of ``bench.lm`` can reach at best), and where the
+backend's time per generated token goes: each part of its step is timed with
+``perf_counter`` around the method that does it (the model's step and reading its
+token; detokenizing, stop strings and tool scans; the message coalescer;
+admission; the rest of ``step``), so a feature that adds cost to every step shows
+as a line of its own. The token ids of both sides must be equal (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .servers import reexec_with_openblas
+from .speculative import build
+
+PROMPT = "Models stream tokens; the gateway relays them to every client."
+TARGET = 0.95
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.solo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--pairs", type=int, default=12, help="request pairs (default 12)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="tokens per request")
+    parser.add_argument(
+        "--profiled", type=int, default=4, help="backend requests timed part by part"
+    )
+    parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS")
+    parser.add_argument("--json", type=Path, help="write every figure to this file")
+    return parser.parse_args(argv)
+
+
+class Timers:
+    """Seconds spent in named methods, wrapped in place (innermost first: the
+    outer ones' figures include the inner ones, :meth:`self_times` takes them out)."""
+
+    def __init__(self) -> None:
+        self.total: dict[str, float] = defaultdict(float)
+        self._inside: list[str] = []
+        self._nested: dict[str, float] = defaultdict(float)
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, owner: Any, method: str, name: str) -> None:
+        inner: Callable[..., Any] = getattr(owner, method)
+        total, inside, nested = self.total, self._inside, self._nested
+        clock = time.perf_counter
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            inside.append(name)
+            started = clock()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent = clock() - started
+                inside.pop()
+                total[name] += spent
+                if inside:
+                    nested[inside[-1]] += spent
+
+        before = owner.__dict__.get(method) if isinstance(owner, type) else None
+        setattr(owner, method, timed)
+        if isinstance(owner, type):
+            self._undo.append(lambda: setattr(owner, method, before))
+        else:
+            self._undo.append(lambda: delattr(owner, method))
+
+    def unwrap(self) -> None:
+        """Put every wrapped method back."""
+        while self._undo:
+            self._undo.pop()()
+
+    def self_times(self) -> dict[str, float]:
+        return {name: spent - self._nested[name] for name, spent in self.total.items()}
+
+    def reset(self) -> None:
+        self.total.clear()
+        self._nested.clear()
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if not args.no_openblas:
+        reexec_with_openblas("bench.solo", argv)
+    import mlx.core as mx
+    from mlx_lm.generate import stream_generate
+    from mlx_lm.sample_utils import make_sampler
+
+    from mlx_gateway.protocol.messages import Done, Generate, SamplingParams
+    from mlx_gateway.protocol.spec import WorkerSpec
+    from mlx_gateway.workers.lm import solo
+    from mlx_gateway.workers.lm.backend import LmBackend
+
+    tmp = tempfile.TemporaryDirectory(prefix="bench-solo-")
+    path = build(Path(tmp.name) / "model", 64, 2, 0, seed=0)
+    spec = WorkerSpec(worker_id="bench", kind="lm", model_path=str(path), served_model_name="bench")
+    replies: list[Any] = []
+    backend = LmBackend()
+    backend.load(spec, replies.append)
+    ids = backend.tokenizer.encode(PROMPT)
+    greedy = make_sampler(0.0)
+
+    cpu: dict[str, float] = defaultdict(float)
+
+    def backend_side() -> tuple[float, list[int]]:
+        tokens: list[int] = []
+        advance = backend._advance
+
+        def spy(active: Any, token: int, *rest: Any) -> Any:
+            tokens.append(token)
+            return advance(active, token, *rest)
+
+        backend._advance = spy  # type: ignore[method-assign]
+        replies.clear()
+        cpu_started, started = time.process_time(), time.perf_counter()
+        sampling = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
+        backend.submit(Generate(request_id="r", prompt=ids, sampling=sampling), [])
+        while backend.has_work():
+            backend.step()
+        seconds = time.perf_counter() - started
+        cpu["backend"] += time.process_time() - cpu_started
+        backend._advance = advance  # type: ignore[method-assign]
+        assert any(isinstance(r, Done) for r in replies)
+        return seconds, tokens
+
+    def library_side() -> tuple[float, list[int]]:
+        tokens: list[int] = []
+        cpu_started, started = time.process_time(), time.perf_counter()
+        for response in stream_generate(
+            backend.model, backend.tokenizer, mx.array(ids), args.max_tokens, sampler=greedy
+        ):
+            tokens.append(response.token)
+        seconds = time.perf_counter() - started
+        cpu["library"] += time.process_time() - cpu_started
+        return seconds, tokens
+
+    backend_side(), library_side()  # warm up
+    cpu.clear()
+    ratios, ours, theirs = [], [], []
+    for pair in range(args.pairs):
+        order = [backend_side, library_side] if pair % 2 == 0 else [library_side, backend_side]
+        results = {side.__name__: side() for side in order}
+        (seconds, tokens), (lib_seconds, lib_tokens) = (
+            results["backend_side"],
+            results["library_side"],
+        )
+        if tokens != lib_tokens:
+            print("the backend and stream_generate generated other token ids", file=sys.stderr)
+            return 1
+        ours.append(len(tokens) / seconds)
+        theirs.append(len(lib_tokens) / lib_seconds)
+        ratios.append(lib_seconds / seconds)
+    ratio = statistics.median(ratios)
+    print(
+        f"one greedy stream of {args.max_tokens} tokens, {args.pairs} request pairs "
+        f"(medians): backend {statistics.median(ours):,.0f} tok/s, stream_generate "
+        f"{statistics.median(theirs):,.0f} tok/s"
+    )
+    held = "holds" if ratio >= TARGET else "does not hold"
+    print(
+        f"backend / stream_generate: {ratio:.3f} (pairs {min(ratios):.2f} to "
+        f"{max(ratios):.2f}); target >= {TARGET}: {held}"
+    )
+    cpu_ratio = cpu["library"] / cpu["backend"]
+    print(
+        f"CPU time (all threads of this process) per token: backend "
+        f"{cpu['backend'] / args.pairs / args.max_tokens * 1e6:.0f} µs, stream_generate "
+        f"{cpu['library'] / args.pairs / args.max_tokens * 1e6:.0f} µs: ratio {cpu_ratio:.3f} "
+        "(steadier than wall time on a shared machine)"
+    )
+    # Where the backend's time goes: timed apart from the pairs (the timers cost a
+    # few µs per token themselves).
+    timers = Timers()
+    timers.wrap(solo.SoloDecode, "step", "model step (SoloDecode.step)")
+    timers.wrap(backend, "_take_token", "detokenize (_take_token)")
+    timers.wrap(backend, "_apply_stops", "stop strings (_apply_stops)")
+    timers.wrap(backend, "_advance", "the rest of _advance (logprobs, tools, Chunk)")
+    timers.wrap(backend, "_solo_finish", "finish check (_solo_finish)")
+    timers.wrap(backend, "_solo_step", "the rest of _solo_step (prefill pace, finish)")
+    timers.wrap(backend._out, "add", "coalescer (Coalescer.add)")
+    timers.wrap(backend, "_admit", "admission (_admit)")
+    timers.wrap(backend, "step", "backend.step")
+
+    steps = 0
+    for _ in range(args.profiled):
+        steps += len(backend_side()[1])
+    timers.unwrap()
+    per_token = {name: spent / steps * 1e6 for name, spent in timers.self_times().items()}
+    print("backend time per generated token (self time, µs):")
+    for name, micro in sorted(per_token.items(), key=lambda kv: -kv[1]):
+        print(f"  {micro:8.1f}  {name}")
+    print(
+        f"  {sum(per_token.values()):8.1f}  in all; stream_generate: "
+        f"{1e6 / statistics.median(theirs):.1f} per token"
+    )
+    if args.json:
+        figures = {
+            "ratio": ratio,
+            "ratios": ratios,
+            "cpu_ratio": cpu_ratio,
+            "per_token_us": per_token,
+        }
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, **figures}))
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
