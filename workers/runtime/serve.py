@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 
 import msgspec
+import psutil
 import zmq
 
 from mlx_gateway.protocol.frames import pack
@@ -129,12 +130,20 @@ class MLXThread(threading.Thread):
         spec = self.spec
         self.emit(Progress(stage="load", detail=spec.model_path))
         started = time.monotonic()
+        # How long each part of the start took (logged): the process up to here (a
+        # fresh worker; a spare's was long ago), the backend's imports, the load.
+        phases: dict[str, float] = {}
+        if backend is None:
+            phases["interpreter and runtime"] = _since_process_start()
         try:
             if backend is None or spec.kind != self._spare_kind:
                 backend = create_backend(spec.kind)
+                phases[f"{spec.kind} backend imports"] = time.monotonic() - started
             if spec.options.get("distributed"):
                 backend = Leader(backend)
+            loading = time.monotonic()
             facts = backend.load(spec, self.emit)
+            phases["load"] = time.monotonic() - loading
         except LoadError as exc:
             return self._load_failed(str(exc))
         except Exception as exc:
@@ -142,7 +151,12 @@ class MLXThread(threading.Thread):
             return self._load_failed(f"load failed: {spec.model_path}: {type(exc).__name__}: {exc}")
         facts.load_seconds = round(time.monotonic() - started, 3)
         self.backend = backend
-        log.info("ready: %s loaded in %.2f s", spec.model_path, facts.load_seconds)
+        log.info(
+            "ready: %s loaded in %.2f s (%s)",
+            spec.model_path,
+            facts.load_seconds,
+            ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases.items()),
+        )
         self.emit(Ready(pid=os.getpid(), facts=facts, memory=measure_memory()))
         return serve(backend, self.inbox, self.emit)
 
@@ -150,6 +164,12 @@ class MLXThread(threading.Thread):
         log.error("%s", reason)
         self.emit(Error(message=reason, status=503, type="server_error"))
         return EXIT_LOAD_FAILED
+
+
+def _since_process_start() -> float:
+    """Seconds since this process started (the interpreter, its imports, the
+    ZeroMQ sockets and this thread's start), from the kernel's start time."""
+    return max(time.time() - psutil.Process().create_time(), 0.0)
 
 
 SPARE_FACTS = ModelFacts(model_type="spare")

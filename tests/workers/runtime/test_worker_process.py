@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -84,6 +85,15 @@ def test_ready_reports_the_model(worker: WorkerHarness) -> None:
     assert worker.others.index(ready) > worker.others.index(
         next(m for m in worker.others if isinstance(m, Progress))
     )
+    # Its log says where the start went, phase by phase.
+    line = next(line for line in worker.stderr().splitlines() if "ready: " in line)
+    phases = re.search(
+        r"\(interpreter and runtime ([\d.]+) s, lm backend imports ([\d.]+) s, "
+        r"load ([\d.]+) s\)",
+        line,
+    )
+    assert phases is not None, line
+    assert all(float(seconds) > 0 for seconds in phases.groups()), line
 
 
 def test_heartbeats_and_ping(worker: WorkerHarness) -> None:
