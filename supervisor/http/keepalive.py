@@ -62,6 +62,11 @@ class KeepAlive:
     interval: float = DEFAULT_INTERVAL
     event: Callable[[str], bytes] = comment_event
     """The keep-alive event carrying a note (what the stream waits for)."""
+    alive: Callable[[], bytes] = bytes
+    """The API's own event that changes nothing (``b""`` while there is none to
+    send): sent with the note instead of ``event`` once the stream was quiet for
+    ``alive_every`` seconds, and again after each ``alive_every`` more."""
+    alive_every: float = 30.0
 
 
 def keepalive_for(app_state: Any, *, anthropic: bool = False) -> KeepAlive:
@@ -81,21 +86,30 @@ async def stream_with_keepalive(
 ) -> None:
     """Write every chunk of ``body`` (each a whole SSE event) to ``send``, and a
     keep-alive carrying ``note()`` whenever nothing was written for
-    ``keepalive.interval`` seconds. Writes never interleave; the response start
+    ``keepalive.interval`` seconds (``keepalive.alive``'s event after
+    ``keepalive.alive_every`` seconds without an event). Writes never interleave; the response start
     must already be sent. A keep-alive that cannot be written stops the ticker
     (the client left: the server's disconnect ends the stream)."""
     loop = asyncio.get_running_loop()
     lock = asyncio.Lock()
-    last = loop.time()
+    last = loop.time()  # when anything was last written
+    last_event = last  # when the stream's own events or keepalive.alive's were
 
     async def write(chunk: bytes) -> None:
-        nonlocal last
+        nonlocal last, last_event
         async with lock:
             await send(_body(chunk))
-            last = loop.time()
+            last = last_event = loop.time()
+
+    def keepalive_event() -> tuple[bytes, bool]:
+        if loop.time() - last_event >= keepalive.alive_every:
+            event = keepalive.alive()
+            if event:
+                return with_note(note(), event), True
+        return keepalive.event(note()), False
 
     async def tick() -> None:
-        nonlocal last
+        nonlocal last, last_event
         while True:
             delay = last + keepalive.interval - loop.time()
             if delay > 0:
@@ -104,11 +118,14 @@ async def stream_with_keepalive(
             async with lock:
                 if loop.time() - last < keepalive.interval:
                     continue  # the stream wrote while this waited for the lock
+                event, alive = keepalive_event()
                 try:
-                    await send(_body(keepalive.event(note())))
+                    await send(_body(event))
                 except Exception:
                     return
                 last = loop.time()
+                if alive:
+                    last_event = last
 
     ticker = asyncio.ensure_future(tick())
     try:

@@ -6,15 +6,16 @@ callables below); this module owns the rest: the stream that starts at once or
 after the model loaded (:func:`~.loading.start_stream`), a failure after the
 stream began, closing the turn however the request ends, the client leaving
 while a non-streamed answer is written, and the keep-alives: in a stream, once its
-opening went out, every :data:`API_EVENT_SECONDS` the API's own do-nothing event
-(``alive``) with the note, so that a client's watchdog that sees only events stays
-fed; before a non-streamed answer, whitespace (:mod:`.answer`).
+opening went out, after each :data:`API_EVENT_SECONDS` without an event the API's
+own do-nothing event (``alive``) with the note, so that a client's watchdog that
+sees only events stays fed; before a non-streamed answer, whitespace
+(:mod:`.answer`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -24,7 +25,7 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.engine.turns import Turn
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.keepalive import KeepAlive, with_note
+from mlx_gateway.supervisor.http.keepalive import KeepAlive
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
@@ -32,10 +33,10 @@ from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
 logger = logging.getLogger(__name__)
 
 API_EVENT_SECONDS = 30.0
-"""How often a quiet stream's keep-alive is the API's own event (``alive``) rather
-than a comment or ping: often enough for a client watchdog of 300 s (Claude Code,
-Codex CLI), and rarely, because Claude Code adds a message's usage to its session
-totals at every ``message_delta``."""
+"""After how long without an event a quiet stream's keep-alive is the API's own
+event (``alive``) rather than a comment or ping: often enough for a client
+watchdog of 300 s (Claude Code, Codex CLI), and rarely, because Claude Code adds a
+message's usage to its session totals at every ``message_delta``."""
 
 
 async def serve_turn(
@@ -62,21 +63,10 @@ async def serve_turn(
     ``finished`` runs once the turn ended well (storing a response, say);
     ``alive`` is the API's keep-alive event between the opening and the end
     (``b""`` outside), sent with the note instead of ``keepalive``'s own event
-    when the last one is :data:`API_EVENT_SECONDS` old."""
+    once the stream sent no event for :data:`API_EVENT_SECONDS`."""
     starting = unless_disconnected(request, start)
     if stream:
-        plain = keepalive
-        last_event = time.monotonic()
-
-        def keepalive_event(note: str) -> bytes:
-            nonlocal last_event
-            now = time.monotonic()
-            if now - last_event >= API_EVENT_SECONDS and (event := alive()):
-                last_event = now
-                return with_note(note, event)
-            return plain.event(note)
-
-        keepalive = KeepAlive(plain.interval, keepalive_event)
+        keepalive = dataclasses.replace(keepalive, alive=alive, alive_every=API_EVENT_SECONDS)
 
         async def events(running: Turn) -> AsyncIterator[bytes]:
             try:
