@@ -11,8 +11,8 @@ on Anthropic Messages an ``event: ping`` as Anthropic's own API sends, preceded 
 the same note as a comment line. Comments and pings never reach the application
 behind an SDK, so a watchdog there (Claude Code's and Codex's: 300 s) does not see
 them: once a stream's opening went out, the Responses API and Anthropic Messages
-make every 30 s of quiet a keep-alive an event of their own grammar, which the SDKs
-hand on and which changes nothing (:func:`with_note`, used by :mod:`..reply.turn`).
+make a keep-alive after each 30 s without an event one of their own grammar
+(``KeepAlive.alive``), which the SDKs hand on and which changes nothing.
 
 :func:`stream_with_keepalive` writes a response body with a ticker task beside it;
 the ticker writes only when the stream was quiet for the whole interval, so a

@@ -11,11 +11,12 @@ The stream's order, as Anthropic sends it::
     message_stop
 
 While the stream is quiet between its opening and its end (a long prefill, a tool
-call still being parsed), a keep-alive every 30 s carries a ``message_delta`` with
-a null ``stop_reason`` and 0 output tokens (:meth:`MessageBuilder.keepalive`; the
-others are pings): the Anthropic SDKs drop ``ping`` before the application sees
-it, so only such an event feeds the stream watchdog of a client like Claude Code;
-the final ``message_delta`` overwrites what it set.
+call still being parsed), a keep-alive after each 30 s without an event carries a
+``message_delta`` with a null ``stop_reason`` and 0 output tokens
+(:meth:`MessageBuilder.keepalive`; the others are pings): the Anthropic SDKs drop
+``ping`` before the application sees it, so only such an event feeds the stream
+watchdog of a client like Claude Code; the final ``message_delta`` overwrites what
+it set.
 
 Each event goes out as ``event: <type>`` and ``data: <json>``.
 """
