@@ -43,7 +43,8 @@ from mlx_gateway.protocol.messages import (
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
+from mlx_gateway.workers.common.turns import TakingTurns
+from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 from mlx_gateway.workers.tts.encode import FORMATS, Encoder
 from mlx_gateway.workers.tts.tempo import Tempo
@@ -87,20 +88,15 @@ class _Job:
         self.pieces.clear()
 
 
-class TtsBackend(Backend):
+class TtsBackend(TakingTurns[_Job]):
     """The ``tts`` backend (see the module docstring for the reply sequence)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.model: Any = None
         self.voices: Voices | None = None
-        self._spec: WorkerSpec | None = None
-        self._emit: Emit = drop
         self._params: dict[str, inspect.Parameter] = {}
         self._generate_kwargs: dict[str, Any] = {}
-        self._queue: deque[_Job] = deque()
-        self._running: deque[_Job] = deque()
-        self._by_id: dict[str, _Job] = {}
-        self._current: _Job | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -180,8 +176,7 @@ class TtsBackend(Backend):
         assert self.voices is not None
         voice = self.voices.resolve(request.voice)
         job = _Job(request, deque(pieces), self._kwargs(request, voice))
-        self._by_id[job.request_id] = job
-        self._queue.append(job)
+        self._accept(job)
         self._emit(Started(request_id=job.request_id, prompt_tokens=len(request.input)))
 
     def _kwargs(self, request: Synthesize, voice: str | None) -> dict[str, Any]:
@@ -212,27 +207,12 @@ class TtsBackend(Backend):
         log.info("speech %s cancelled after %.2f s of audio", request_id, job.seconds)
         self._emit(Done(request_id=request_id, finish_reason="cancelled", usage=_usage(job)))
 
-    def cancel_all(self) -> None:
-        for request_id in list(self._by_id):
-            self.cancel(request_id)
-
-    def counts(self) -> tuple[int, int]:
-        return len(self._running), len(self._queue)
-
-    def has_work(self) -> bool:
-        return bool(self._by_id)
-
     # ------------------------------------------------------------ work
 
     def step(self) -> None:
-        assert self._spec is not None
-        while self._queue and len(self._running) < max(self._spec.max_concurrency, 1):
-            self._running.append(self._queue.popleft())
-        if not self._running:
+        job = self._next_turn()
+        if job is None:
             return
-        job = self._running[0]
-        self._running.rotate(-1)  # the next step serves the next request
-        self._current = job  # left set if the step raises: fail_active() ends this one
         if job.results is None:
             if not job.pieces:
                 self._finish(job)
@@ -297,28 +277,6 @@ class TtsBackend(Backend):
         self._forget(job)
         self._emit(Done(request_id=job.request_id, finish_reason="stop", usage=usage))
         mx.clear_cache()
-
-    def _forget(self, job: _Job) -> None:
-        self._by_id.pop(job.request_id, None)
-        for line in (self._queue, self._running):
-            if job in line:
-                line.remove(job)
-        job.release()
-
-    def fail_active(self, message: str) -> None:
-        job = self._current
-        self._current = None
-        if job is None:
-            return
-        self._forget(job)
-        self._emit(Error(message=message, request_id=job.request_id, status=500))
-
-    def close(self) -> None:
-        for job in list(self._by_id.values()):
-            job.release()
-        self._by_id.clear()
-        self._queue.clear()
-        self._running.clear()
 
 
 def _usage(job: _Job) -> Usage:

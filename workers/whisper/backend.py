@@ -22,7 +22,6 @@ samples never exist whole: at most :data:`DECODE_SECONDS` of them at a time.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,8 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.audio import SAMPLE_RATE, AudioError, decode_audio
-from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
+from mlx_gateway.workers.common.turns import TakingTurns
+from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 from mlx_gateway.workers.whisper.mel import LogMel, MelBuilder
 from mlx_gateway.workers.whisper.transcriber import (
@@ -108,18 +108,13 @@ class _Job:
             self.mel = None
 
 
-class WhisperBackend(Backend):
+class WhisperBackend(TakingTurns[_Job]):
     """The ``whisper`` backend (see the module docstring for the reply sequence)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.model: Any = None
         self.dtype: mx.Dtype = mx.float32
-        self._spec: WorkerSpec | None = None
-        self._emit: Emit = drop
-        self._queue: deque[_Job] = deque()
-        self._running: deque[_Job] = deque()
-        self._by_id: dict[str, _Job] = {}
-        self._current: _Job | None = None
 
     # ------------------------------------------------------------ loading
 
@@ -185,8 +180,7 @@ class WhisperBackend(Backend):
             word_timestamps=request.word_timestamps,
         )
         job = _Job(request, options, upload=bytes(payloads[0]))
-        self._by_id[job.request_id] = job
-        self._queue.append(job)
+        self._accept(job)
 
     def cancel(self, request_id: str) -> None:
         job = self._by_id.get(request_id)
@@ -197,28 +191,12 @@ class WhisperBackend(Backend):
         log.info("transcription %s cancelled", request_id)
         self._emit(Done(request_id=request_id, finish_reason="cancelled", usage=usage))
 
-    def cancel_all(self) -> None:
-        for request_id in list(self._by_id):
-            self.cancel(request_id)
-
-    def counts(self) -> tuple[int, int]:
-        return len(self._running), len(self._queue)
-
-    def has_work(self) -> bool:
-        return bool(self._by_id)
-
     # ------------------------------------------------------------ work
 
     def step(self) -> None:
-        assert self._spec is not None
-        while self._queue and len(self._running) < max(self._spec.max_concurrency, 1):
-            self._running.append(self._queue.popleft())
-        if not self._running:
+        job = self._next_turn()
+        if job is None:
             return
-        job = self._running[0]
-        self._running.rotate(-1)  # the next step serves the next request
-        # Left set if the step raises: fail_active() then ends this request only.
-        self._current = job
         if job.transcriber is None:
             self._decode_step(job)
         else:
@@ -287,27 +265,6 @@ class WhisperBackend(Backend):
                 param="file",
             )
         )
-
-    def _forget(self, job: _Job) -> None:
-        self._by_id.pop(job.request_id, None)
-        for line in (self._queue, self._running):
-            if job in line:
-                line.remove(job)
-        job.release()
-
-    def fail_active(self, message: str) -> None:
-        job = self._current
-        if job is None:
-            return
-        self._forget(job)
-        self._emit(Error(message=message, request_id=job.request_id, status=500))
-
-    def close(self) -> None:
-        for job in list(self._by_id.values()):
-            job.release()
-        self._by_id.clear()
-        self._queue.clear()
-        self._running.clear()
 
 
 # ---------------------------------------------------------------- helpers
