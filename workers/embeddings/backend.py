@@ -26,7 +26,6 @@ L2-normalized again (Matryoshka-style shortening).
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,6 @@ from mlx_gateway.protocol.messages import (
     Done,
     Embed,
     Embeddings,
-    Error,
     ModelFacts,
     Progress,
     Request,
@@ -51,7 +49,8 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.encoder_limits import max_input_length, read_json
-from mlx_gateway.workers.common.length_batches import pad_right, shortest_first, take_batch
+from mlx_gateway.workers.common.length_batches import pad_right, shortest_first
+from mlx_gateway.workers.common.row_batches import RowBatches
 from mlx_gateway.workers.common.tokenize import answer_tokenize
 from mlx_gateway.workers.embeddings.pooling import (
     MODEL_POOLING,
@@ -60,7 +59,7 @@ from mlx_gateway.workers.embeddings.pooling import (
     pool,
     read_pooling,
 )
-from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
+from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 
 log = logging.getLogger(__name__)
@@ -69,8 +68,6 @@ DEFAULT_MAX_BATCH_TOKENS = 4096
 """Padded tokens per forward pass (``max_batch_tokens`` in the model's config)."""
 ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken"]
 """What a hub download fetches: weights, configs (1_Pooling/config.json too), vocabularies."""
-
-"""``emit(reply, payloads=())``: the MLX thread's emit, which can send binary frames."""
 
 
 @dataclass
@@ -114,18 +111,14 @@ def create_backend() -> EmbeddingsBackend:
     return EmbeddingsBackend()
 
 
-class EmbeddingsBackend(Backend):
+class EmbeddingsBackend(RowBatches[_Job, _Item]):
     """The ``embeddings`` backend (see the module docstring for the reply sequence)."""
 
     def __init__(self) -> None:
+        super().__init__(DEFAULT_MAX_BATCH_TOKENS)
         self.model: Any = None
         self.tokenizer: Any = None
         self.info: _Model | None = None
-        self.max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS
-        self._emit: Emit = drop
-        self._jobs: dict[str, _Job] = {}
-        self._queue: deque[_Item] = deque()
-        self._batch_jobs: list[_Job] = []
 
     # ------------------------------------------------------------ loading
 
@@ -270,24 +263,9 @@ class EmbeddingsBackend(Backend):
         )
         return list(encoded["input_ids"])
 
-    def cancel(self, request_id: str) -> None:
-        job = self._jobs.pop(request_id, None)
-        if job is None:
-            return
-        # Its queued items are skipped when batches are taken.
-        self._emit(Done(request_id=request_id, finish_reason="cancelled", usage=_usage(job)))
-
-    def cancel_all(self) -> None:
-        for request_id in list(self._jobs):
-            self.cancel(request_id)
-        self._queue.clear()
-
     def counts(self) -> tuple[int, int]:
         running = sum(1 for job in list(self._jobs.values()) if job.vectors is not None)
         return running, len(self._jobs) - running
-
-    def has_work(self) -> bool:
-        return bool(self._jobs)
 
     # ------------------------------------------------------------ batches
 
@@ -295,7 +273,6 @@ class EmbeddingsBackend(Backend):
         batch = self._take()
         if not batch:
             return
-        self._batch_jobs = list({id(item.job): item.job for item in batch}.values())
         info = self.info
         assert info is not None
         output, mask, lengths = self._forward([item.job.tokens[item.index] for item in batch])
@@ -307,16 +284,8 @@ class EmbeddingsBackend(Backend):
                 job.vectors = np.empty((len(job.tokens), info.dims), dtype=np.float32)
             job.vectors[item.index] = row
             job.remaining -= 1
-        for job in self._batch_jobs:
-            if job.remaining == 0 and self._jobs.pop(job.request_id, None) is not None:
-                self._finish(job)
-        self._batch_jobs = []
-
-    def _take(self) -> list[_Item]:
-        """The next batch (see :func:`~..common.length_batches.take_batch`)."""
-        return take_batch(
-            self._queue, self.max_batch_tokens, lambda item: item.job.request_id in self._jobs
-        )
+        for job in self._finished():
+            self._finish(job)
 
     def _forward(self, rows: list[list[int]]) -> tuple[Any, mx.array, mx.array]:
         """Run the model on ``rows`` padded on the right; returns its output, the
@@ -349,16 +318,6 @@ class EmbeddingsBackend(Backend):
             [memoryview(cast(Any, matrix)).cast("B")],
         )
         self._emit(Done(request_id=job.request_id, finish_reason="stop", usage=_usage(job)))
-
-    def fail_active(self, message: str) -> None:
-        for job in self._batch_jobs:
-            if self._jobs.pop(job.request_id, None) is not None:
-                self._emit(Error(message=message, request_id=job.request_id, status=500))
-        self._batch_jobs = []
-
-    def close(self) -> None:
-        self._jobs.clear()
-        self._queue.clear()
 
 
 # ---------------------------------------------------------------- helpers

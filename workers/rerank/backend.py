@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,6 @@ import numpy as np
 from mlx_gateway.protocol.messages import (
     Detokenize,
     Done,
-    Error,
     ModelFacts,
     Progress,
     Request,
@@ -50,13 +48,14 @@ from mlx_gateway.protocol.messages import (
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.common.length_batches import shortest_first, take_batch
+from mlx_gateway.workers.common.length_batches import shortest_first
+from mlx_gateway.workers.common.row_batches import RowBatches
 from mlx_gateway.workers.common.tokenize import answer_tokenize
 from mlx_gateway.workers.rerank.cross_encoder import is_cross_encoder
 from mlx_gateway.workers.rerank.pairs import Pair, check_documents
 from mlx_gateway.workers.rerank.scorer import Scorer
 from mlx_gateway.workers.rerank.scorers import load_scorer
-from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
+from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 
 log = logging.getLogger(__name__)
@@ -101,16 +100,12 @@ def create_backend() -> RerankBackend:
     return RerankBackend()
 
 
-class RerankBackend(Backend):
+class RerankBackend(RowBatches[_Job, _Item]):
     """The ``rerank`` backend (see the module docstring for the reply sequence)."""
 
     def __init__(self) -> None:
+        super().__init__(DEFAULT_MAX_BATCH_TOKENS)
         self.scorer: Scorer | None = None
-        self.max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS
-        self._emit: Emit = drop
-        self._jobs: dict[str, _Job] = {}
-        self._queue: deque[_Item] = deque()
-        self._batch_jobs: list[_Job] = []
 
     # ------------------------------------------------------------ loading
 
@@ -189,56 +184,27 @@ class RerankBackend(Backend):
             self._queue.append(_Item(job, document, pair))
         self._emit(Started(request_id=job.request_id, prompt_tokens=job.prompt_tokens))
 
-    def cancel(self, request_id: str) -> None:
-        job = self._jobs.pop(request_id, None)
-        if job is None:
-            return
-        self._emit(Done(request_id=request_id, finish_reason="cancelled", usage=_usage(job)))
-
-    def cancel_all(self) -> None:
-        for request_id in list(self._jobs):
-            self.cancel(request_id)
-        self._queue.clear()
-
     def counts(self) -> tuple[int, int]:
         running = sum(1 for job in list(self._jobs.values()) if job.running)
         return running, len(self._jobs) - running
 
-    def has_work(self) -> bool:
-        return bool(self._jobs)
-
     # ------------------------------------------------------------ batches
 
     def step(self) -> None:
-        batch = take_batch(
-            self._queue, self.max_batch_tokens, lambda item: item.job.request_id in self._jobs
-        )
+        batch = self._take()
         if not batch:
             return
         scorer = self.scorer
         assert scorer is not None
-        self._batch_jobs = list({id(item.job): item.job for item in batch}.values())
         scores = scorer.score([item.pair for item in batch])
         for item, score in zip(batch, scores, strict=True):
             job = item.job
             job.running = True
             job.scores[item.document] = max(job.scores[item.document], float(score))
             job.remaining -= 1
-        for job in self._batch_jobs:
-            if job.remaining == 0 and self._jobs.pop(job.request_id, None) is not None:
-                self._emit(Scores(request_id=job.request_id, scores=job.scores.tolist()))
-                self._emit(Done(request_id=job.request_id, finish_reason="stop", usage=_usage(job)))
-        self._batch_jobs = []
-
-    def fail_active(self, message: str) -> None:
-        for job in self._batch_jobs:
-            if self._jobs.pop(job.request_id, None) is not None:
-                self._emit(Error(message=message, request_id=job.request_id, status=500))
-        self._batch_jobs = []
-
-    def close(self) -> None:
-        self._jobs.clear()
-        self._queue.clear()
+        for job in self._finished():
+            self._emit(Scores(request_id=job.request_id, scores=job.scores.tolist()))
+            self._emit(Done(request_id=job.request_id, finish_reason="stop", usage=_usage(job)))
 
 
 def _usage(job: _Job) -> Usage:
