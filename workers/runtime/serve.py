@@ -34,7 +34,7 @@ from mlx_gateway.protocol.messages import (
     Request,
     Shutdown,
 )
-from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.protocol.spec import SPAWNED_AT_ENV, WorkerSpec
 from mlx_gateway.workers.runtime.contract import (
     EXIT_CRASH,
     EXIT_LOAD_FAILED,
@@ -49,6 +49,7 @@ from mlx_gateway.workers.runtime.contract import (
 )
 from mlx_gateway.workers.runtime.extras import create_backend
 from mlx_gateway.workers.runtime.memory import measure_memory
+from mlx_gateway.workers.runtime.random_state import repair_random_state
 from mlx_gateway.workers.runtime.ring import Leader
 
 log = logging.getLogger(__name__)
@@ -167,9 +168,15 @@ class MLXThread(threading.Thread):
 
 
 def _since_process_start() -> float:
-    """Seconds since this process started (the interpreter, its imports, the
-    ZeroMQ sockets and this thread's start), from the kernel's start time."""
-    return max(time.time() - psutil.Process().create_time(), 0.0)
+    """Seconds since this process was started (the interpreter, its imports, the
+    ZeroMQ sockets and this thread's start): from the time the gateway passed
+    (:data:`SPAWNED_AT_ENV`), else from the kernel's start time (on Linux that one
+    can be up to a second off: psutil derives it from a boot time in whole seconds)."""
+    try:
+        started = float(os.environ[SPAWNED_AT_ENV])
+    except (KeyError, ValueError):
+        started = psutil.Process().create_time()
+    return max(time.time() - started, 0.0)
 
 
 SPARE_FACTS = ModelFacts(model_type="spare")
@@ -247,6 +254,7 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit) -> int:
             except Exception as exc:
                 log.exception("step failed")
                 backend.fail_active(f"generation failed: {type(exc).__name__}: {exc}")
+                repair_random_state()
 
 
 def _take(inbox: Inbox, block: bool, timeout: float | None = None) -> list[InboxItem]:
@@ -275,3 +283,4 @@ def _submit(backend: Backend, request: Request, payloads: Sequence[bytes], emit:
     except Exception as exc:
         log.exception("request %s failed", request_id)
         emit(Error(message=f"{type(exc).__name__}: {exc}", request_id=request_id, status=500))
+        repair_random_state()

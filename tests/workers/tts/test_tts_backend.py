@@ -21,6 +21,7 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.runtime.contract import RequestError
+from mlx_gateway.workers.runtime.random_state import repair_random_state
 from mlx_gateway.workers.tts.backend import TtsBackend
 from mlx_gateway.workers.tts.text import split_text
 from tests.fixtures.tiny_soprano import SAMPLE_RATE, TOKEN_SAMPLES
@@ -229,6 +230,9 @@ def test_a_failing_generate_ends_only_its_request(tiny_soprano_path: Path) -> No
     with pytest.raises(Exception):  # noqa: B017 (whatever the model raises)
         backend.step()
     backend.fail_active("generation failed: boom")
+    # As the serve loop does after a failed step: the failure happened while MLX
+    # traced the compiled sampler, which leaves its random state broken.
+    repair_random_state()
     assert not backend.has_work()
     error = of(replies, "bad")[-1][0]
     assert isinstance(error, Error) and error.status == 500

@@ -318,7 +318,9 @@ def test_a_client_that_leaves_a_stream_stops_its_request(gateway: LiveGateway) -
         httpx.Client(timeout=30) as http,
         http.stream("POST", f"{gateway.url}/api/chat", json=body) as response,
     ):
-        first = next(response.iter_lines())
-        assert json.loads(first)["done"] is False
+        # Hold on to the iterator: a dropped one is closed at once, and closing it
+        # closes the connection, which would leave before the check below.
+        lines = response.iter_lines()
+        assert json.loads(next(lines))["done"] is False
         assert handle.inflight == 1
     assert wait_until(lambda: handle.inflight == 0, 10)
