@@ -3,6 +3,7 @@ after its model was evicted.
 
     uv run python -m bench.swap                 # a few minutes on 2 cores
     uv run python -m bench.swap --rounds 5 --json out.json
+    uv run python -m bench.swap --parts a     # only the first token: under a minute
 
 On a random llama built here (``--hidden``/``--layers``; default hidden 384, 16
 layers, float32, 16k positions), with ``mlx-gateway launch`` (the real command):
@@ -10,11 +11,18 @@ layers, float32, 16k positions), with ``mlx-gateway launch`` (the real command):
 (a) *Unloaded model → first token*, paired per round, the order alternating:
 
 * ``fresh``: ``python -c "import mlx_lm; load; stream_generate(max_tokens=1)"``, the
-  wall time from starting the interpreter to its first token;
+  wall time from starting the interpreter to its first token, with its phases
+  (import, load, prefill and first step: the prefill's share tells a model whose
+  prefill dominates, where no start-up saving moves the ratios far from 1);
+* ``fresh-warm``: the same with its compiled bytecode cached (``PYTHONPYCACHEPREFIX``,
+  warmed once): where the environment sets ``PYTHONDONTWRITEBYTECODE``, the plain
+  ``fresh`` run compiles every module it imports, and the gateway's workers do not
+  (``server.bytecode_cache``), so both baselines are reported;
 * ``gateway+spare``: a streaming chat request to the unloaded model of a gateway with
   ``server.spare_workers`` and a ready spare: from sending the request to the first
   content chunk (the load happens inside);
-* ``gateway``: the same on a gateway without spares (a new worker process).
+* ``gateway``: the same on a gateway without spares (a new worker process), with
+  the phases of the worker's start from its ``ready:`` log line.
 
 (b) *A ~8k-token conversation resumed after eviction*: turn 1 (the long user message)
 is answered, the model is unloaded (``POST /v1/models/{m}/unload``, as an eviction
@@ -35,6 +43,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -53,11 +62,15 @@ from .servers import PRELOADED, Server, free_port, reexec_with_openblas
 FRESH = """
 import sys, time
 import mlx_lm
+imported = time.time()
 model, tokenizer = mlx_lm.load(sys.argv[1])
+loaded = time.time()
 for response in mlx_lm.stream_generate(model, tokenizer, sys.argv[2], max_tokens=1):
     break
-print("first-token", flush=True)
+print("first-token", imported, loaded, time.time(), flush=True)
 """
+"""The fresh run: its first token, after printing when the import and the load ended
+(wall clock), so the report can give the share of each phase."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -69,6 +82,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=16, help="the model's layers")
     parser.add_argument(
         "--context-tokens", type=int, default=8000, help="tokens of the conversation's turn 1"
+    )
+    parser.add_argument(
+        "--parts",
+        default="ab",
+        help="which measurements: a (first token), b (resume after eviction); default ab",
     )
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -123,13 +141,24 @@ def spare_ready(server: Server) -> bool:
     return any(spare["ready"] for spare in server.get("/health").get("spares", []))
 
 
-def fresh_first_token(model: Path, prompt: str) -> float:
+def fresh_first_token(
+    model: Path, prompt: str, bytecode: Path | None = None
+) -> tuple[float, dict[str, float]]:
+    """The fresh run's first token, in seconds, and its phases: the interpreter and
+    ``import mlx_lm``, the load, the prefill and first step. ``bytecode``: a folder
+    for its compiled bytecode (``PYTHONPYCACHEPREFIX``), else the environment as it
+    is (where ``PYTHONDONTWRITEBYTECODE`` is set, every run compiles its imports)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if bytecode is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode)
+    wall = time.time()
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-c", FRESH, str(model), prompt],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -137,7 +166,9 @@ def fresh_first_token(model: Path, prompt: str) -> float:
     proc.wait(60)
     if b"first-token" not in line:
         raise RuntimeError("the fresh run did not produce a token")
-    return elapsed
+    imported, loaded, first = (float(x) for x in line.split()[1:4])
+    phases = {"import": imported - wall, "load": loaded - imported, "prefill": first - loaded}
+    return elapsed, phases
 
 
 def gateway_first_token(server: Server, model: str, prompt: str) -> float:
@@ -147,6 +178,18 @@ def gateway_first_token(server: Server, model: str, prompt: str) -> float:
     if result.error or result.ttft is None:
         raise RuntimeError(f"{server.name}: {result.error or 'no token'}\n{server.log()}")
     return result.ttft
+
+
+READY = re.compile(r"ready: .* loaded in [\d.]+ s \((?P<phases>[^)]*)\)")
+PHASE = re.compile(r"(?P<name>[a-z ]+?) (?P<seconds>[\d.]+) s")
+
+
+def worker_phases(server: Server) -> dict[str, float]:
+    """The phases of the last worker start, from its ``ready:`` log line."""
+    found = READY.findall(server.log_path.read_text(errors="replace"))
+    if not found:
+        return {}
+    return {m["name"].strip(): float(m["seconds"]) for m in PHASE.finditer(found[-1])}
 
 
 def long_text(index: int, words: int) -> str:
@@ -200,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         reexec_with_openblas("bench.swap", argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-swap-"))
     model = build_model(workdir / "model", args.hidden, args.layers)
-    words = words_for(model, args.context_tokens)
+    words = words_for(model, args.context_tokens) if "b" in args.parts else 0
     figures: dict[str, list[float]] = {}
 
     def add(name: str, value: float) -> None:
@@ -210,55 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     entry = {"model_path": str(model), "on_demand": True, "idle_timeout": 0}
     servers: list[Server] = []
     try:
-        print("(a) unloaded model → first token", flush=True)
-        spare = start_gateway(
-            workdir, "gateway-spare", {"spare_workers": True}, [{**entry, "served_model_name": "m"}]
-        )
-        servers.append(spare)
-        plain = start_gateway(workdir, "gateway-plain", {}, [{**entry, "served_model_name": "m"}])
-        servers.append(plain)
-        for server in (spare, plain):  # warm the page cache and start the first spare
-            gateway_first_token(server, "m", "warm up")
-            post(server, "/v1/models/m/unload")
-        prompt = "Hello, how are you?"
-        for round_ in range(args.rounds):
-            print(f"round {round_ + 1}", flush=True)
-            order = ["fresh", "spare", "plain"]
-            if round_ % 2:
-                order.reverse()
-            for setup in order:
-                if setup == "fresh":
-                    add("a/fresh", fresh_first_token(model, prompt))
-                elif setup == "spare":
-                    wait_for(lambda: spare_ready(spare), "a ready spare")
-                    add("a/gateway+spare", gateway_first_token(spare, "m", prompt))
-                    post(spare, "/v1/models/m/unload")
-                else:
-                    add("a/gateway", gateway_first_token(plain, "m", prompt))
-                    post(plain, "/v1/models/m/unload")
-        for server in servers:
-            server.stop()
-        servers.clear()
-
-        print(f"(b) ~{args.context_tokens}-token conversation resumed after eviction", flush=True)
-        disk = workdir / "prompt-cache"
-        resume = start_gateway(
-            workdir,
-            "gateway-resume",
-            {},
-            [
-                {**entry, "served_model_name": "disk", "prompt_cache_dir": str(disk)},
-                {**entry, "served_model_name": "nodisk"},
-            ],
-        )
-        servers.append(resume)
-        for round_ in range(args.rounds):
-            print(f"round {round_ + 1}", flush=True)
-            order = ["disk", "nodisk"] if round_ % 2 == 0 else ["nodisk", "disk"]
-            for name in order:
-                ttft, cached = resumed_ttft(resume, name, 100 * round_ + len(name), words)
-                add(f"b/{name}", ttft)
-                add(f"b/{name}_cached_tokens", cached)
+        if "a" in args.parts:
+            first_token_rounds(args, workdir, model, entry, servers, add, figures)
+        if "b" in args.parts:
+            resume_rounds(args, workdir, entry, words, servers, add)
     finally:
         for server in servers:
             server.stop()
@@ -275,9 +273,102 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def first_token_rounds(
+    args: argparse.Namespace,
+    workdir: Path,
+    model: Path,
+    entry: dict[str, Any],
+    servers: list[Server],
+    add: Any,
+    figures: dict[str, list[float]],
+) -> None:
+    """(a): fresh python, a gateway with a spare, one without, in alternating order."""
+    print("(a) unloaded model → first token", flush=True)
+    spare = start_gateway(
+        workdir, "gateway-spare", {"spare_workers": True}, [{**entry, "served_model_name": "m"}]
+    )
+    servers.append(spare)
+    plain = start_gateway(workdir, "gateway-plain", {}, [{**entry, "served_model_name": "m"}])
+    servers.append(plain)
+    for server in (spare, plain):  # warm the page cache and start the first spare
+        gateway_first_token(server, "m", "warm up")
+        post(server, "/v1/models/m/unload")
+    prompt = "Hello, how are you?"
+    bytecode = workdir / "fresh-bytecode"
+    fresh_first_token(model, prompt, bytecode)  # compiles its imports once
+    for round_ in range(args.rounds):
+        print(f"round {round_ + 1}", flush=True)
+        order = ["fresh", "fresh-warm", "spare", "plain"]
+        if round_ % 2:
+            order.reverse()
+        for setup in order:
+            if setup == "fresh":
+                elapsed, phases = fresh_first_token(model, prompt)
+                add("a/fresh", elapsed)
+                for phase, seconds in phases.items():
+                    figures.setdefault(f"a/fresh_{phase}", []).append(seconds)
+            elif setup == "fresh-warm":
+                elapsed, phases = fresh_first_token(model, prompt, bytecode)
+                add("a/fresh_warm", elapsed)
+                figures.setdefault("a/fresh_warm_import", []).append(phases["import"])
+            elif setup == "spare":
+                wait_for(lambda: spare_ready(spare), "a ready spare")
+                rss = max(s["memory"] for s in spare.get("/health")["spares"])
+                figures.setdefault("a/spare_rss_mib", []).append(rss / 2**20)
+                add("a/gateway+spare", gateway_first_token(spare, "m", prompt))
+                post(spare, "/v1/models/m/unload")
+            else:
+                add("a/gateway", gateway_first_token(plain, "m", prompt))
+                for phase, seconds in worker_phases(plain).items():
+                    figures.setdefault(f"a/worker_{phase}", []).append(seconds)
+                post(plain, "/v1/models/m/unload")
+    for server in servers:
+        server.stop()
+    servers.clear()
+
+
+def resume_rounds(
+    args: argparse.Namespace,
+    workdir: Path,
+    entry: dict[str, Any],
+    words: int,
+    servers: list[Server],
+    add: Any,
+) -> None:
+    """(b): turn 2 of a long conversation after eviction, with and without the disk tier."""
+    print(f"(b) ~{args.context_tokens}-token conversation resumed after eviction", flush=True)
+    disk = workdir / "prompt-cache"
+    resume = start_gateway(
+        workdir,
+        "gateway-resume",
+        {},
+        [
+            {**entry, "served_model_name": "disk", "prompt_cache_dir": str(disk)},
+            {**entry, "served_model_name": "nodisk"},
+        ],
+    )
+    servers.append(resume)
+    for round_ in range(args.rounds):
+        print(f"round {round_ + 1}", flush=True)
+        order = ["disk", "nodisk"] if round_ % 2 == 0 else ["nodisk", "disk"]
+        for name in order:
+            ttft, cached = resumed_ttft(resume, name, 100 * round_ + len(name), words)
+            add(f"b/{name}", ttft)
+            add(f"b/{name}_cached_tokens", cached)
+
+
 SPARE_TARGET = 0.3
 PLAIN_TARGET = 0.9
 """Unloaded model → first token, as a share of a fresh ``python -c`` doing the same."""
+
+
+def bytecode_state() -> str:
+    """How this environment treats bytecode (what the plain fresh run meets)."""
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return "cached in PYTHONPYCACHEPREFIX"
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return "not written (PYTHONDONTWRITEBYTECODE), compiled at every start"
+    return "written as usual"
 
 
 def holds(ok: bool) -> str:
@@ -286,34 +377,59 @@ def holds(ok: bool) -> str:
 
 def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[str]:
     med = {name: statistics.median(values) for name, values in figures.items()}
-    fresh, spare, plain = (figures[k] for k in ("a/fresh", "a/gateway+spare", "a/gateway"))
-    paired = statistics.median(s / f for s, f in zip(spare, fresh, strict=True))
-    unspared = statistics.median(p / f for p, f in zip(plain, fresh, strict=True))
-    speedup = statistics.median(
-        n / d for d, n in zip(figures["b/disk"], figures["b/nodisk"], strict=True)
-    )
-    return [
+    lines = [
         "",
         f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores; "
         f"blas: {os.environ.get(PRELOADED) or 'the wheel BLAS, its own'}",
         f"model: random llama, hidden {args.hidden}, {args.layers} layers, float32; "
         f"{args.rounds} rounds",
-        "(a) unloaded model → first token, seconds (median):",
-        f"  fresh python -c (import, load, 1 token): {med['a/fresh']:.2f}",
-        f"  gateway with a spare worker:              {med['a/gateway+spare']:.2f}",
-        f"  gateway without spares:                   {med['a/gateway']:.2f}",
-        f"  paired ratio gateway+spare / fresh: {paired:.2f} "
-        f"(target ≤ {SPARE_TARGET}: {holds(paired <= SPARE_TARGET)})",
-        f"  paired ratio without spares / fresh: {unspared:.2f} "
-        f"(target ≤ {PLAIN_TARGET}: {holds(unspared <= PLAIN_TARGET)})",
-        f"(b) turn 2 of a ~{args.context_tokens}-token conversation after eviction, "
-        "time to first token, seconds (median):",
-        f"  with the disk tier:    {med['b/disk']:.3f} "
-        f"({int(med['b/disk_cached_tokens'])} prompt tokens from the cache)",
-        f"  without (re-prefill):  {med['b/nodisk']:.3f} "
-        f"({int(med['b/nodisk_cached_tokens'])} from the cache)",
-        f"  paired speed-up: {speedup:.1f} times (target: at least 5)",
     ]
+    if "a/fresh" in figures:
+        fresh, spare, plain = (figures[k] for k in ("a/fresh", "a/gateway+spare", "a/gateway"))
+        warm = figures["a/fresh_warm"]
+        paired = statistics.median(s / f for s, f in zip(spare, fresh, strict=True))
+        unspared = statistics.median(p / f for p, f in zip(plain, fresh, strict=True))
+        unspared_warm = statistics.median(p / f for p, f in zip(plain, warm, strict=True))
+        prefill_share = statistics.median(
+            p / f for p, f in zip(figures["a/fresh_prefill"], fresh, strict=True)
+        )
+        worker = [k for k in med if k.startswith("a/worker_")]
+        accounted = sum(med[k] for k in worker)
+        lines += [
+            "(a) unloaded model → first token, seconds (median):",
+            f"  fresh python -c (import, load, 1 token): {med['a/fresh']:.2f} "
+            f"(import {med['a/fresh_import']:.2f}, load {med['a/fresh_load']:.2f}, "
+            f"prefill and first step {med['a/fresh_prefill']:.2f}; bytecode: "
+            f"{bytecode_state()})",
+            f"  the same with its bytecode cached:       {med['a/fresh_warm']:.2f} "
+            f"(import {med['a/fresh_warm_import']:.2f})",
+            f"  gateway with a spare worker:              {med['a/gateway+spare']:.2f} "
+            f"(the idle spare's RSS: {med['a/spare_rss_mib']:.0f} MiB)",
+            f"  gateway without spares:                   {med['a/gateway']:.2f} (the worker's "
+            + ", ".join(f"{k.removeprefix('a/worker_')} {med[k]:.2f}" for k in worker)
+            + f"; the rest {med['a/gateway'] - accounted:.2f}: spawn, handshake, prefill, relay)",
+            f"  the prefill's share of the fresh first token: {prefill_share:.0%} (where it "
+            "dominates, no start-up saving can move the ratios far from 1)",
+            f"  paired ratio gateway+spare / fresh: {paired:.2f} "
+            f"(target ≤ {SPARE_TARGET}: {holds(paired <= SPARE_TARGET)})",
+            f"  paired ratio without spares / fresh: {unspared:.2f} "
+            f"(target ≤ {PLAIN_TARGET}: {holds(unspared <= PLAIN_TARGET)})",
+            f"  paired ratio without spares / fresh with cached bytecode: {unspared_warm:.2f}",
+        ]
+    if "b/disk" in figures:
+        speedup = statistics.median(
+            n / d for d, n in zip(figures["b/disk"], figures["b/nodisk"], strict=True)
+        )
+        lines += [
+            f"(b) turn 2 of a ~{args.context_tokens}-token conversation after eviction, "
+            "time to first token, seconds (median):",
+            f"  with the disk tier:    {med['b/disk']:.3f} "
+            f"({int(med['b/disk_cached_tokens'])} prompt tokens from the cache)",
+            f"  without (re-prefill):  {med['b/nodisk']:.3f} "
+            f"({int(med['b/nodisk_cached_tokens'])} from the cache)",
+            f"  paired speed-up: {speedup:.1f} times (target: at least 5)",
+        ]
+    return lines
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ class WorkerSpec(msgspec.Struct, omit_defaults=True, kw_only=True):
     model to load (``model_path`` is unused)."""
 
 
+SPAWNED_AT_ENV = "MLX_GATEWAY_SPAWNED_AT"
+"""Set by the gateway in a worker's environment: the wall-clock time (seconds since
+the epoch) at which it started the process, so the worker's start log can tell how
+long the interpreter took to reach it."""
+
+
 def encode_spec(spec: WorkerSpec) -> str:
     return msgspec.json.encode(spec).decode()
 

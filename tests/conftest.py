@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 # Nothing may be downloaded during the tests; set before any hub library is imported.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The worker processes the tests start share one bytecode cache, kept between runs,
+# so that each does not compile MLX, mlx-lm and transformers again where bytecode is
+# not written (PYTHONDONTWRITEBYTECODE); the gateway's own choice of a cache is
+# tested in tests/supervisor/pool/test_bytecode.py.
+os.environ.setdefault(
+    "PYTHONPYCACHEPREFIX",
+    str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "bytecode"),
+)
 
 pytest_plugins = ["tests.fixtures.plugin", "tests.fixtures.whisper"]
 

@@ -30,11 +30,17 @@ FILE_NAME = "pulled.json"
 EMBEDDING_TYPES = ("bert", "xlm-roberta", "roberta", "modernbert", "nomic_bert")
 
 
-def default_path() -> Path:
+def state_dir() -> Path:
+    """The gateway's own cache folder: ``$MLX_GATEWAY_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/mlx-gateway`` (``~/.cache/mlx-gateway``)."""
     if configured := os.environ.get("MLX_GATEWAY_CACHE_DIR"):
-        return Path(configured).expanduser() / FILE_NAME
+        return Path(configured).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(cache) / "mlx-gateway" / FILE_NAME
+    return Path(cache) / "mlx-gateway"
+
+
+def default_path() -> Path:
+    return state_dir() / FILE_NAME
 
 
 @dataclass

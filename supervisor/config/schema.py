@@ -167,6 +167,11 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     preload_openblas: bool = True
     """Linux: preload the system's OpenBLAS into the workers (``LD_PRELOAD``) when it
     is installed; the ``mlx-cpu`` wheel's own BLAS is several times slower."""
+    bytecode_cache: bool = True
+    """Keep the workers' compiled Python bytecode in the gateway's cache folder when
+    it would not be kept otherwise (``PYTHONDONTWRITEBYTECODE`` set, or read-only
+    packages), so that a worker does not compile its imports at every start
+    (``pool/bytecode.py``)."""
     image_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 256.0
     """Memory for those images, in MiB; the oldest go first when it is full."""
     response_store_ttl: _PositiveSeconds = 3600.0

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import time
 import uuid
@@ -37,7 +36,7 @@ from mlx_gateway.protocol.messages import (
     Request,
     Shutdown,
 )
-from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.protocol.spec import SPAWNED_AT_ENV, WorkerSpec
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.errors import (
     GatewayError,
@@ -47,7 +46,6 @@ from mlx_gateway.supervisor.errors import (
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.admission import Admission
 from mlx_gateway.supervisor.pool.auto_context import context_at_start
-from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, local_ranks, measured_need
 from mlx_gateway.supervisor.pool.owner_events import (
     EnsureReady,
@@ -73,7 +71,12 @@ from mlx_gateway.supervisor.pool.spawn import (
 )
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 from mlx_gateway.supervisor.pool.status import LoadProgress, ModelStatus, facts_fields
-from mlx_gateway.supervisor.pool.worker_spec import default_command, spec_for, start_options
+from mlx_gateway.supervisor.pool.worker_spec import (
+    default_command,
+    spec_for,
+    start_options,
+    worker_environment,
+)
 
 log = logging.getLogger("mlx_gateway.worker")
 
@@ -173,12 +176,6 @@ class WorkerHandle(Admission):
     @property
     def pid(self) -> int | None:
         return self._proc.proc.pid if self._proc else None
-
-    @property
-    def preload_openblas(self) -> bool:
-        """The model's ``preload_openblas``, else the server's."""
-        own = self.config.preload_openblas
-        return self._server.preload_openblas if own is None else own
 
     def status(self) -> ModelStatus:
         """What /v1/models and /health show of this model."""
@@ -489,9 +486,7 @@ class WorkerHandle(Admission):
         if self.config.context_length == "auto":
             spec.context_length = context_at_start(self.config, self.name, kv_budget)
         argv = list(self._command(spec, self._relay.endpoint))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._env, **self.config.worker_env}
-        if (openblas := openblas_for(self.preload_openblas, self.config.worker_env)) is not None:
-            env = with_preload(env, openblas)
+        env = worker_environment(self.config, self._server, self._env)
         self._set_state(WorkerState.STARTING)
         self.progress = None
 
@@ -505,7 +500,7 @@ class WorkerHandle(Admission):
         else:
             self._relay.attach(worker_id, on_reply)
             try:
-                proc = await start_process(argv, env)
+                proc = await start_process(argv, {**env, SPAWNED_AT_ENV: f"{time.time():.6f}"})
             except OSError as exc:
                 self._relay.detach(worker_id, WorkerCrashed(str(exc)))
                 self.last_error = f"could not start the worker ({argv[0]}): {exc}"

@@ -1,9 +1,11 @@
 """What a model's worker is started with: its :class:`WorkerSpec` (the model's
-settings the worker needs, kind-specific options included) and its command line
-(plain, or through ``mlx.launch`` for a distributed model)."""
+settings the worker needs, kind-specific options included), its command line
+(plain, or through ``mlx.launch`` for a distributed model) and its environment."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from mlx_gateway.protocol.spec import WorkerSpec
@@ -17,6 +19,12 @@ from mlx_gateway.supervisor.config.tts import worker_options as tts_options
 from mlx_gateway.supervisor.config.vision import VISION_KIND
 from mlx_gateway.supervisor.config.vision import worker_options as vision_options
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
+from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
+from mlx_gateway.supervisor.pool.bytecode import (
+    default_folder,
+    packages_writable,
+    with_bytecode_cache,
+)
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand, distributed_command, worker_command
 
 
@@ -35,6 +43,25 @@ def spec_for(config: ModelConfig, worker_id: str, heartbeat_interval: float = 2.
         prefill_step_size=config.prefill_step_size,
         options=kind_options(config),
     )
+
+
+def worker_environment(
+    config: ModelConfig, server: ServerConfig, extra: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment a model's worker starts with: the gateway's own, unbuffered
+    output, ``extra`` (the registry's), the model's ``worker_env``; then OpenBLAS
+    preloaded (:mod:`.blas`; the model's ``preload_openblas``, else the server's) and
+    the bytecode cache (:mod:`.bytecode`)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra, **config.worker_env}
+    own = config.preload_openblas
+    preload = server.preload_openblas if own is None else own
+    if (openblas := openblas_for(preload, config.worker_env)) is not None:
+        env = with_preload(env, openblas)
+    if server.bytecode_cache:
+        # Another interpreter's packages are not ours to check: only the variable counts.
+        writable = config.python is not None or packages_writable()
+        env = with_bytecode_cache(env, config.worker_env, default_folder(), writable)
+    return env
 
 
 def kind_options(config: ModelConfig) -> dict[str, Any]:
