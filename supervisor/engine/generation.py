@@ -9,6 +9,8 @@ stream, and the stream itself.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -17,6 +19,8 @@ from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
+
+log = logging.getLogger("mlx_gateway.requests")
 
 
 class ReplySource(Protocol):
@@ -51,6 +55,11 @@ class Generation:
         self.prefilled: Prefilled | None = None
         """The worker's latest prefill progress of a long prompt (``None`` before
         any, and again once the output began)."""
+        self.label = ""
+        """``[model] request-id``, for the log line of a generation left early."""
+        self._begun = time.monotonic()
+        self._failed = False
+        self._tokens = 0
 
     @classmethod
     async def start(
@@ -69,8 +78,11 @@ class Generation:
         model failed to load) with nothing left open."""
         recorder.note_model(handle.name)
         call = WorkerCall(handle, msg, payloads, prepare=prepare)
+        begun = time.monotonic()
         generation = cls(call, await call.first())
         generation.stream_interval = handle.config.stream_interval
+        generation.label = f"[{handle.name}] {msg.request_id}"
+        generation._begun = begun
         return generation
 
     def __aiter__(self) -> Generation:
@@ -87,6 +99,7 @@ class Generation:
                 try:
                     reply = await self._call.next()
                 except GatewayError:
+                    self._failed = True
                     recorder.note_outcome("error")
                     raise
             accepted = self._accept(reply)
@@ -113,6 +126,7 @@ class Generation:
                 if accepted is not None:
                     replies.append(accepted)
         except GatewayError as exc:
+            self._failed = True
             recorder.note_outcome("error")
             self._failure = exc
         return replies
@@ -122,6 +136,7 @@ class Generation:
         match reply:
             case Chunk():
                 self.prefilled = None
+                self._tokens += reply.tokens
                 recorder.note_output(reply.tokens)
                 return reply
             case Prefilled():
@@ -158,4 +173,18 @@ class Generation:
         self._closed = True
         if not self._finished:
             recorder.note_outcome("client_left")
+            if not self._failed:
+                self._log_left()
         await self._call.aclose()
+
+    def _log_left(self) -> None:
+        """One line for a generation whose reader left before its end (a client that
+        hung up or timed out): otherwise nothing in the log would tell."""
+        if self.prefilled is not None:
+            where = f"at prefill {self.prefilled.done}/{self.prefilled.total} tokens"
+        elif self._tokens:
+            where = f"after {self._tokens} output tokens"
+        else:
+            where = "before its first token"
+        seconds = time.monotonic() - self._begun
+        log.info("%s left %s, %.1f s in: cancelled on the worker", self.label, where, seconds)
