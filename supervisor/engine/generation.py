@@ -55,8 +55,8 @@ class Generation:
         self.prefilled: Prefilled | None = None
         """The worker's latest prefill progress of a long prompt (``None`` before
         any, and again once the output began)."""
-        self.label = ""
-        """``[model] request-id``, for the log line of a generation left early."""
+        self.model = ""
+        self.request_id = ""
         self._begun = time.monotonic()
         self._failed = False
         self._tokens = 0
@@ -81,7 +81,7 @@ class Generation:
         begun = time.monotonic()
         generation = cls(call, await call.first())
         generation.stream_interval = handle.config.stream_interval
-        generation.label = f"[{handle.name}] {msg.request_id}"
+        generation.model, generation.request_id = handle.name, msg.request_id
         generation._begun = begun
         return generation
 
@@ -187,4 +187,10 @@ class Generation:
         else:
             where = "before its first token"
         seconds = time.monotonic() - self._begun
-        log.info("%s left %s, %.1f s in: cancelled on the worker", self.label, where, seconds)
+        log.info(
+            "[%s] %s left %s, %.1f s in: cancelled on the worker",
+            self.model,
+            self.request_id,
+            where,
+            seconds,
+        )
