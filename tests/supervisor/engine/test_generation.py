@@ -14,6 +14,8 @@ import pytest
 
 from tests.e2e.gateway import wait_until
 
+from mlx_gateway.supervisor.logs import split_model
+
 from ..live import LiveGateway
 
 MODEL = "fake/ok"
@@ -48,6 +50,8 @@ def test_a_client_that_leaves_during_the_prefill(
     (line,) = left(caplog)
     assert line.startswith(f"[{MODEL}] chatcmpl-") and "left at prefill 2/4 tokens" in line
     assert line.endswith("cancelled on the worker")
+    (record,) = [r for r in caplog.records if r.name == LOGGER]
+    assert split_model(record)[0] == MODEL  # the JSON log's "model" field
 
 
 def test_a_client_that_leaves_while_tokens_stream(
