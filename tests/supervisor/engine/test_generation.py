@@ -12,9 +12,8 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.gateway import wait_until
-
 from mlx_gateway.supervisor.logs import split_model
+from tests.e2e.gateway import wait_until
 
 from ..live import LiveGateway
 
