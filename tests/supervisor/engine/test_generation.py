@@ -35,7 +35,7 @@ def test_a_client_that_leaves_during_the_prefill(
     gateway: LiveGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
-    prompt = [{"role": "user", "content": "prefill 30 a b"}]
+    prompt = [{"role": "user", "content": "prefill 4 a b"}]
     body = {"model": MODEL, "stream": True, "messages": prompt}
     with (
         httpx.Client(timeout=30) as http,
