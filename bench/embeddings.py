@@ -157,48 +157,19 @@ class Gateway:
     """``mlx-gateway launch --config …`` serving the model, loaded at launch."""
 
     def __init__(self, workdir: Path, model_dir: Path) -> None:
-        import yaml
+        from .servers import launch_gateway, wait_model_ready
 
-        from .servers import Server, free_port
-
-        self.port = free_port()
-        config = {
-            "server": {"port": self.port, "log_level": "warning", "shutdown_grace": 2},
-            "models": [
-                {
-                    "served_model_name": SERVED,
-                    "model_path": str(model_dir),
-                    "model_type": "embeddings",
-                    "on_demand": False,
-                    "idle_timeout": 0,
-                }
-            ],
+        entry = {
+            "served_model_name": SERVED,
+            "model_path": str(model_dir),
+            "model_type": "embeddings",
+            "on_demand": False,
+            "idle_timeout": 0,
         }
-        path = workdir / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
-        command = Path(sys.executable).with_name("mlx-gateway")
-        self.server = Server(
-            "the gateway",
-            [str(command), "launch", "--config", str(path)],
-            self.port,
-            workdir / "gateway.log",
-            {**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+        self.server = launch_gateway(workdir, [entry], name="the gateway")
+        self.port = self.server.port
         self.process = self.server.process
-        self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 180.0) -> None:
-        """Until the model is loaded (the gateway answers before that)."""
-        url = f"/v1/models/{SERVED}"
-        self.server.wait_ready(url, timeout)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.server.proc.poll() is not None:
-                raise RuntimeError(f"the gateway exited:\n{self.server.log()}")
-            if self.server.get(url).get("state") == "ready":
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"the model was not ready in {timeout} s:\n{self.server.log()}")
+        wait_model_ready(self.server, SERVED, 180)
 
     def stop(self) -> None:
         self.server.stop()

@@ -36,7 +36,6 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -120,41 +119,19 @@ class Gateway:
     """``mlx-gateway launch --config …`` serving the model, loaded at launch."""
 
     def __init__(self, workdir: Path, model_dir: Path) -> None:
-        import yaml
+        from .servers import launch_gateway, wait_model_ready
 
-        from .servers import Server, free_port
-
-        self.port = free_port()
-        config = {
-            "server": {"port": self.port, "log_level": "warning", "shutdown_grace": 2},
-            "models": [
-                {
-                    "served_model_name": SERVED,
-                    "model_path": str(model_dir),
-                    "model_type": "rerank",
-                    "on_demand": False,
-                    "idle_timeout": 0,
-                }
-            ],
+        entry = {
+            "served_model_name": SERVED,
+            "model_path": str(model_dir),
+            "model_type": "rerank",
+            "on_demand": False,
+            "idle_timeout": 0,
         }
-        path = workdir / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
-        command = Path(sys.executable).with_name("mlx-gateway")
-        self.server = Server(
-            "the gateway",
-            [str(command), "launch", "--config", str(path)],
-            self.port,
-            workdir / "gateway.log",
-            {**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+        self.server = launch_gateway(workdir, [entry], name="the gateway")
+        self.port = self.server.port
         self.process = self.server.process
-        url = f"/v1/models/{SERVED}"
-        self.server.wait_ready(url, 180)
-        deadline = time.monotonic() + 180
-        while self.server.get(url).get("state") != "ready":
-            if time.monotonic() > deadline or self.server.proc.poll() is not None:
-                raise RuntimeError(f"the model did not load:\n{self.server.log()}")
-            time.sleep(0.2)
+        wait_model_ready(self.server, SERVED, 180)
 
     def stop(self) -> None:
         self.server.stop()

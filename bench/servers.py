@@ -93,37 +93,60 @@ class Server:
         self._log.close()
 
 
+def launch_gateway(
+    workdir: Path,
+    models: list[dict[str, Any]],
+    server: dict[str, Any] | None = None,
+    name: str = "mlx-gateway",
+    files: str = "gateway",
+) -> Server:
+    """``mlx-gateway launch --config …`` (the real command) with these model entries
+    and server keys, on a free port, its config and log in ``workdir`` as
+    ``<files>.yaml`` and ``<files>.log``; returned once ``/health`` answers."""
+    port = free_port()
+    config = {
+        "server": {"port": port, "log_level": "warning", "shutdown_grace": 2, **(server or {})},
+        "models": models,
+    }
+    path = workdir / f"{files}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = Path(sys.executable).with_name("mlx-gateway")
+    gateway = Server(
+        name,
+        [str(command), "launch", "--config", str(path)],
+        port,
+        workdir / f"{files}.log",
+        {**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    gateway.wait_ready("/health")
+    return gateway
+
+
+def wait_model_ready(server: Server, model: str, timeout: float = 180.0) -> None:
+    """Until ``model`` of the gateway ``server`` is loaded (``/health`` answers before)."""
+    deadline = time.monotonic() + timeout
+    while server.get(f"/v1/models/{model}").get("state") != "ready":
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"{server.name} exited:\n{server.log()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{model} was not loaded in {timeout} s:\n{server.log()}")
+        time.sleep(0.2)
+
+
 def start_gateway(
     workdir: Path, model_dir: Path, served_name: str, max_concurrency: int, prefill_batch: int
 ) -> Server:
     """``mlx-gateway launch --config …`` serving the benchmark model, loaded at launch."""
-    port = free_port()
-    config = {
-        "server": {"port": port, "log_level": "warning", "shutdown_grace": 2},
-        "models": [
-            {
-                "served_model_name": served_name,
-                "model_path": str(model_dir),
-                "on_demand": False,
-                "idle_timeout": 0,
-                "max_concurrency": max_concurrency,
-                "prefill_batch_size": prefill_batch,
-            }
-        ],
+    entry = {
+        "served_model_name": served_name,
+        "model_path": str(model_dir),
+        "on_demand": False,
+        "idle_timeout": 0,
+        "max_concurrency": max_concurrency,
+        "prefill_batch_size": prefill_batch,
     }
-    path = workdir / "gateway.yaml"
-    path.write_text(yaml.safe_dump(config))
-    command = Path(sys.executable).with_name("mlx-gateway")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    server = Server(
-        "mlx-gateway",
-        [str(command), "launch", "--config", str(path)],
-        port,
-        workdir / "gateway.log",
-        env,
-    )
+    server = launch_gateway(workdir, [entry])
     server.model_name = served_name
-    server.wait_ready("/health")
     return server
 
 

@@ -53,11 +53,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .client import chat_body, stream_chat, stream_text
 from .lm import SENTENCES
-from .servers import PRELOADED, Server, free_port, reexec_with_openblas
+from .servers import PRELOADED, Server, launch_gateway, reexec_with_openblas
 
 FRESH = """
 import sys, time
@@ -101,23 +99,9 @@ def build_model(out: Path, hidden: int, layers: int) -> Path:
 
 
 def start_gateway(workdir: Path, name: str, server: dict[str, Any], models: list[dict]) -> Server:
-    port = free_port()
-    config = {
-        "server": {"port": port, "log_level": "info", "shutdown_grace": 10, **server},
-        "models": models,
-    }
-    path = workdir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    command = Path(sys.executable).with_name("mlx-gateway")
-    gateway = Server(
-        name,
-        [str(command), "launch", "--config", str(path)],
-        port,
-        workdir / f"{name}.log",
-        {**os.environ, "HF_HUB_OFFLINE": "1"},
+    return launch_gateway(
+        workdir, models, {"log_level": "info", "shutdown_grace": 10, **server}, name, name
     )
-    gateway.wait_ready("/health")
-    return gateway
 
 
 def post(server: Server, path: str, timeout: float = 300.0) -> Any:

@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
-from .servers import Server, free_port, reexec_with_openblas
+from .servers import launch_gateway, reexec_with_openblas, wait_model_ready
 
 SERVED = "bench-tts"
 WORDS = (
@@ -88,7 +87,6 @@ class InProcess:
 
 class Gateway:
     def __init__(self, workdir: Path, model_path: str, tokens: int) -> None:
-        self.port = free_port()
         entry: dict[str, Any] = {
             "served_model_name": SERVED,
             "model_path": model_path,
@@ -99,26 +97,9 @@ class Gateway:
         }
         if tokens:
             entry["generate_kwargs"] = generate_kwargs(tokens)
-        config = {
-            "server": {"port": self.port, "log_level": "warning", "shutdown_grace": 2},
-            "models": [entry],
-        }
-        path = workdir / "gateway.yaml"
-        path.write_text(yaml.safe_dump(config))
-        command = Path(sys.executable).with_name("mlx-gateway")
-        self.server = Server(
-            "the gateway",
-            [str(command), "launch", "--config", str(path)],
-            self.port,
-            workdir / "gateway.log",
-            {**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
-        self.server.wait_ready("/health")
-        deadline = time.monotonic() + 300
-        while self.server.get(f"/v1/models/{SERVED}").get("state") != "ready":
-            if time.monotonic() > deadline or self.server.proc.poll() is not None:
-                raise RuntimeError(f"the model did not load:\n{self.server.log()}")
-            time.sleep(0.2)
+        self.server = launch_gateway(workdir, [entry], name="the gateway")
+        self.port = self.server.port
+        wait_model_ready(self.server, SERVED, 300)
 
     def cpu(self) -> float:
         """CPU seconds of the gateway and its worker so far."""
