@@ -40,7 +40,14 @@ class Generation:
     iteration raises :class:`GatewayError` when the request fails on the worker.
     Always :meth:`aclose` it: leaving before ``Done`` cancels the request."""
 
-    def __init__(self, call: ReplySource, first: Any) -> None:
+    def __init__(
+        self,
+        call: ReplySource,
+        first: Any,
+        model: str = "",
+        request_id: str = "",
+        begun: float | None = None,
+    ) -> None:
         self._call = call
         self._pending: Any = first
         self._failure: GatewayError | None = None
@@ -55,9 +62,10 @@ class Generation:
         self.prefilled: Prefilled | None = None
         """The worker's latest prefill progress of a long prompt (``None`` before
         any, and again once the output began)."""
-        self.model = ""
-        self.request_id = ""
-        self._begun = time.monotonic()
+        self.model = model
+        self.request_id = request_id
+        self._begun = time.monotonic() if begun is None else begun
+        """When the request was sent (the log line of a generation left early)."""
         self._failed = False
         self._tokens = 0
 
@@ -79,10 +87,8 @@ class Generation:
         recorder.note_model(handle.name)
         call = WorkerCall(handle, msg, payloads, prepare=prepare)
         begun = time.monotonic()
-        generation = cls(call, await call.first())
+        generation = cls(call, await call.first(), handle.name, msg.request_id, begun)
         generation.stream_interval = handle.config.stream_interval
-        generation.model, generation.request_id = handle.name, msg.request_id
-        generation._begun = begun
         return generation
 
     def __aiter__(self) -> Generation:

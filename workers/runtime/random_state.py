@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +22,6 @@ log = logging.getLogger(__name__)
 def repair_random_state() -> bool:
     """Replace MLX's global random key with a fresh one if it cannot be evaluated;
     True when it had to. A process that has not imported MLX has nothing to repair."""
-    import sys
-
     mx = sys.modules.get("mlx.core")
     if mx is None:
         return False
