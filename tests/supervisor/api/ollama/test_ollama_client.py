@@ -15,25 +15,12 @@ import ollama
 import pytest
 
 from tests.e2e.gateway import wait_until
-from tests.supervisor.api.lm_app import OK, PLAIN, REASONER, VISION, hermes_call
+from tests.supervisor.api.lm_app import OK, PLAIN, REASONER, VISION, WEATHER_TOOL, hermes_call
 from tests.supervisor.live import LiveGateway
 
 from .conftest import Connect
 
 pytestmark = pytest.mark.timeout(120)
-
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +88,7 @@ def test_num_predict_cuts_the_answer(client: ollama.Client) -> None:
 def test_tool_call_round_trip(client: ollama.Client) -> None:
     call = hermes_call("get_weather", '{"city": "Graz"}')
     messages: list[Any] = [{"role": "user", "content": f"say {call}"}]
-    reply = client.chat(model=OK, messages=messages, tools=[WEATHER])
+    reply = client.chat(model=OK, messages=messages, tools=[WEATHER_TOOL])
     (made,) = reply.message.tool_calls or []
     assert made.function.name == "get_weather"
     assert made.function.arguments == {"city": "Graz"}  # an object, as Ollama sends it
@@ -109,7 +96,7 @@ def test_tool_call_round_trip(client: ollama.Client) -> None:
         reply.message,
         {"role": "tool", "tool_name": "get_weather", "content": "say Sunny in Graz"},
     ]
-    follow = client.chat(model=OK, messages=messages, tools=[WEATHER])
+    follow = client.chat(model=OK, messages=messages, tools=[WEATHER_TOOL])
     assert follow.message.content == "Sunny in Graz"
     assert not follow.message.tool_calls
 
@@ -120,7 +107,7 @@ def test_tool_call_streamed(client: ollama.Client) -> None:
         client.chat(
             model=OK,
             messages=[{"role": "user", "content": f"say Checking. {call}"}],
-            tools=[WEATHER],
+            tools=[WEATHER_TOOL],
             stream=True,
         )
     )
