@@ -363,9 +363,12 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    import mlx.core as mx
+
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "device": str(mx.default_device()),
         "system": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "mlx": version("mlx"),
@@ -388,7 +391,8 @@ def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> 
     ]
     lines = [
         f"machine: {info['cpu']}, {info['cores']} cores, {info['system']}, "
-        f"Python {info['python']}, mlx {info['mlx']}, mlx-lm {info['mlx-lm']}",
+        f"Python {info['python']}, mlx {info['mlx']}, mlx-lm {info['mlx-lm']}, "
+        f"MLX device {info['device']}",
         f"blas: {info['blas']}",
         f"load average at start {info['load_average_start']}, at the end {info['load_average']}",
         f"{args.rounds} rounds, medians; {args.max_tokens} tokens per request, "
