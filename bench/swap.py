@@ -24,6 +24,13 @@ layers, float32, 16k positions), with ``mlx-gateway launch`` (the real command):
 * ``gateway``: the same on a gateway without spares (a new worker process), with
   the phases of the worker's start from its ``ready:`` log line.
 
+With ``--cold`` the model's weight files are dropped from the page cache
+(``posix_fadvise``, Linux) before every start, as after a reboot or under memory
+pressure, and (a) adds ``gateway-unread``: the gateway without spares whose worker
+does not read its weights ahead while it imports its backend (``worker_env``
+``MLX_GATEWAY_READ_AHEAD=0``), paired with the one that does. Give it a model whose
+weights take a while to read: ``--cold --hidden 1536 --layers 12`` is about 0.9 GiB.
+
 (b) *A ~8k-token conversation resumed after eviction*: turn 1 (the long user message)
 is answered, the model is unloaded (``POST /v1/models/{m}/unload``, as an eviction
 stops it), loaded again (``POST …/load``), and turn 2 (turn 1, the answer, a short
@@ -57,6 +64,10 @@ from .client import chat_body, stream_chat, stream_text
 from .lm import SENTENCES
 from .servers import PRELOADED, Server, launch_gateway, reexec_with_openblas
 
+READ_AHEAD_ENV = "MLX_GATEWAY_READ_AHEAD"
+"""The worker's switch for its read-ahead (workers/runtime/prefetch.py; the
+benchmark does not import the worker's modules)."""
+
 FRESH = """
 import sys, time
 import mlx_lm
@@ -85,6 +96,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--parts",
         default="ab",
         help="which measurements: a (first token), b (resume after eviction); default ab",
+    )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="(a) with the weights out of the page cache before every start (Linux)",
     )
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -164,16 +180,35 @@ def gateway_first_token(server: Server, model: str, prompt: str) -> float:
     return result.ttft
 
 
-READY = re.compile(r"ready: .* loaded in [\d.]+ s \((?P<phases>[^)]*)\)")
+READY = re.compile(r"ready: .* loaded in [\d.]+ s \((?P<phases>[^;)]*)(?P<ahead>;[^)]*)?\)")
 PHASE = re.compile(r"(?P<name>[a-z ]+?) (?P<seconds>[\d.]+) s")
+AHEAD = re.compile(r"weights read ahead (?P<read>[\d,.]+) of [\d,.]+ MiB in (?P<seconds>[\d.]+) s")
 
 
 def worker_phases(server: Server) -> dict[str, float]:
-    """The phases of the last worker start, from its ``ready:`` log line."""
-    found = READY.findall(server.log_path.read_text(errors="replace"))
+    """The phases of the last worker start, from its ``ready:`` log line, and what
+    its read-ahead of the weights did (``read ahead MiB``, ``read ahead``: seconds)."""
+    found = list(READY.finditer(server.log_path.read_text(errors="replace")))
     if not found:
         return {}
-    return {m["name"].strip(): float(m["seconds"]) for m in PHASE.finditer(found[-1])}
+    last = found[-1]
+    phases = {m["name"].strip(): float(m["seconds"]) for m in PHASE.finditer(last["phases"])}
+    if last["ahead"] and (ahead := AHEAD.search(last["ahead"])):
+        phases["read ahead MiB"] = float(ahead["read"].replace(",", ""))
+        phases["read ahead"] = float(ahead["seconds"])
+    return phases
+
+
+def evict_weights(model: Path) -> None:
+    """Drop the model's weight files from the page cache (Linux), so that the next
+    start reads them from the disk as after a reboot or under memory pressure."""
+    for path in sorted(model.rglob("*.safetensors")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def long_text(index: int, words: int) -> str:
@@ -223,6 +258,8 @@ def words_for(model: Path, tokens: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.cold and not hasattr(os, "posix_fadvise"):
+        raise SystemExit("--cold needs posix_fadvise (Linux): this system has none")
     if not args.no_openblas:
         reexec_with_openblas("bench.swap", argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-swap-"))
@@ -274,7 +311,14 @@ def first_token_rounds(
     servers.append(spare)
     plain = start_gateway(workdir, "gateway-plain", {}, [{**entry, "served_model_name": "m"}])
     servers.append(plain)
-    for server in (spare, plain):  # warm the page cache and start the first spare
+    unread = None
+    if args.cold:  # the same without the read-ahead of the weights during the imports
+        no_read_ahead = {**entry, "worker_env": {READ_AHEAD_ENV: "0"}}
+        unread = start_gateway(
+            workdir, "gateway-unread", {}, [{**no_read_ahead, "served_model_name": "m"}]
+        )
+        servers.append(unread)
+    for server in [s for s in (spare, plain, unread) if s is not None]:  # warm up, first spare
         gateway_first_token(server, "m", "warm up")
         post(server, "/v1/models/m/unload")
     prompt = "Hello, how are you?"
@@ -282,10 +326,12 @@ def first_token_rounds(
     fresh_first_token(model, prompt, bytecode)  # compiles its imports once
     for round_ in range(args.rounds):
         print(f"round {round_ + 1}", flush=True)
-        order = ["fresh", "fresh-warm", "spare", "plain"]
+        order = ["fresh", "fresh-warm", "spare", "plain", *(["unread"] if unread else [])]
         if round_ % 2:
             order.reverse()
         for setup in order:
+            if args.cold:
+                evict_weights(model)
             if setup == "fresh":
                 elapsed, phases = fresh_first_token(model, prompt)
                 add("a/fresh", elapsed)
@@ -301,11 +347,15 @@ def first_token_rounds(
                 figures.setdefault("a/spare_rss_mib", []).append(rss / 2**20)
                 add("a/gateway+spare", gateway_first_token(spare, "m", prompt))
                 post(spare, "/v1/models/m/unload")
-            else:
+            elif setup == "plain":
                 add("a/gateway", gateway_first_token(plain, "m", prompt))
                 for phase, seconds in worker_phases(plain).items():
                     figures.setdefault(f"a/worker_{phase}", []).append(seconds)
                 post(plain, "/v1/models/m/unload")
+            else:
+                assert unread is not None
+                add("a/gateway_unread", gateway_first_token(unread, "m", prompt))
+                post(unread, "/v1/models/m/unload")
     for server in servers:
         server.stop()
     servers.clear()
@@ -366,7 +416,8 @@ def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[st
         f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores; "
         f"blas: {os.environ.get(PRELOADED) or 'the wheel BLAS, its own'}",
         f"model: random llama, hidden {args.hidden}, {args.layers} layers, float32; "
-        f"{args.rounds} rounds",
+        f"{args.rounds} rounds; weights "
+        + ("evicted from the page cache before every start" if args.cold else "in the page cache"),
     ]
     if "a/fresh" in figures:
         fresh, spare, plain = (figures[k] for k in ("a/fresh", "a/gateway+spare", "a/gateway"))
@@ -377,7 +428,9 @@ def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[st
         prefill_share = statistics.median(
             p / f for p, f in zip(figures["a/fresh_prefill"], fresh, strict=True)
         )
-        worker = [k for k in med if k.startswith("a/worker_")]
+        worker = [
+            k for k in med if k.startswith("a/worker_") and not k.startswith("a/worker_read ahead")
+        ]
         accounted = sum(med[k] for k in worker)
         lines += [
             "(a) unloaded model → first token, seconds (median):",
@@ -400,6 +453,19 @@ def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[st
             f"(target ≤ {PLAIN_TARGET}: {holds(unspared <= PLAIN_TARGET)})",
             f"  paired ratio without spares / fresh with cached bytecode: {unspared_warm:.2f}",
         ]
+        if "a/worker_read ahead MiB" in med:
+            lines.append(
+                f"  the worker read {med['a/worker_read ahead MiB']:,.0f} MiB of weights ahead "
+                f"in {med['a/worker_read ahead']:.2f} s, while it imported its backend"
+            )
+        if "a/gateway_unread" in figures:
+            unread = figures["a/gateway_unread"]
+            gain = statistics.median(p / u for p, u in zip(plain, unread, strict=True))
+            lines += [
+                f"  gateway without spares, read-ahead off:   {med['a/gateway_unread']:.2f}",
+                f"  paired ratio read-ahead on / off: {gain:.2f}; read-ahead off / fresh: "
+                + f"{statistics.median(u / f for u, f in zip(unread, fresh, strict=True)):.2f}",
+            ]
     if "b/disk" in figures:
         speedup = statistics.median(
             n / d for d, n in zip(figures["b/disk"], figures["b/nodisk"], strict=True)

@@ -49,6 +49,7 @@ from mlx_gateway.workers.runtime.contract import (
 )
 from mlx_gateway.workers.runtime.extras import create_backend
 from mlx_gateway.workers.runtime.memory import measure_memory
+from mlx_gateway.workers.runtime.prefetch import Prefetch, start_prefetch
 from mlx_gateway.workers.runtime.random_state import repair_random_state
 from mlx_gateway.workers.runtime.ring import Leader
 
@@ -136,8 +137,11 @@ class MLXThread(threading.Thread):
         phases: dict[str, float] = {}
         if backend is None:
             phases["interpreter and runtime"] = _since_process_start()
+        prefetch: Prefetch | None = None
         try:
             if backend is None or spec.kind != self._spare_kind:
+                # The weights are read into the file cache while the backend imports.
+                prefetch = start_prefetch(spec.model_path)
                 backend = create_backend(spec.kind)
                 phases[f"{spec.kind} backend imports"] = time.monotonic() - started
             if spec.options.get("distributed"):
@@ -150,13 +154,18 @@ class MLXThread(threading.Thread):
         except Exception as exc:
             log.exception("loading %s failed", spec.model_path)
             return self._load_failed(f"load failed: {spec.model_path}: {type(exc).__name__}: {exc}")
+        finally:
+            if prefetch is not None:
+                prefetch.stop()
         facts.load_seconds = round(time.monotonic() - started, 3)
         self.backend = backend
+        ahead = "" if prefetch is None else f"; {prefetch.summary()}"
         log.info(
-            "ready: %s loaded in %.2f s (%s)",
+            "ready: %s loaded in %.2f s (%s%s)",
             spec.model_path,
             facts.load_seconds,
             ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases.items()),
+            ahead,
         )
         self.emit(Ready(pid=os.getpid(), facts=facts, memory=measure_memory()))
         return serve(backend, self.inbox, self.emit)

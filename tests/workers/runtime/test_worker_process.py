@@ -85,15 +85,18 @@ def test_ready_reports_the_model(worker: WorkerHarness) -> None:
     assert worker.others.index(ready) > worker.others.index(
         next(m for m in worker.others if isinstance(m, Progress))
     )
-    # Its log says where the start went, phase by phase.
+    # Its log says where the start went, phase by phase, and that the weights were
+    # read ahead, all of them (the tiny model is far below the limit), during the imports.
     line = next(line for line in worker.stderr().splitlines() if "ready: " in line)
     phases = re.search(
         r"\(interpreter and runtime ([\d.]+) s, lm backend imports ([\d.]+) s, "
-        r"load ([\d.]+) s\)",
+        r"load ([\d.]+) s; weights read ahead ([\d.]+) of ([\d.]+) MiB in ([\d.]+) s\)",
         line,
     )
     assert phases is not None, line
-    assert all(float(seconds) > 0 for seconds in phases.groups()), line
+    runtime, imports, load, read, total, _reading = (float(x) for x in phases.groups())
+    assert min(runtime, imports, load) > 0, line
+    assert read == total > 0, line
 
 
 def test_heartbeats_and_ping(worker: WorkerHarness) -> None:
