@@ -5,6 +5,7 @@ above 1, the batch path) in one process.
     uv run python -m bench.solo                 # about a minute on 2 cores
     uv run python -m bench.solo --pairs 20 --max-tokens 256 --json out.json
     uv run python -m bench.solo --streams 32 --max-tokens 128 --pairs 4
+    uv run python -m bench.solo --streams 32 --max-tokens 128 --requests-per-stream 4
 
 The lm worker's backend (``LmBackend``, the code a worker runs, without ZeroMQ or
 the gateway) decodes one greedy request alone, and ``stream_generate`` the same
@@ -14,7 +15,10 @@ prompt ids with the same model object, request by request in alternating order
 
 With ``--streams N`` the backend gets N requests at once (``max_concurrency`` N)
 and the baseline is ``BatchGenerator`` with N sequences (prefill batch 8); the
-token counts must be equal.
+token counts must be equal. ``--requests-per-stream`` K gives each of the N slots K
+requests in a row on both sides, the next one as soon as the last ended, as
+``bench.lm``'s clients do: the refills (prefills beside running sequences, new
+sequences merged into the running batch) are then part of the comparison.
 
 It prints the median ratio backend / ``stream_generate`` (the target: at least
 0.95, what the 1-stream figure of ``bench.lm`` can reach at best; 0.92 against
@@ -60,6 +64,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=1,
         help="requests at once: above 1 the backend batches them and the baseline is "
         "BatchGenerator (completion batch = streams, prefill batch 8)",
+    )
+    parser.add_argument(
+        "--requests-per-stream",
+        type=int,
+        default=1,
+        help="with --streams above 1: requests each slot takes in a row, the next one "
+        "given as soon as the last ended (bench.lm's closed loop; default 1)",
     )
     parser.add_argument(
         "--profiled", type=int, default=4, help="backend requests timed part by part"
@@ -149,6 +160,7 @@ def main(argv: list[str]) -> int:
         return ids if args.streams == 1 else backend.tokenizer.encode(f"{PROMPT} {i}")
 
     greedy = make_sampler(0.0)
+    requests = args.requests_per_stream if args.streams > 1 else 1
 
     cpu: dict[str, float] = defaultdict(float)
 
@@ -164,22 +176,33 @@ def main(argv: list[str]) -> int:
         replies.clear()
         cpu_started, started = time.process_time(), time.perf_counter()
         sampling = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
-        for i in range(args.streams):
+        total = args.streams * requests
+
+        def submit(i: int) -> None:
             msg = Generate(request_id=f"r{i}", prompt=prompt_for(i), sampling=sampling)
             backend.submit(msg, [])
+
+        for i in range(args.streams):
+            submit(i)
+        sent, seen = args.streams, 0
         while backend.has_work():
             backend.step()
+            ended = sum(isinstance(r, Done) for r in replies[seen:])
+            seen = len(replies)
+            for _ in range(min(ended, total - sent)):  # each slot takes its next request
+                submit(sent)
+                sent += 1
         seconds = time.perf_counter() - started
         cpu["backend"] += time.process_time() - cpu_started
         backend._advance = advance  # type: ignore[method-assign]
-        assert sum(isinstance(r, Done) for r in replies) == args.streams
+        assert sum(isinstance(r, Done) for r in replies) == total
         return seconds, tokens
 
     def library_side() -> tuple[float, list[int]]:
         if args.streams > 1:
             cpu_started = time.process_time()
             run = batch_generator_run(
-                backend.model, prompt_for, args.streams, 1, args.max_tokens, 8
+                backend.model, prompt_for, args.streams, requests, args.max_tokens, 8
             )
             cpu["library"] += time.process_time() - cpu_started
             return run.wall, [0] * sum(r.tokens for r in run.results)
@@ -215,8 +238,10 @@ def main(argv: list[str]) -> int:
     ratio = statistics.median(ratios)
     library = "stream_generate" if args.streams == 1 else "BatchGenerator"
     target = TARGET if args.streams == 1 else BATCH_TARGET
+    refills = f", {requests} requests per stream" if requests > 1 else ""
     print(
-        f"{args.streams} greedy stream(s) of {args.max_tokens} tokens, {args.pairs} pairs "
+        f"{args.streams} greedy stream(s) of {args.max_tokens} tokens{refills}, "
+        f"{args.pairs} pairs "
         f"(medians): backend {statistics.median(ours):,.0f} tok/s, {library} "
         f"{statistics.median(theirs):,.0f} tok/s"
     )
@@ -226,7 +251,7 @@ def main(argv: list[str]) -> int:
         f"{max(ratios):.2f}); target >= {target}: {held}"
     )
     cpu_ratio = cpu["library"] / cpu["backend"]
-    per_run = args.pairs * args.max_tokens * args.streams
+    per_run = args.pairs * args.max_tokens * args.streams * requests
     print(
         f"CPU time (all threads of this process) per token: backend "
         f"{cpu['backend'] / per_run * 1e6:.0f} µs, {library} "
