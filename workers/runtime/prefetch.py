@@ -110,7 +110,7 @@ class Prefetch:
             self.seconds = time.monotonic() - started
 
     def stop(self) -> None:
-        """Stop reading (the load has begun) and wait for the read in flight."""
+        """Stop reading (the load has ended, or failed) and wait for the read in flight."""
         self._stop.set()
         self._thread.join()
 
