@@ -2,6 +2,7 @@
 
     uv run python -m bench.lm            # about 8 minutes on 2 cores
     uv run python -m bench.lm --rounds 5 --profile --json out.json
+    uv run python -m bench.lm --streams 1 32 --also-interval 0.05   # a second gateway, A/B
 
 One run measures, side by side on the same tiny llama (built here, hidden 64,
 2 layers, random weights that never emit EOS, so every request generates exactly
@@ -54,6 +55,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="requests per round at 1 stream, alternating between the setups (default 8)",
     )
     parser.add_argument("--prefill-batch", type=int, default=8, help="prompts prefilled together")
+    parser.add_argument(
+        "--stream-interval",
+        type=float,
+        help="the gateway model's stream_interval (seconds; default: the config's default)",
+    )
+    parser.add_argument(
+        "--also-interval",
+        type=float,
+        help="a second gateway with this stream_interval, measured in the same rounds",
+    )
+    parser.add_argument(
+        "--also-worker-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a second gateway whose model has this worker_env entry (repeatable; "
+        "with --also-interval, one gateway with both)",
+    )
     parser.add_argument("--conversations", type=int, default=5, help="2,000-token conversations")
     parser.add_argument("--no-mlx-lm-server", action="store_true", help="skip mlx_lm.server")
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
@@ -378,6 +397,27 @@ def machine() -> dict[str, Any]:
     }
 
 
+def also_gateway(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The second gateway's label and the keys its model entry adds."""
+    extra: dict[str, Any] = {}
+    parts = []
+    if args.also_interval is not None:
+        extra["stream_interval"] = args.also_interval
+        parts.append(f"{args.also_interval:g}s")
+    if args.also_worker_env:
+        env = dict(item.split("=", 1) for item in args.also_worker_env)
+        extra["worker_env"] = env
+        parts += [f"{k}={v}" for k, v in env.items()]
+    return "mlx-gateway@" + ",".join(parts), extra
+
+
+def server_labels(figures: Figures, streams: int) -> list[str]:
+    """The servers measured, in the order the report gives them."""
+    found = {k.split("/")[0] for k in figures.series if k.endswith(f"/{streams}/tok_s")}
+    found.discard("limit")
+    return sorted(found, key=lambda k: (k != "mlx-gateway", k == "mlx_lm.server", k))
+
+
 def _fmt(value: float, digits: int = 0) -> str:
     return "—" if value != value else f"{value:,.{digits}f}"
 
@@ -386,9 +426,7 @@ def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> 
     med = figures.median
     big = max(args.streams)
     labels = [("limit", "mlx-lm in-process (the limit)")]
-    labels += [
-        (k, k) for k in ("mlx-gateway", "mlx_lm.server") if f"{k}/{big}/tok_s" in figures.series
-    ]
+    labels += [(k, k) for k in server_labels(figures, big)]
     lines = [
         f"machine: {info['cpu']}, {info['cores']} cores, {info['system']}, "
         f"Python {info['python']}, mlx {info['mlx']}, mlx-lm {info['mlx-lm']}, "
@@ -411,7 +449,7 @@ def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> 
         error_text = "—" if key == "limit" else f"{errors:.0f} of {requests:.0f}"
         lines.append(f"| {name} | {rates} | {_fmt(p50, 1)} / {_fmt(p99, 1)} | {error_text} |")
     lines += ["", "second turn of a 2,000-token conversation (time to first token):"]
-    for key in ("mlx-gateway", "mlx_lm.server"):
+    for key in server_labels(figures, big):
         if f"{key}/turn2_over_turn1" in figures.series:
             cached = med(f"{key}/turn2_cached_tokens")
             lines.append(
@@ -425,7 +463,7 @@ def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> 
             f"  in-process BatchGenerator: {_fmt(med('limit/cpu_us_per_token/workers'), 1)} µs "
             f"({_fmt(med('limit/cores/workers'), 2)} cores)"
         )
-    for key in ("mlx-gateway", "mlx_lm.server"):
+    for key in server_labels(figures, big):
         if f"{key}/cpu_us_per_token/server" in figures.series:
             lines.append(
                 f"  {key}: server process {_fmt(med(f'{key}/cpu_us_per_token/server'), 1)} µs "
@@ -470,6 +508,15 @@ def targets(args: argparse.Namespace, figures: Figures) -> list[str]:
     check("second turn TTFT / first turn ≤ 0.25", r, r <= 0.25)
     r = _paired(figures, f"{gw}/cores/server", f"{gw}/cores/workers")
     check("gateway cores / worker cores < 1 (the worker is the bottleneck)", r, r < 1.0)
+    for label in server_labels(figures, big):
+        if label.startswith(f"{gw}@"):
+            if 1 in args.streams:
+                r = figures.median(f"{label}/1/pair_ratio")
+                check(f"{label}: 1 stream vs stream_generate ≥ 0.95 (request pairs)", r, r >= 0.95)
+            r = _paired(figures, f"{label}/{big}/tok_s", f"limit/{big}/tok_s")
+            check(f"{label}: {big} streams vs in-process BatchGenerator ≥ 0.92", r, r >= 0.92)
+            r = _paired(figures, f"{label}/{big}/tok_s", f"{gw}/{big}/tok_s")
+            out.append(f"[info] {label} / {gw} at {big} streams (paired): {r:.2f}")
     return out
 
 
@@ -500,9 +547,19 @@ def main(argv: list[str] | None = None) -> int:
         figures = Figures()
         try:
             print("starting mlx-gateway …", flush=True)
-            servers["mlx-gateway"] = start_gateway(
-                workdir, model_dir, SERVED_NAME, big, args.prefill_batch
+            extra = (
+                {} if args.stream_interval is None else {"stream_interval": args.stream_interval}
             )
+            servers["mlx-gateway"] = start_gateway(
+                workdir, model_dir, SERVED_NAME, big, args.prefill_batch, extra
+            )
+            if args.also_interval is not None or args.also_worker_env:
+                label, extra = also_gateway(args)
+                print(f"starting {label} …", flush=True)
+                (workdir / "also").mkdir(exist_ok=True)
+                servers[label] = start_gateway(
+                    workdir / "also", model_dir, SERVED_NAME, big, args.prefill_batch, extra
+                )
             if not args.no_mlx_lm_server:
                 print("starting mlx_lm.server …", flush=True)
                 env = {**os.environ}

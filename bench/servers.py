@@ -134,9 +134,15 @@ def wait_model_ready(server: Server, model: str, timeout: float = 180.0) -> None
 
 
 def start_gateway(
-    workdir: Path, model_dir: Path, served_name: str, max_concurrency: int, prefill_batch: int
+    workdir: Path,
+    model_dir: Path,
+    served_name: str,
+    max_concurrency: int,
+    prefill_batch: int,
+    extra: dict[str, Any] | None = None,
 ) -> Server:
-    """``mlx-gateway launch --config …`` serving the benchmark model, loaded at launch."""
+    """``mlx-gateway launch --config …`` serving the benchmark model, loaded at launch
+    (``extra``: more keys of its model entry)."""
     entry = {
         "served_model_name": served_name,
         "model_path": str(model_dir),
@@ -144,6 +150,7 @@ def start_gateway(
         "idle_timeout": 0,
         "max_concurrency": max_concurrency,
         "prefill_batch_size": prefill_batch,
+        **(extra or {}),
     }
     server = launch_gateway(workdir, [entry])
     server.model_name = served_name
