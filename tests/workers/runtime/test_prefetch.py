@@ -9,12 +9,14 @@ import pytest
 from huggingface_hub import snapshot_download
 
 from mlx_gateway.workers.runtime.prefetch import (
-    BLOCK,
     READ_AHEAD_ENV,
     local_model_dir,
     start_prefetch,
     weight_files,
 )
+
+BLOCK = 1 << 20
+"""The tests' read size (the worker's is larger)."""
 
 
 def _weights(path: Path, floats: int) -> int:
@@ -41,7 +43,7 @@ def test_weight_files_in_load_order_sub_folders_too(tmp_path: Path) -> None:
 
 def test_every_byte_of_every_weight_file_is_read(tmp_path: Path) -> None:
     sizes = [_weights(tmp_path / f"model-{i}.safetensors", 3 * BLOCK // 4 + i) for i in (1, 2)]
-    prefetch = start_prefetch(str(tmp_path))
+    prefetch = start_prefetch(str(tmp_path), block=BLOCK)
     assert prefetch is not None
     assert prefetch.wait(30)
     assert prefetch.bytes_read == sum(sizes)
@@ -50,8 +52,8 @@ def test_every_byte_of_every_weight_file_is_read(tmp_path: Path) -> None:
 
 
 def test_the_read_stops_at_its_limit(tmp_path: Path) -> None:
-    total = _weights(tmp_path / "model.safetensors", 2 * BLOCK)  # 8 MiB of floats: 4 blocks
-    prefetch = start_prefetch(str(tmp_path), limit=BLOCK + 1)
+    total = _weights(tmp_path / "model.safetensors", 2 * BLOCK)  # 8 MiB of floats, 8 blocks
+    prefetch = start_prefetch(str(tmp_path), limit=BLOCK + 1, block=BLOCK)
     assert prefetch is not None
     assert prefetch.wait(30)
     assert prefetch.bytes_read == 2 * BLOCK < total  # the block that crossed the limit, no more
