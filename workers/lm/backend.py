@@ -78,6 +78,7 @@ from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens
 from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
 from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
+from mlx_gateway.workers.lm.detokenize import Detokenizers
 from mlx_gateway.workers.lm.disk_cache import DiskCache, model_key
 from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.loading import (
@@ -142,6 +143,7 @@ class LmBackend(LmScheduling):
                 ),
             )
         self.model, self.tokenizer = model, tokenizer
+        self.detokenizers = Detokenizers(tokenizer)
         self.kv = KvSettings.from_spec(spec)
         self.kv.check_model(config)
         self.kv_admission = KvAdmission.for_model(config, spec, compute_dtype_bytes(model))
@@ -312,7 +314,7 @@ class LmBackend(LmScheduling):
             sampler=make_request_sampler(params),
             processors=processors,
             stops=[s for s in params.stop if s],
-            detokenizer=self.tokenizer.detokenizer,
+            detokenizer=self.detokenizers.new(),
             kv_reserved=self.kv_admission.bytes_for(len(prompt) + max_tokens),
             adapters=adapters,
         )
