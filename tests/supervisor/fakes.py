@@ -17,6 +17,7 @@ import pytest
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, SamplingParams
 from mlx_gateway.protocol.spec import WorkerSpec, encode_spec
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.registry import Registry
 
@@ -44,6 +45,18 @@ def fake_config(*models: dict[str, Any], **server: Any) -> GatewayConfig:
         server=ServerConfig(**server),
         models=[ModelConfig(**{"served_model_name": m["model_path"], **m}) for m in models],
     )
+
+
+async def start_with_probe(config: GatewayConfig, command: Any) -> None:
+    """Start the model ``fake/ok`` of ``config`` once with ``command``: a probe that
+    records what its process saw and exits, so the start fails (ModelUnavailable)."""
+    registry = Registry(config, command=command)
+    await registry.start()
+    try:
+        with pytest.raises(ModelUnavailable):
+            await registry.resolve("fake/ok").ensure_ready()
+    finally:
+        await registry.close()
 
 
 @pytest.fixture

@@ -12,12 +12,10 @@ import pytest
 
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.bytecode import NO_WRITE, PREFIX, with_bytecode_cache
-from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.worker_spec import worker_environment
 
-from ..fakes import fake_config
+from ..fakes import fake_config, start_with_probe
 
 FOLDER = Path("/cache/bytecode")
 
@@ -77,13 +75,7 @@ async def test_a_started_worker_writes_its_bytecode_to_the_cache(
         )
         return [sys.executable, "-c", code]
 
-    registry = Registry(fake_config({"model_path": "fake/ok"}), command=command)
-    await registry.start()
-    try:
-        with pytest.raises(ModelUnavailable):
-            await registry.resolve("fake/ok").ensure_ready()
-    finally:
-        await registry.close()
+    await start_with_probe(fake_config({"model_path": "fake/ok"}), command)
     folder = tmp_path / "state" / "bytecode"
     assert json.loads(seen.read_text()) == [str(folder), False]
     import mlx_gateway.protocol.kinds as kinds

@@ -18,12 +18,10 @@ from mlx_gateway.protocol.messages import Chunk, Done, Started
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.config import ConfigError, load_config
-from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.blas import find_openblas, openblas_for, with_preload
-from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
-from ..fakes import chat, fake_config
+from ..fakes import chat, fake_config, start_with_probe
 
 HF_ID = "mlx-community/Qwen3-0.6B-4bit"
 
@@ -164,13 +162,7 @@ async def test_workers_start_with_openblas_preloaded(
 ) -> None:
     out = tmp_path / "ld_preload.txt"
     config = fake_config({"model_path": "fake/ok", **model}, **server)
-    registry = Registry(config, command=env_probe(out))
-    await registry.start()
-    try:
-        with pytest.raises(ModelUnavailable):
-            await registry.resolve("fake/ok").ensure_ready()
-    finally:
-        await registry.close()
+    await start_with_probe(config, env_probe(out))
     if expected == "found":
         expected = find_openblas() or "-"
     assert out.read_text() == expected
