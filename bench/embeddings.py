@@ -157,19 +157,11 @@ class Gateway:
     """``mlx-gateway launch --config …`` serving the model, loaded at launch."""
 
     def __init__(self, workdir: Path, model_dir: Path) -> None:
-        from .servers import launch_gateway, wait_model_ready
+        from .servers import launch_loaded
 
-        entry = {
-            "served_model_name": SERVED,
-            "model_path": str(model_dir),
-            "model_type": "embeddings",
-            "on_demand": False,
-            "idle_timeout": 0,
-        }
-        self.server = launch_gateway(workdir, [entry], name="the gateway")
+        self.server = launch_loaded(workdir, model_dir, SERVED, "embeddings")
         self.port = self.server.port
         self.process = self.server.process
-        wait_model_ready(self.server, SERVED, 180)
 
     def stop(self) -> None:
         self.server.stop()

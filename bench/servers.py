@@ -133,6 +133,21 @@ def wait_model_ready(server: Server, model: str, timeout: float = 180.0) -> None
         time.sleep(0.2)
 
 
+def launch_loaded(workdir: Path, model_dir: Path, served: str, model_type: str) -> Server:
+    """``mlx-gateway launch --config …`` serving one model of ``model_type``, loaded
+    at launch; returned once the model is ready."""
+    entry = {
+        "served_model_name": served,
+        "model_path": str(model_dir),
+        "model_type": model_type,
+        "on_demand": False,
+        "idle_timeout": 0,
+    }
+    server = launch_gateway(workdir, [entry], name="the gateway")
+    wait_model_ready(server, served, 180)
+    return server
+
+
 def start_gateway(
     workdir: Path,
     model_dir: Path,

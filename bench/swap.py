@@ -60,13 +60,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from mlx_gateway.workers.runtime.prefetch import READ_AHEAD_ENV
+
 from .client import chat_body, stream_chat, stream_text
 from .lm import SENTENCES
 from .servers import PRELOADED, Server, launch_gateway, reexec_with_openblas
-
-READ_AHEAD_ENV = "MLX_GATEWAY_READ_AHEAD"
-"""The worker's switch for its read-ahead (workers/runtime/prefetch.py; the
-benchmark does not import the worker's modules)."""
 
 FRESH = """
 import sys, time
