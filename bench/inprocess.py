@@ -49,14 +49,17 @@ def batch_generator_run(
     requests_per_stream: int,
     max_tokens: int,
     prefill_batch_size: int,
+    stop_tokens: list[list[int]] | None = None,
 ) -> Run:
     """``streams`` slots of one ``BatchGenerator`` (completion batch = ``streams``),
-    each refilled with a new prompt as soon as its sequence finished."""
+    each refilled with a new prompt as soon as its sequence finished (at
+    ``max_tokens``, or at one of ``stop_tokens``: a real model's end of turn)."""
     generator = BatchGenerator(
         model,
         completion_batch_size=streams,
         prefill_batch_size=min(prefill_batch_size, streams),
         sampler=make_sampler(temp=0.0),
+        stop_tokens=stop_tokens,
     )
     run = Run(streams)
     total = streams * requests_per_stream

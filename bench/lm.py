@@ -79,6 +79,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="py-spy the gateway and worker at 32 streams"
     )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="an mlx-lm model folder to measure instead of the built tiny llama (its "
+        "answers may end before --max-tokens: rates count the tokens each setup made)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep the model, logs and profiles here")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     return parser.parse_args(argv)
@@ -113,7 +119,14 @@ def build_model(out: Path) -> Path:
 
 
 def messages_for(i: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"Request {i}: {SENTENCES[i % len(SENTENCES)]}"}]
+    sentence = SENTENCES[i % len(SENTENCES)]
+    if STORY:  # a real model (--model): ask for an answer that runs to --max-tokens
+        return [{"role": "user", "content": f"Tell a long story ({i}) that begins: {sentence}"}]
+    return [{"role": "user", "content": f"Request {i}: {sentence}"}]
+
+
+STORY = False
+"""Set for ``--model``: the prompts ask for a long answer."""
 
 
 def long_message(tokenizer: Any, index: int, tokens: int) -> str:
@@ -250,7 +263,13 @@ def mirrored_runs(
         if label == "limit":
             before = cpu_seconds(me)
             run = batch_generator_run(
-                model, prompt_for, streams, half, args.max_tokens, args.prefill_batch
+                model,
+                prompt_for,
+                streams,
+                half,
+                args.max_tokens,
+                args.prefill_batch,
+                args.stop_tokens,
             )
             total.cpu[0] += cpu_seconds(me) - before
         else:
@@ -299,8 +318,10 @@ def single_stream(
             single = http_single(server, args, index)
             runs[label].results += single.results
             runs[label].wall += single.wall
-            if one.wall and single.wall and single.errors == 0:
-                figures.add(f"{label}/1/pair_ratio", one.wall / single.wall)
+            if one.tokens and single.tokens and single.errors == 0:
+                # time per token: a real model's answers may differ in length
+                ratio = (one.wall / one.tokens) / (single.wall / single.tokens)
+                figures.add(f"{label}/1/pair_ratio", ratio)
     limit = runs.pop("limit")
     figures.add("limit/1/tok_s", limit.tokens_per_second)
     figures.add("limit/1/ttft_p50_ms", limit.ttft_percentile(50) * 1000)
@@ -405,8 +426,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-lm-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        model_dir = build_model(workdir / "tiny-lm")
+        if args.model is not None:
+            global STORY
+            STORY = True
+            model_dir = args.model.resolve()
+            info["model"] = str(model_dir)
+        else:
+            model_dir = build_model(workdir / "tiny-lm")
         model, tokenizer = load(str(model_dir))
+        # A real model ends its answers: the in-process limit stops at the same
+        # tokens as the servers (the tiny llama never makes them).
+        args.stop_tokens = [[t] for t in tokenizer.eos_token_ids] if args.model else None
         big = max(args.streams)
         servers: dict[str, Any] = {}
         figures = Figures()

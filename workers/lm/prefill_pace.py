@@ -4,12 +4,22 @@ The serve loop sees a cancel or a new request only between two steps, and a step
 that prefills reads one slice of each prompt. With a fixed slice of
 ``prefill_step_size`` tokens (2,048 by default) a slow machine spends minutes on
 one step: a client that left is still prefilled, and every request behind it
-waits. :class:`PrefillPace` measures prefill speed (prompt tokens per second, all
-prompts of a step together) and sizes the next slice so that a step takes about
-:data:`SLICE_SECONDS`, never more than ``prefill_step_size`` tokens. On a fast
-machine slices stay at ``prefill_step_size`` (the speed of the fixed slice), and
-only the first prompt a worker reads starts with one short slice, before any
-measurement.
+waits. :class:`PrefillPace` sizes the next slice so that a step reads about
+:data:`SLICE_SECONDS` worth of prompt, never more than ``prefill_step_size``
+tokens. On a fast machine slices stay at ``prefill_step_size``, and only the
+first prompt a worker reads starts with one short slice, before any measurement.
+
+A prefill step costs a fixed part (one pass over the weights, whatever the
+slice) plus a part per token. Where the fixed part is near :data:`SLICE_SECONDS`
+(a real model on a CPU: a pass over 135M float32 weights takes 0.1 to 0.2 s on
+two cores), slices sized by the average speed shrink until each step is almost
+all fixed cost, reading three tokens per prompt, and a wave of short prompts
+takes many times its prefill. So the pace fits ``seconds = fixed + tokens *
+per_token`` to the recent steps, sizes slices by the cost per token, and lets a
+slice read at least :data:`FIXED_SHARE` times the fixed part's worth of prompt.
+Slices below ``prefill_step_size`` alternate a little above and below the size
+aimed at (:data:`DITHER`), so that the steps always differ enough for the fit to
+tell the two parts apart.
 
 ``MLX_GATEWAY_TEST_PREFILL_TPS`` (tests only) caps prefill at that many tokens per
 second: each slice is stretched with a sleep, as on a slower machine.
@@ -19,19 +29,26 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 
 SLICE_SECONDS = 0.25
-"""The work one prefill step aims at; cancels take effect within about this long."""
+"""The prompt work one prefill step aims at; cancels take effect within about this
+long (plus a step's fixed cost, where that is larger)."""
 FIRST_SLICE = 4
 """Tokens per prompt of a worker's first prefill step (speed not measured yet)."""
 SMALLEST_SLICE = 1
 """A slow machine (7 tokens/s) reads one or two tokens per step."""
-NEW_WEIGHT = 0.5
-"""Weight of a step's speed in the running estimate. A step's speed understates
-the prefill speed (its fixed costs, the decoding of running requests, count in
-its time), so a faster step always counts in full weight, and a slower one only
-as far as it is as long as the step aimed at: short slow steps are mostly fixed
-costs, long slow ones show a real slow-down (longer context, a busy machine)."""
+FIXED_SHARE = 3.0
+"""A slice reads at least this many times the step's fixed cost in tokens: at most
+a quarter of a prefill step goes to the fixed part."""
+GROWTH = 4
+"""A step reads at most this many times the most tokens a measured step read: the
+fit is trusted only so far beyond what was measured."""
+DITHER = 0.25
+"""Slices alternate between this much above and below the size aimed at."""
+WINDOW = 16
+"""Recent steps the fit uses: a slow-down (a longer context, a busy machine) shows
+within a few steps."""
 THROTTLE_ENV = "MLX_GATEWAY_TEST_PREFILL_TPS"
 
 
@@ -42,7 +59,13 @@ class PrefillPace:
         self.most = max(most, 1)
         self.seconds = seconds
         self.rate: float | None = None
-        """Measured prompt tokens per second (``None``: nothing measured yet)."""
+        """Measured prompt tokens per second beyond the fixed part (``None``:
+        nothing measured yet)."""
+        self.fixed = 0.0
+        """Measured seconds a prefill step costs whatever its slice."""
+        self._steps: deque[tuple[int, float]] = deque(maxlen=WINDOW)
+        self._above = False
+        """Which side of the aimed size the next slice takes (flips every step)."""
         throttle = os.environ.get(THROTTLE_ENV)
         self.throttle = float(throttle) if throttle else None
 
@@ -50,8 +73,12 @@ class PrefillPace:
         """Tokens per prompt for the next step, when ``rows`` prompts prefill together."""
         if self.rate is None:
             return min(FIRST_SLICE, self.most)
-        size = int(self.rate * self.seconds / max(rows, 1))
-        return max(min(size, self.most), min(SMALLEST_SLICE, self.most))
+        budget = max(self.seconds - self.fixed, FIXED_SHARE * self.fixed)
+        measured = max(tokens for tokens, _ in self._steps)
+        size = min(self.rate * budget, GROWTH * measured) / max(rows, 1)
+        if size < self.most:
+            size *= 1 + DITHER if self._above else 1 - DITHER
+        return max(min(round(size), self.most), min(SMALLEST_SLICE, self.most))
 
     def done(self, tokens: int, seconds: float) -> None:
         """A step prefilled ``tokens`` (all its prompts together) in ``seconds``:
@@ -65,11 +92,32 @@ class PrefillPace:
                 seconds += slower
         if seconds <= 0:
             return
-        rate = tokens / seconds
-        if self.rate is None:
-            self.rate = rate
-            return
-        weight = NEW_WEIGHT
-        if rate < self.rate:
-            weight *= min(1.0, seconds / self.seconds)
-        self.rate += weight * (rate - self.rate)
+        self._steps.append((tokens, seconds))
+        self._above = not self._above
+        self.fixed, per_token = fit(self._steps)
+        self.rate = 1.0 / per_token
+
+
+def fit(steps: deque[tuple[int, float]] | list[tuple[int, float]]) -> tuple[float, float]:
+    """``(fixed seconds, seconds per token)`` of ``seconds = fixed + tokens *
+    per_token`` over ``steps`` (least squares). Where the steps cannot tell the two
+    apart (too few, all of one size, or a fit that makes either negative), the
+    fixed part is 0 and the cost per token their average."""
+    count = len(steps)
+    total_tokens = sum(tokens for tokens, _ in steps)
+    total_seconds = sum(seconds for _, seconds in steps)
+    average = total_seconds / total_tokens
+    if count < 3:
+        return 0.0, average
+    mean_tokens = total_tokens / count
+    mean_seconds = total_seconds / count
+    spread = sum((tokens - mean_tokens) ** 2 for tokens, _ in steps)
+    if spread <= 0:
+        return 0.0, average
+    per_token = (
+        sum((tokens - mean_tokens) * (seconds - mean_seconds) for tokens, seconds in steps) / spread
+    )
+    fixed = mean_seconds - per_token * mean_tokens
+    if per_token <= 0 or fixed < 0:
+        return 0.0, average
+    return fixed, per_token

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.messages import Cancel, Done, Prefilled, Ready, Started
-from mlx_gateway.workers.lm.prefill_pace import THROTTLE_ENV, PrefillPace
+from mlx_gateway.workers.lm.prefill_pace import (
+    FIXED_SHARE,
+    THROTTLE_ENV,
+    WINDOW,
+    PrefillPace,
+    fit,
+)
 
 from ..harness import WorkerHarness
 
@@ -112,13 +118,41 @@ def test_the_slice_follows_the_measured_speed() -> None:
     pace = PrefillPace(2048, seconds=0.25)
     assert pace.slice() == 4  # nothing measured yet: a short first slice
     pace.done(16, 0.1)  # 160 tokens/s
-    assert pace.slice() == 40  # 0.25 s at 160 tokens/s
-    assert pace.slice(rows=2) == 20  # two prompts share the step
-    pace.done(4000, 0.01)  # a faster step counts at once
-    assert pace.slice() == 2048  # never more than prefill_step_size
-    fast = pace.rate
-    assert fast is not None
-    pace.done(2, 0.01)  # a short slow step: mostly fixed costs, it barely counts
-    assert pace.rate is not None and pace.rate > fast * 0.97
-    pace.done(50_000, 1.0)  # a long slow step (a longer context): it counts
-    assert pace.rate is not None and pace.rate < fast * 0.7
+    assert pace.slice() in (30, 50)  # 0.25 s at 160 tokens/s (40), a quarter above or below
+    assert pace.slice(rows=2) in (15, 25)  # two prompts share the step
+    for tokens in (50, 30, 50, 30):  # the same speed at every size: no fixed part
+        pace.done(tokens, tokens / 160)
+    assert pace.fixed == pytest.approx(0.0, abs=1e-9)
+    assert pace.rate == pytest.approx(160)
+    assert [pace.slice(), pace.slice()] == [50, 50]  # one side until the next step
+    pace.done(50, 50 / 160)
+    assert pace.slice() == 30  # and the other side after it
+    for _ in range(WINDOW):  # a much faster machine
+        pace.done(4000, 0.01)
+    assert pace.slice() == 2048  # never more than prefill_step_size, and no alternating there
+
+
+def test_a_step_s_fixed_cost_does_not_shrink_the_slices() -> None:
+    """A real model on a CPU: every prefill step costs 0.12 s whatever it reads (a
+    pass over the weights), plus 4 ms per prompt token. Sized by the average speed,
+    8 prompts read 3 or 4 tokens each per step, three quarters of it fixed cost."""
+    fixed, per_token, rows = 0.12, 0.004, 8
+    pace = PrefillPace(2048, seconds=0.25)
+    read = []
+    for _ in range(12):
+        tokens = pace.slice(rows) * rows
+        pace.done(tokens, fixed + per_token * tokens)
+        read.append(tokens)
+    assert pace.fixed == pytest.approx(fixed)
+    assert 1 / pace.rate == pytest.approx(per_token)
+    aimed = FIXED_SHARE * fixed / per_token  # the prompt work is 3x the fixed part
+    assert sum(read[-4:]) / 4 == pytest.approx(aimed, rel=0.1)
+    assert max(read) < 2 * aimed  # no step far past it
+
+
+def test_the_fit_tells_a_fixed_cost_from_a_cost_per_token() -> None:
+    assert fit([(10, 0.5), (20, 0.6), (40, 0.8)]) == pytest.approx((0.4, 0.01))
+    assert fit([(10, 0.1), (20, 0.2)]) == pytest.approx((0.0, 0.01))  # too few steps
+    assert fit([(10, 0.1), (10, 0.3), (10, 0.2)]) == pytest.approx((0.0, 0.02))  # one size
+    # bigger steps measured faster (noise): no fit, the average
+    assert fit([(10, 0.5), (20, 0.4), (40, 0.3)]) == pytest.approx((0.0, 1.2 / 70))
