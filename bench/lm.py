@@ -3,6 +3,7 @@
     uv run python -m bench.lm            # about 8 minutes on 2 cores
     uv run python -m bench.lm --rounds 5 --profile --json out.json
     uv run python -m bench.lm --streams 1 32 --also-interval 0.05   # a second gateway, A/B
+    uv run python -m bench.lm --model ~/models/SmolLM2-135M --max-tokens 64   # a real model
 
 One run measures, side by side on the same tiny llama (built here, hidden 64,
 2 layers, random weights that never emit EOS, so every request generates exactly
@@ -15,6 +16,9 @@ One run measures, side by side on the same tiny llama (built here, hidden 64,
 * the time to first token of the second turn of a 2,000-token conversation against
   the first turn's (the prompt cache);
 * the gateway's and the worker's CPU time per relayed token at 32 streams.
+
+``--model DIR`` measures an mlx-lm model folder instead of the tiny llama: the
+prompts ask for a story, and every setup stops at the model's end of turn.
 
 Every setup runs once per round, rounds interleaved, and the report gives medians:
 on a shared machine the ratios between setups measured in the same round are what
