@@ -122,15 +122,13 @@ def build_model(out: Path) -> Path:
     return out
 
 
-def messages_for(i: int) -> list[dict[str, str]]:
+def messages_for(i: int, story: bool = False) -> list[dict[str, str]]:
+    """The ``i``-th prompt; ``story`` (a real model, ``--model``): one that asks for an
+    answer that runs to ``--max-tokens``."""
     sentence = SENTENCES[i % len(SENTENCES)]
-    if STORY:  # a real model (--model): ask for an answer that runs to --max-tokens
+    if story:
         return [{"role": "user", "content": f"Tell a long story ({i}) that begins: {sentence}"}]
     return [{"role": "user", "content": f"Request {i}: {sentence}"}]
-
-
-STORY = False
-"""Set for ``--model``: the prompts ask for a long answer."""
 
 
 def long_message(tokenizer: Any, index: int, tokens: int) -> str:
@@ -182,7 +180,8 @@ def http_run(
     from .client import chat_body, closed_loop
 
     def body(i: int) -> bytes:
-        return chat_body(server.model_name, messages_for(offset + i), args.max_tokens)
+        messages = messages_for(offset + i, args.model is not None)
+        return chat_body(server.model_name, messages, args.max_tokens)
 
     count = args.requests_per_stream if requests is None else requests
     return asyncio.run(closed_loop(server.port, streams, count, body))
@@ -210,7 +209,8 @@ def one_round(
     import psutil
 
     def prompt_for(i: int) -> list[int]:
-        return list(tokenizer.apply_chat_template(messages_for(i), add_generation_prompt=True))
+        messages = messages_for(i, args.model is not None)
+        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
     big = max(args.streams)
     for streams in args.streams:
@@ -322,9 +322,9 @@ def single_stream(
             single = http_single(server, args, index)
             runs[label].results += single.results
             runs[label].wall += single.wall
-            if one.tokens and single.tokens and single.errors == 0:
-                # time per token: a real model's answers may differ in length
-                ratio = (one.wall / one.tokens) / (single.wall / single.tokens)
+            if one.tokens_per_second and single.tokens and single.errors == 0:
+                # per token: a real model's answers may differ in length
+                ratio = single.tokens_per_second / one.tokens_per_second
                 figures.add(f"{label}/1/pair_ratio", ratio)
     limit = runs.pop("limit")
     figures.add("limit/1/tok_s", limit.tokens_per_second)
@@ -337,7 +337,8 @@ def http_single(server: Any, args: argparse.Namespace, index: int) -> Any:
     """One streamed request with the prompt of ``messages_for(index)``."""
     from .client import chat_body, closed_loop
 
-    body = chat_body(server.model_name, messages_for(index), args.max_tokens)
+    messages = messages_for(index, args.model is not None)
+    body = chat_body(server.model_name, messages, args.max_tokens)
     return asyncio.run(closed_loop(server.port, 1, 1, lambda _: body))
 
 
@@ -431,8 +432,6 @@ def main(argv: list[str] | None = None) -> int:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         if args.model is not None:
-            global STORY
-            STORY = True
             model_dir = args.model.resolve()
             info["model"] = str(model_dir)
         else:

@@ -249,7 +249,7 @@ def main(argv: list[str]) -> int:
         counted["library"] += len(lib_tokens)
         ours.append(len(tokens) / seconds)
         theirs.append(len(lib_tokens) / lib_seconds)
-        ratios.append((lib_seconds / len(lib_tokens)) / (seconds / len(tokens)))
+        ratios.append(ours[-1] / theirs[-1])
     ratio = statistics.median(ratios)
     library = "stream_generate" if args.streams == 1 else "BatchGenerator"
     target = TARGET if args.streams == 1 else BATCH_TARGET
