@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .lm_report import machine, report
 from .servers import reexec_with_openblas
 
@@ -76,6 +78,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a second gateway whose model has this worker_env entry (repeatable; "
         "with --also-interval, one gateway with both)",
+    )
+    parser.add_argument(
+        "--also-label",
+        help="the second gateway's name in the report (default: its options; no '/')",
+    )
+    parser.add_argument(
+        "--also-entry",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a second gateway whose model entry has this key (the value read as YAML; "
+        "repeatable, combines with the other --also options), e.g. "
+        "--also-entry prompt_cache_entries=0",
     )
     parser.add_argument("--conversations", type=int, default=5, help="2,000-token conversations")
     parser.add_argument("--no-mlx-lm-server", action="store_true", help="skip mlx_lm.server")
@@ -408,7 +423,14 @@ def also_gateway(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         env = dict(item.split("=", 1) for item in args.also_worker_env)
         extra["worker_env"] = env
         parts += [f"{k}={v}" for k, v in env.items()]
-    return "mlx-gateway@" + ",".join(parts), extra
+    for item in args.also_entry:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--also-entry takes KEY=VALUE, got {item!r}")
+        extra[key] = yaml.safe_load(value)
+        parts.append(item)
+    label = args.also_label or ",".join(parts).replace("/", "|")  # '/' splits figure keys
+    return "mlx-gateway@" + label, extra
 
 
 # ---------------------------------------------------------------- main
@@ -451,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             servers["mlx-gateway"] = start_gateway(
                 workdir, model_dir, SERVED_NAME, big, args.prefill_batch, extra
             )
-            if args.also_interval is not None or args.also_worker_env:
+            if args.also_interval is not None or args.also_worker_env or args.also_entry:
                 label, extra = also_gateway(args)
                 print(f"starting {label} …", flush=True)
                 (workdir / "also").mkdir(exist_ok=True)

@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .servers import reexec_with_openblas
 from .speculative import build
 
@@ -82,9 +84,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "batched answers may differ from the library's by a token: counts are then "
         "compared, not ids)",
     )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a model option for the backend (as under a model's options: in the "
+        "config), the value read as YAML; repeatable, e.g. --option prompt_cache_entries=0",
+    )
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     return parser.parse_args(argv)
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a model's options, each value read as YAML."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--option takes KEY=VALUE, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
 
 
 class Timers:
@@ -157,6 +178,7 @@ def main(argv: list[str]) -> int:
         model_path=str(path),
         served_model_name="bench",
         max_concurrency=max(args.streams, 8),  # bench.lm's gateway: max_concurrency 32
+        options=parse_options(args.option),
     )
     replies: list[Any] = []
     backend = LmBackend()
@@ -173,13 +195,18 @@ def main(argv: list[str]) -> int:
 
     def backend_side() -> tuple[float, list[int]]:
         tokens: list[int] = []
-        advance = backend._advance
+        advance, take_plain = backend._advance, backend._take_plain
 
         def spy(active: Any, token: int, *rest: Any) -> Any:
             tokens.append(token)
             return advance(active, token, *rest)
 
+        def spy_plain(active: Any, token: int) -> None:
+            tokens.append(token)
+            take_plain(active, token)
+
         backend._advance = spy  # type: ignore[method-assign]
+        backend._take_plain = spy_plain  # type: ignore[method-assign]
         replies.clear()
         cpu_started, started = time.process_time(), time.perf_counter()
         sampling = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
@@ -201,7 +228,7 @@ def main(argv: list[str]) -> int:
                 sent += 1
         seconds = time.perf_counter() - started
         cpu["backend"] += time.process_time() - cpu_started
-        backend._advance = advance  # type: ignore[method-assign]
+        backend._advance, backend._take_plain = advance, take_plain  # type: ignore[method-assign]
         assert sum(isinstance(r, Done) for r in replies) == total
         return seconds, tokens
 
@@ -277,6 +304,7 @@ def main(argv: list[str]) -> int:
     timers = Timers()
     timers.wrap(solo.SoloDecode, "step", "model step (SoloDecode.step)")
     timers.wrap(backend, "_take_token", "detokenize (_take_token)")
+    timers.wrap(backend, "_take_plain", "a plain request's token (_take_plain)")
     timers.wrap(backend, "_apply_stops", "stop strings (_apply_stops)")
     timers.wrap(backend, "_advance", "the rest of _advance (logprobs, tools, Chunk)")
     timers.wrap(backend, "_solo_finish", "finish check (_solo_finish)")

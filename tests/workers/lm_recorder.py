@@ -1,6 +1,6 @@
 """An lm backend in process that records what it emitted and the token ids it
-generated (observed by wrapping ``LmBackend._advance``, the method that takes each
-token; the generation itself is untouched)."""
+generated (observed by wrapping ``LmBackend._advance`` and ``LmBackend._take_plain``,
+the methods that take each token; the generation itself is untouched)."""
 
 from __future__ import annotations
 
@@ -47,13 +47,18 @@ class Recorder:
             assert self.backend.solo_enabled  # a llama: a plain KVCache per layer
             self.backend.solo_enabled = solo
         self.tokens: dict[str, list[int]] = defaultdict(list)
-        advance = self.backend._advance
+        advance, take_plain = self.backend._advance, self.backend._take_plain
 
         def spy(active, token, *rest):  # type: ignore[no-untyped-def]
             self.tokens[active.request_id].append(token)
             return advance(active, token, *rest)
 
+        def spy_plain(active, token):  # type: ignore[no-untyped-def]
+            self.tokens[active.request_id].append(token)
+            take_plain(active, token)
+
         self.backend._advance = spy  # type: ignore[method-assign]
+        self.backend._take_plain = spy_plain  # type: ignore[method-assign]
 
     def submit(
         self, request_id: str, content: str, max_tokens: int = 24, **sampling: object

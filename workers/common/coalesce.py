@@ -56,17 +56,15 @@ class Coalescer:
         self._started: set[str] = set()
         """Requests whose first chunk went out."""
         self._due = 0.0
+        self._urgent = False
+        """A request's first text is held: send at once."""
 
     def add(self, chunks: Iterable[Chunk]) -> None:
         """Take one step's chunks; send what is held when it is due."""
-        urgent = False
         for chunk in chunks:
             held = self._held.get(chunk.request_id)
             if held is None:
-                self._held[chunk.request_id] = chunk
-                if chunk.request_id not in self._started:
-                    self._started.add(chunk.request_id)
-                    urgent = True
+                self._hold(chunk)
             else:
                 held.text += chunk.text
                 held.tokens += chunk.tokens
@@ -74,11 +72,34 @@ class Coalescer:
                     held.logprobs = [*held.logprobs, *chunk.logprobs]
                 if chunk.tool_calls:
                     held.tool_calls = [*held.tool_calls, *chunk.tool_calls]
-        if self._held and (urgent or self._clock() >= self._due):
+        self.send_if_due()
+
+    def append(self, request_id: str, text: str, tokens: int) -> None:
+        """Take a request's new text (no log-probs, no tool calls) without a chunk
+        of its own: the per-token path of a plain request. Nothing is sent until
+        :meth:`add` or :meth:`send_if_due` ends the step."""
+        held = self._held.get(request_id)
+        if held is None:
+            self._hold(Chunk(request_id=request_id, text=text, tokens=tokens))
+        else:
+            held.text += text
+            held.tokens += tokens
+
+    def _hold(self, chunk: Chunk) -> None:
+        self._held[chunk.request_id] = chunk
+        if chunk.request_id not in self._started:
+            self._started.add(chunk.request_id)
+            self._urgent = True
+
+    def send_if_due(self) -> None:
+        """Send what is held if a request's first text is among it or the interval
+        has passed."""
+        if self._held and (self._urgent or self._clock() >= self._due):
             self.flush()
 
     def flush(self) -> None:
         """Send everything held now, as one ``Batch``."""
+        self._urgent = False
         if not self._held:
             return
         chunks = list(self._held.values())

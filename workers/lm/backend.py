@@ -322,6 +322,7 @@ class LmBackend(LmScheduling):
             active.logprobs = LogprobTrack(self.tokenizer, request.logprobs)
         if request.parse_tools:
             active.tools = make_tool_scan(self.tokenizer, request.chat_template_kwargs.get("tools"))
+        active.plain = not active.stops and active.logprobs is None and active.tools is None
         self._queue.append(active)
         self._by_id[active.request_id] = active
         self._emit(

@@ -177,8 +177,11 @@ class PromptCache:
 
     def store(self, tokens: list[int], cache: LayerCaches, space: str = "") -> None:
         """Keep ``cache``, which holds exactly ``tokens``, evicting the least recently
-        used entries beyond the caps. The arrays are evaluated here, so the entry
-        does not keep a whole batch's cache alive through a lazy slice."""
+        used entries beyond the caps. The arrays' evaluation is queued here, so the
+        entry does not keep a whole batch's cache alive through a lazy slice for
+        longer than the copy takes; queued, not waited for: waiting would stall the
+        decoding pipeline (on a GPU the device then idles while Python builds the
+        next step) each time a request ends."""
         if not self.enabled or not tokens or not cache:
             return
         key = token_bytes(tokens)
@@ -191,7 +194,7 @@ class PromptCache:
                 return
             if other.key != key and key.startswith(other.key) and trimmable == other.trimmable:
                 self._drop(other.slot)
-        mx.eval([layer.state for layer in cache])
+        mx.async_eval([layer.state for layer in cache])
         entry = _Entry(key, cache, cache_nbytes(cache), trimmable, space)
         if entry.nbytes > self.max_bytes:
             self._save(entry)  # too big for memory: the disk tier may still keep it

@@ -74,6 +74,9 @@ class LmActive(Active):
     """Tokens the draft model proposed for it, and those taken (speculative decoding)."""
     adapters: tuple[str, ...] = ()
     """The LoRA adapters it runs with (see :mod:`.adapters`); empty: the base model."""
+    plain: bool = False
+    """No stop strings, log-probs or tool parsing (set once these are): the batch
+    takes its tokens by :meth:`LmScheduling._take_plain`."""
 
     @property
     def space(self) -> str:
@@ -174,6 +177,9 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         for response in responses:
             active = self._by_uid.get(response.uid)
             if active is None:
+                continue
+            if active.plain and response.finish_reason is None:
+                self._take_plain(active, response.token)
                 continue
             chunk = self._advance(active, response.token, response.finish_reason, response.logprobs)
             if chunk is not None:
@@ -389,6 +395,20 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         chunk.logprobs, chunk.tool_calls = logprobs_out, calls
         active.unsent_tokens = 0
         return chunk
+
+    def _take_plain(self, active: LmActive, token: int) -> None:
+        """:meth:`_advance` for a token that does not end a request without stop
+        strings, log-probs or tool parsing: its text goes straight to the coalescer
+        (no chunk per token; a step of 32 requests takes 32 of these)."""
+        detokenizer = active.detokenizer
+        detokenizer.add_token(token)
+        active.generated += 1
+        text = detokenizer.last_segment
+        if text:
+            self._out.append(active.request_id, text, active.unsent_tokens + 1)
+            active.unsent_tokens = 0
+        else:
+            active.unsent_tokens += 1
 
     def _leave_batch(self, active: LmActive) -> None:
         """Take a running request out of the batch (or stop its solo decoding),

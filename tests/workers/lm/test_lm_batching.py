@@ -1,12 +1,13 @@
 """Continuous batching and the prompt cache of the lm backend, in-process, on the
 tiny real llama (random weights, real mlx-lm BatchGenerator).
 
-The generated token ids are observed by wrapping ``LmBackend._advance`` (the
-method that takes each token the generator produced); the generation itself is
-untouched. Greedy decoding of the same prompt gives the same ids whether the
-prompt runs alone or in a left-padded batch with others, joined mid-flight or
-next to a cancelled neighbour: the tiny model's logits differ by float rounding
-at most, and its scaled output layer keeps the best token well ahead.
+The generated token ids are observed by wrapping ``LmBackend._advance`` and
+``LmBackend._take_plain`` (the methods that take each token the generator
+produced); the generation itself is untouched. Greedy decoding of the same prompt
+gives the same ids whether the prompt runs alone or in a left-padded batch with
+others, joined mid-flight or next to a cancelled neighbour: the tiny model's logits
+differ by float rounding at most, and its scaled output layer keeps the best token
+well ahead.
 """
 
 from __future__ import annotations
