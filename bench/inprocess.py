@@ -50,10 +50,12 @@ def batch_generator_run(
     max_tokens: int,
     prefill_batch_size: int,
     stop_tokens: list[list[int]] | None = None,
+    max_tokens_for: Callable[[int], int] | None = None,
 ) -> Run:
     """``streams`` slots of one ``BatchGenerator`` (completion batch = ``streams``),
     each refilled with a new prompt as soon as its sequence finished (at
-    ``max_tokens``, or at one of ``stop_tokens``: a real model's end of turn)."""
+    ``max_tokens``, or ``max_tokens_for(i)`` for the ``i``-th request, or at one of
+    ``stop_tokens``: a real model's end of turn)."""
     generator = BatchGenerator(
         model,
         completion_batch_size=streams,
@@ -68,8 +70,10 @@ def batch_generator_run(
 
     def insert(n: int) -> None:
         nonlocal sent
+        budget = max_tokens_for or (lambda i: max_tokens)
         uids = generator.insert(
-            [prompt_for(sent + k) for k in range(n)], max_tokens=[max_tokens] * n
+            [prompt_for(sent + k) for k in range(n)],
+            max_tokens=[budget(sent + k) for k in range(n)],
         )
         now = time.perf_counter()
         for uid in uids:

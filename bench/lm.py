@@ -55,6 +55,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument(
+        "--vary-tokens",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="at several streams, the i-th request's max_tokens spread evenly over "
+        "--max-tokens x (1 ± F), the same lengths on every setup, so that sequences "
+        "end in different steps as real answers do (default 0: all equal)",
+    )
+    parser.add_argument(
         "--single-requests",
         type=int,
         default=8,
@@ -196,10 +205,19 @@ def http_run(
 
     def body(i: int) -> bytes:
         messages = messages_for(offset + i, args.model is not None)
-        return chat_body(server.model_name, messages, args.max_tokens)
+        max_tokens = tokens_for(args, i) if streams > 1 else args.max_tokens
+        return chat_body(server.model_name, messages, max_tokens)
 
     count = args.requests_per_stream if requests is None else requests
     return asyncio.run(closed_loop(server.port, streams, count, body))
+
+
+def tokens_for(args: argparse.Namespace, i: int) -> int:
+    """The ``i``-th request's ``max_tokens`` at several streams (``--vary-tokens``)."""
+    if not args.vary_tokens:
+        return int(args.max_tokens)
+    spread = ((i * 2654435761) % 2**32) / 2**32 * 2 - 1  # evenly over [-1, 1)
+    return max(1, round(args.max_tokens * (1 + args.vary_tokens * spread)))
 
 
 def record_http(figures: Figures, label: str, streams: int, run: Any) -> None:
@@ -289,6 +307,7 @@ def mirrored_runs(
                 args.max_tokens,
                 args.prefill_batch,
                 args.stop_tokens,
+                lambda i: tokens_for(args, i),
             )
             total.cpu[0] += cpu_seconds(me) - before
         else:

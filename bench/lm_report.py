@@ -64,8 +64,13 @@ def report(args: argparse.Namespace, figures: Figures, info: dict[str, Any]) -> 
         f"blas: {info['blas']}",
         f"model: {info.get('model', 'the tiny llama (hidden 64, 2 layers, random weights)')}",
         f"load average at start {info['load_average_start']}, at the end {info['load_average']}",
-        f"{args.rounds} rounds, medians; {args.max_tokens} tokens per request, "
-        f"{args.requests_per_stream} requests per stream",
+        f"{args.rounds} rounds, medians; {args.max_tokens} tokens per request"
+        + (
+            f" (at several streams {args.max_tokens} x (1 ± {args.vary_tokens:g}), spread evenly)"
+            if args.vary_tokens
+            else ""
+        )
+        + f", {args.requests_per_stream} requests per stream",
         "",
         "| setup | "
         + " | ".join(f"{s} stream{'s' if s > 1 else ''} tok/s" for s in args.streams)
