@@ -68,6 +68,27 @@ def test_end_sends_everything_held() -> None:
     assert texts(sent[-1]) == {"a": "reused id"}  # a new request with that id: first text
 
 
+def test_appended_text_merges_with_chunks_and_is_sent_when_the_step_ends() -> None:
+    out, sent, clock = make(0.02)
+    out.append("a", "Hel", 1)
+    assert sent == []  # nothing goes out before the step's end
+    out.send_if_due()
+    assert [texts(b) for b in sent] == [{"a": "Hel"}]  # a's first text: at once
+    clock.now += 0.005
+    out.append("a", "lo", 2)  # two tokens: the first one made no text
+    out.add([Chunk("a", ",", 1), Chunk("b", "B", 1)])  # b's first: sends both
+    assert texts(sent[-1]) == {"a": "lo,", "b": "B"}
+    assert sent[-1].chunks[0].tokens == 3  # type: ignore[attr-defined]
+    clock.now += 0.005
+    out.append("a", " world", 1)
+    out.send_if_due()
+    assert len(sent) == 2  # held: 5 ms since the last message
+    clock.now += 0.02
+    out.append("b", "!", 1)
+    out.send_if_due()
+    assert texts(sent[-1]) == {"a": " world", "b": "!"}
+
+
 def test_logprobs_and_tool_calls_are_kept_in_order() -> None:
     out, sent, _clock = make(10.0)
     out.add([Chunk("a", "", 0)])  # nothing to say yet: still the first chunk

@@ -177,3 +177,33 @@ def test_the_entry_cap_is_honoured(tiny_lm_path: Path) -> None:
         rec.run()
     assert len(rec.backend.prompt_cache) == 3
     rec.close()
+
+
+def test_plain_requests_stream_what_the_general_path_streams(tiny_lm_path: Path) -> None:
+    """The short path of a plain request's tokens (no stop strings, log-probs or tool
+    parsing) sends the same text and token counts as the general one, which a stop
+    string that never occurs forces."""
+    streamed = {}
+    for stop in ([], ["<a stop string the model never writes>"]):
+        rec = Recorder(tiny_lm_path, solo=False, max_concurrency=4, prompt_cache_bytes=0)
+        for key, content in PROMPTS.items():
+            rec.submit(key, content, max_tokens=40, stop=stop)
+        assert all(a.plain == (not stop) for a in rec.backend._by_id.values())
+        rec.run()
+        streamed[bool(stop)] = {
+            key: (
+                rec.text(key),
+                sum(
+                    c.tokens
+                    for r in rec.replies
+                    if isinstance(r, Batch)
+                    for c in r.chunks
+                    if c.request_id == key
+                ),
+                rec.done(key).usage.completion_tokens,
+            )
+            for key in PROMPTS
+        }
+        rec.close()
+    assert streamed[False] == streamed[True]
+    assert all(text and done == 40 for text, _, done in streamed[False].values())
