@@ -68,9 +68,10 @@ def batch_generator_run(
     live: dict[int, Result] = {}
     sent = 0
 
+    budget = max_tokens_for or (lambda i: max_tokens)
+
     def insert(n: int) -> None:
         nonlocal sent
-        budget = max_tokens_for or (lambda i: max_tokens)
         uids = generator.insert(
             [prompt_for(sent + k) for k in range(n)],
             max_tokens=[budget(sent + k) for k in range(n)],

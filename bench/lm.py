@@ -40,10 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .lm_report import machine, report
-from .servers import reexec_with_openblas
+from .servers import reexec_with_openblas, yaml_pairs
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -442,12 +440,8 @@ def also_gateway(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         env = dict(item.split("=", 1) for item in args.also_worker_env)
         extra["worker_env"] = env
         parts += [f"{k}={v}" for k, v in env.items()]
-    for item in args.also_entry:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--also-entry takes KEY=VALUE, got {item!r}")
-        extra[key] = yaml.safe_load(value)
-        parts.append(item)
+    extra.update(yaml_pairs(args.also_entry, "--also-entry"))
+    parts += args.also_entry
     label = args.also_label or ",".join(parts).replace("/", "|")  # '/' splits figure keys
     return "mlx-gateway@" + label, extra
 

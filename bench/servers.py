@@ -28,6 +28,18 @@ PRELOADED = "MLX_GATEWAY_BENCH_PRELOADED"
 """Set (to the library's path) in a benchmark restarted with OpenBLAS preloaded."""
 
 
+def yaml_pairs(pairs: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` arguments of ``flag`` as a dict, each value read as YAML (as a
+    config file would give it)."""
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"{flag} takes KEY=VALUE, got {pair!r}")
+        values[key] = yaml.safe_load(value)
+    return values
+
+
 def reexec_with_openblas(module: str, argv: list[str]) -> None:
     """Restart ``python -m module argv`` with OpenBLAS preloaded, as the gateway
     preloads it into its workers (it must be there when the process starts). Returns

@@ -43,9 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .servers import reexec_with_openblas
+from .servers import reexec_with_openblas, yaml_pairs
 from .speculative import build
 
 PROMPT = "Models stream tokens; the gateway relays them to every client."
@@ -95,17 +93,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     return parser.parse_args(argv)
-
-
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as a model's options, each value read as YAML."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--option takes KEY=VALUE, got {pair!r}")
-        options[key] = yaml.safe_load(value)
-    return options
 
 
 class Timers:
@@ -178,7 +165,7 @@ def main(argv: list[str]) -> int:
         model_path=str(path),
         served_model_name="bench",
         max_concurrency=max(args.streams, 8),  # bench.lm's gateway: max_concurrency 32
-        options=parse_options(args.option),
+        options=yaml_pairs(args.option, "--option"),
     )
     replies: list[Any] = []
     backend = LmBackend()
