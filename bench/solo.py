@@ -6,6 +6,7 @@ above 1, the batch path) in one process.
     uv run python -m bench.solo --pairs 20 --max-tokens 256 --json out.json
     uv run python -m bench.solo --streams 32 --max-tokens 128 --pairs 4
     uv run python -m bench.solo --streams 32 --max-tokens 128 --requests-per-stream 4
+    uv run python -m bench.solo --streams 32 --requests-per-stream 4 --vary-tokens 0.5
 
 The lm worker's backend (``LmBackend``, the code a worker runs, without ZeroMQ or
 the gateway) decodes one greedy request alone, and ``stream_generate`` the same
@@ -19,6 +20,9 @@ token counts must be equal. ``--requests-per-stream`` K gives each of the N slot
 requests in a row on both sides, the next one as soon as the last ended, as
 ``bench.lm``'s clients do: the refills (prefills beside running sequences, new
 sequences merged into the running batch) are then part of the comparison.
+``--vary-tokens F`` spreads the requests' lengths as ``bench.lm``'s option does.
+The baseline is mlx-lm as it ships: the worker's own ``BatchKVCache.filter``
+(:mod:`mlx_gateway.workers.lm.batch_filter`) is set aside while it runs.
 
 It prints the median ratio backend / ``stream_generate`` (the target: at least
 0.95, what the 1-stream figure of ``bench.lm`` can reach at best; 0.92 against
@@ -71,6 +75,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=1,
         help="with --streams above 1: requests each slot takes in a row, the next one "
         "given as soon as the last ended (bench.lm's closed loop; default 1)",
+    )
+    parser.add_argument(
+        "--vary-tokens",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="with --streams above 1: spread the requests' max_tokens evenly over "
+        "max-tokens x (1 +- F), the i-th request the same on both sides (bench.lm's "
+        "option: sequences then end in different steps, as real answers do)",
     )
     parser.add_argument(
         "--profiled", type=int, default=4, help="backend requests timed part by part"
@@ -152,10 +165,11 @@ def main(argv: list[str]) -> int:
 
     from mlx_gateway.protocol.messages import Done, Generate, SamplingParams
     from mlx_gateway.protocol.spec import WorkerSpec
-    from mlx_gateway.workers.lm import solo
+    from mlx_gateway.workers.lm import batch_filter, solo
     from mlx_gateway.workers.lm.backend import LmBackend
 
     from .inprocess import batch_generator_run
+    from .lm import tokens_for
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-solo-")
     path = args.model or build(Path(tmp.name) / "model", 64, 2, 0, seed=0)
@@ -176,6 +190,10 @@ def main(argv: list[str]) -> int:
         return ids if args.streams == 1 else backend.tokenizer.encode(f"{PROMPT} {i}")
 
     greedy = make_sampler(0.0)
+
+    def budget(i: int) -> int:
+        return tokens_for(args, i) if args.streams > 1 else int(args.max_tokens)
+
     requests = args.requests_per_stream if args.streams > 1 else 1
 
     cpu: dict[str, float] = defaultdict(float)
@@ -196,10 +214,10 @@ def main(argv: list[str]) -> int:
         backend._take_plain = spy_plain  # type: ignore[method-assign]
         replies.clear()
         cpu_started, started = time.process_time(), time.perf_counter()
-        sampling = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
         total = args.streams * requests
 
         def submit(i: int) -> None:
+            sampling = SamplingParams(max_tokens=budget(i), temperature=0.0)
             msg = Generate(request_id=f"r{i}", prompt=prompt_for(i), sampling=sampling)
             backend.submit(msg, [])
 
@@ -222,9 +240,16 @@ def main(argv: list[str]) -> int:
     def library_side() -> tuple[float, list[int]]:
         if args.streams > 1:
             cpu_started = time.process_time()
-            run = batch_generator_run(
-                backend.model, prompt_for, args.streams, requests, args.max_tokens, 8
-            )
+            with batch_filter.library_method():  # mlx-lm as it ships
+                run = batch_generator_run(
+                    backend.model,
+                    prompt_for,
+                    args.streams,
+                    requests,
+                    args.max_tokens,
+                    8,
+                    max_tokens_for=budget,
+                )
             cpu["library"] += time.process_time() - cpu_started
             return run.wall, [0] * sum(r.tokens for r in run.results)
         tokens: list[int] = []
@@ -268,6 +293,8 @@ def main(argv: list[str]) -> int:
     library = "stream_generate" if args.streams == 1 else "BatchGenerator"
     target = TARGET if args.streams == 1 else BATCH_TARGET
     refills = f", {requests} requests per stream" if requests > 1 else ""
+    if args.vary_tokens and args.streams > 1:
+        refills += f", lengths spread by ±{args.vary_tokens:g}"
     print(
         f"{args.streams} greedy stream(s) of {args.max_tokens} tokens{refills}, "
         f"{args.pairs} pairs "

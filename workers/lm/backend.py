@@ -76,6 +76,7 @@ from mlx_gateway.workers.common.sampling import (
 )
 from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
+from mlx_gateway.workers.lm import batch_filter
 from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.lm.detokenize import Detokenizers
@@ -151,6 +152,8 @@ class LmBackend(LmScheduling):
         # Made here, on the MLX thread: a stream belongs to the thread that made it
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
         self._stream = mx.new_stream(mx.default_device())
+        with mx.stream(self._stream):
+            batch_filter.install()
         self._generator = self._new_generator()
         self.pace = PrefillPace(spec.prefill_step_size)
         self.grammars = Grammars(tokenizer)
