@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
@@ -43,7 +43,7 @@ def filter_rows(cache: BatchKVCache, batch_indices: Any) -> None:
         LIBRARY_FILTER(cache, batch_indices)
         return
     rows = list(batch_indices)
-    padding = cache.left_padding.tolist()  # an evaluated array: no wait
+    padding = cast(list[int], cache.left_padding.tolist())  # an evaluated array: no wait
     kept = [padding[row] for row in rows]
     shift = min(kept)
     if cache.keys is not None:
