@@ -39,11 +39,13 @@ def filter_rows(cache: BatchKVCache, batch_indices: Any) -> None:
     """Keep the rows ``batch_indices`` (a list of row numbers) of ``cache``, in that
     order, and drop the columns of left padding that every kept row has. Any other
     kind of index goes to mlx-lm's method."""
-    if not isinstance(batch_indices, list | tuple) or not batch_indices:
+    if not isinstance(batch_indices, list) or not batch_indices:
         LIBRARY_FILTER(cache, batch_indices)
         return
-    rows = list(batch_indices)
-    padding = cast(list[int], cache.left_padding.tolist())  # an evaluated array: no wait
+    rows = batch_indices
+    # Computed by an earlier step or made from a list: no wait (except in the step
+    # right after a join, whose concatenated paddings the step in flight computes).
+    padding = cast(list[int], cache.left_padding.tolist())
     kept = [padding[row] for row in rows]
     shift = min(kept)
     if cache.keys is not None:
