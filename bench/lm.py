@@ -203,16 +203,16 @@ def http_run(
 
     def body(i: int) -> bytes:
         messages = messages_for(offset + i, args.model is not None)
-        max_tokens = tokens_for(args, i) if streams > 1 else args.max_tokens
-        return chat_body(server.model_name, messages, max_tokens)
+        return chat_body(server.model_name, messages, tokens_for(args, i, streams))
 
     count = args.requests_per_stream if requests is None else requests
     return asyncio.run(closed_loop(server.port, streams, count, body))
 
 
-def tokens_for(args: argparse.Namespace, i: int) -> int:
-    """The ``i``-th request's ``max_tokens`` at several streams (``--vary-tokens``)."""
-    if not args.vary_tokens:
+def tokens_for(args: argparse.Namespace, i: int, streams: int) -> int:
+    """The ``i``-th request's ``max_tokens`` in a run of ``streams`` streams: spread
+    by ``--vary-tokens`` at several streams, ``--max-tokens`` at one."""
+    if not args.vary_tokens or streams == 1:
         return int(args.max_tokens)
     spread = ((i * 2654435761) % 2**32) / 2**32 * 2 - 1  # evenly over [-1, 1)
     return max(1, round(args.max_tokens * (1 + args.vary_tokens * spread)))
@@ -305,7 +305,7 @@ def mirrored_runs(
                 args.max_tokens,
                 args.prefill_batch,
                 args.stop_tokens,
-                lambda i: tokens_for(args, i),
+                lambda i: tokens_for(args, i, streams),
             )
             total.cpu[0] += cpu_seconds(me) - before
         else:

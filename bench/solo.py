@@ -192,7 +192,7 @@ def main(argv: list[str]) -> int:
     greedy = make_sampler(0.0)
 
     def budget(i: int) -> int:
-        return tokens_for(args, i) if args.streams > 1 else int(args.max_tokens)
+        return tokens_for(args, i, args.streams)
 
     requests = args.requests_per_stream if args.streams > 1 else 1
 
