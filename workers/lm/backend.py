@@ -79,6 +79,7 @@ from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
 from mlx_gateway.workers.lm import batch_filter
 from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
+from mlx_gateway.workers.lm.checkpoints import checkpoint_settings
 from mlx_gateway.workers.lm.detokenize import Detokenizers
 from mlx_gateway.workers.lm.disk_cache import DiskCache, model_key
 from mlx_gateway.workers.lm.grammar import Grammars
@@ -91,7 +92,7 @@ from mlx_gateway.workers.lm.loading import (
 )
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
-from mlx_gateway.workers.lm.prompt import chat_tokens
+from mlx_gateway.workers.lm.prompt import SystemEnds, chat_tokens
 from mlx_gateway.workers.lm.prompt_cache import PromptCache
 from mlx_gateway.workers.lm.scheduling import LmActive, LmScheduling
 from mlx_gateway.workers.lm.solo import supports_solo
@@ -211,6 +212,10 @@ class LmBackend(LmScheduling):
 
             self.prompt_cache.disk = disk_tier("")
             self.prompt_cache.space_disk = lambda space: disk_tier(adapters.identity(space))
+        self.system_ends = SystemEnds()
+        self.cuts, self.checkpoint_every = checkpoint_settings(
+            model, self._stream, self.context_length, cache_bytes, measure=not parallel
+        )
         extra = {
             "vocab_size": str(config.get("vocab_size", "")),
             "blas": blas_in_use(),
@@ -326,6 +331,14 @@ class LmBackend(LmScheduling):
         if request.parse_tools:
             active.tools = make_tool_scan(self.tokenizer, request.chat_template_kwargs.get("tools"))
         active.plain = not active.stops and active.logprobs is None and active.tools is None
+        if request.messages is not None and self.prompt_cache.enabled:
+            active.system_end = self.system_ends.find(
+                self.tokenizer,
+                request.messages,
+                request.chat_template_kwargs,
+                self.tool_prompt,
+                prompt,
+            )
         self._queue.append(active)
         self._by_id[active.request_id] = active
         self._emit(

@@ -1,4 +1,4 @@
-"""Reuse of key/value caches across requests: the longest common token prefix.
+r"""Reuse of key/value caches across requests: the longest common token prefix.
 
 A request that finished leaves its KV cache (prompt and generated tokens) here.
 A new request whose prompt starts with the same tokens, typically the next turn
@@ -14,11 +14,19 @@ Two kinds of model caches:
   any common prefix can be reused. The cache handed out is a view of the stored
   arrays cut at the prefix; ``BatchGenerator`` copies it into its batch cache and
   never writes to it, so the stored entry stays intact.
-* anything else (sliding windows, recurrent state): an entry is reused only when
-  all of its tokens begin the prompt, from a deep copy.
+* anything else (sliding windows, recurrent state, hybrids of these with plain
+  attention): an entry serves its own end and the positions of its
+  :class:`~.checkpoints.Checkpoint`\ s (the end of the system prompt, of the prompt
+  before generation, and every few thousand tokens of a long prefill): the
+  layers that cannot be cut are copied from the checkpoint, the plain KV layers
+  are views of the entry's. A request that starts from a checkpoint inherits the
+  entry's earlier checkpoints, so a conversation's entry keeps serving every
+  earlier turn's boundaries.
 
-Entries that another entry extends are dropped on insert (for trimmable caches the
-longer one serves both), so multi-turn chats keep one entry per conversation.
+An entry that another entry extends is dropped on insert when the longer one can
+serve it (always for trimmable caches; for the others when the longer one has a
+checkpoint at its end, its other checkpoints moving over), so multi-turn chats
+keep one entry per conversation. An entry's bytes count its checkpoints.
 
 With a :class:`~.disk_cache.DiskCache` attached (``disk``), entries that fall out of
 the LRU (or never fit it) are written to disk, :meth:`PromptCache.spill` writes the
@@ -29,16 +37,17 @@ of their own (``space_disk`` makes it: a folder keyed by the adapters' files).
 
 from __future__ import annotations
 
-import copy
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from mlx_gateway.workers.common.kv import LayerCaches
+from mlx_gateway.workers.lm import checkpoints as cp
+from mlx_gateway.workers.lm.checkpoints import Checkpoint
 from mlx_gateway.workers.lm.disk_cache import DiskCache
 
 DISK_MIN_GAIN = 16
@@ -77,12 +86,7 @@ def cache_nbytes(cache: LayerCaches) -> int:
 
 def _view(cache: LayerCaches, tokens: int) -> LayerCaches:
     """A cache holding the first ``tokens`` tokens of ``cache`` without copying."""
-    views = []
-    for layer in cache:
-        view = KVCache()
-        view.keys, view.values, view.offset = layer.keys, layer.values, tokens
-        views.append(view)
-    return views
+    return [cp.kv_view(layer, tokens) for layer in cache]
 
 
 @dataclass
@@ -94,6 +98,8 @@ class _Entry:
     space: str = ""
     """The adapter set the cache was computed with ("" for the base model): a
     lookup sees only the entries of its own space."""
+    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
+    """Positions before its end that it can serve (non-trimmable caches only)."""
 
     @property
     def slot(self) -> tuple[str, bytes]:
@@ -103,6 +109,20 @@ class _Entry:
     def tokens(self) -> int:
         return len(self.key) // 4
 
+    def usable(self, shared: int) -> int:
+        """The most tokens of a prompt sharing ``shared`` tokens with this entry
+        that it can serve (0: none)."""
+        if self.trimmable or shared >= self.tokens:
+            return min(shared, self.tokens)
+        return max((p for p in self.checkpoints if p <= shared), default=0)
+
+    def serves(self, tokens: int) -> bool:
+        """Whether it can serve exactly its first ``tokens`` tokens."""
+        return self.trimmable or tokens == self.tokens or tokens in self.checkpoints
+
+    def recount(self) -> None:
+        self.nbytes = cache_nbytes(self.cache) + sum(c.nbytes for c in self.checkpoints.values())
+
 
 @dataclass
 class Hit:
@@ -110,6 +130,9 @@ class Hit:
 
     cache: LayerCaches
     tokens: int
+    checkpoints: dict[int, Checkpoint] = field(default_factory=dict)
+    """The entry's checkpoints up to ``tokens`` (their end included): valid for the
+    request's own cache too, so its entry inherits them."""
 
 
 class PromptCache:
@@ -140,15 +163,41 @@ class PromptCache:
         return len(self._entries)
 
     def fetch(self, prompt: list[int], space: str = "") -> Hit | None:
-        """The cache of the entry of ``space`` sharing the longest prefix with ``prompt``.
+        """The cache of the entry of ``space`` serving the longest prefix of ``prompt``.
 
         At least the prompt's last token is left to prefill (its logits start the
         generation), so a hit holds at most ``len(prompt) - 1`` tokens. The entry
         becomes the most recently used."""
+        best, best_tokens = self._best(prompt, space)
         disk = self._disk(space)
-        if len(prompt) < 2 or not (self._entries or disk):
+        if disk and len(prompt) >= 2:
+            found = self._from_disk(disk, space, token_bytes(prompt), len(prompt) - 1, best_tokens)
+            if found is not None:
+                best, best_tokens = found
+        if best is None:
             self.misses += 1
             return None
+        if best.slot in self._entries:
+            self._entries.move_to_end(best.slot)
+        self.hits += 1
+        if best.trimmable:
+            return Hit(_view(best.cache, best_tokens), best_tokens)
+        inherited = {p: c for p, c in best.checkpoints.items() if p <= best_tokens}
+        if best_tokens == best.tokens:
+            end = cp.of_entry(best.cache, best.tokens)
+            inherited[best.tokens] = end
+        else:
+            end = best.checkpoints[best_tokens]
+        return Hit(cp.restore(end, best.cache), best_tokens, inherited)
+
+    def reusable(self, prompt: list[int], space: str = "") -> int:
+        """How many tokens of ``prompt`` an entry in memory could serve now (no copy,
+        no change to the LRU order)."""
+        return self._best(prompt, space)[1]
+
+    def _best(self, prompt: list[int], space: str) -> tuple[_Entry | None, int]:
+        if len(prompt) < 2 or not self._entries:
+            return None, 0
         key = token_bytes(prompt)
         limit = len(prompt) - 1
         best: _Entry | None = None
@@ -158,26 +207,21 @@ class PromptCache:
         for entry in reversed(self._entries.values()):
             if entry.space != space:
                 continue
-            shared = min(common_prefix(key, entry.key), limit)
-            if not entry.trimmable and shared < entry.tokens:
-                continue  # only whole entries of a non-trimmable cache can be used
-            if shared > best_tokens:
-                best, best_tokens = entry, shared
-        if disk and (found := self._from_disk(disk, space, key, limit, best_tokens)) is not None:
-            best, best_tokens = found
-        if best is None:
-            self.misses += 1
-            return None
-        if best.slot in self._entries:
-            self._entries.move_to_end(best.slot)
-        self.hits += 1
-        if best.trimmable:
-            return Hit(_view(best.cache, best_tokens), best_tokens)
-        return Hit(copy.deepcopy(best.cache), best_tokens)
+            usable = entry.usable(min(common_prefix(key, entry.key), limit))
+            if usable > best_tokens:
+                best, best_tokens = entry, usable
+        return best, best_tokens
 
-    def store(self, tokens: list[int], cache: LayerCaches, space: str = "") -> None:
-        """Keep ``cache``, which holds exactly ``tokens``, evicting the least recently
-        used entries beyond the caps. The arrays' evaluation is queued here, so the
+    def store(
+        self,
+        tokens: list[int],
+        cache: LayerCaches,
+        space: str = "",
+        checkpoints: Iterable[Checkpoint] = (),
+    ) -> None:
+        """Keep ``cache``, which holds exactly ``tokens``, with the ``checkpoints`` taken
+        on the way (ignored for a trimmable cache), evicting the least recently used
+        entries beyond the caps. The arrays' evaluation is queued here, so the
         entry does not keep a whole batch's cache alive through a lazy slice for
         longer than the copy takes; queued, not waited for: waiting would stall the
         decoding pipeline (on a GPU the device then idles while Python builds the
@@ -186,25 +230,55 @@ class PromptCache:
             return
         key = token_bytes(tokens)
         trimmable = is_trimmable(cache)
+        kept = {} if trimmable else {c.position: c for c in checkpoints if c.position < len(tokens)}
+        entry = _Entry(key, cache, 0, trimmable, space, kept)
         for other in list(self._entries.values()):
-            if other.space != space:
+            if other.space != space or other.trimmable != trimmable:
                 continue
-            if trimmable and other.trimmable and other.key.startswith(key):
-                self._entries.move_to_end(other.slot)  # already covered by a longer one
+            if other.key.startswith(key) and other.serves(entry.tokens):
+                # Already covered by a longer one: it takes the new checkpoints.
+                self._adopt(other, entry)
+                self._entries.move_to_end(other.slot)
                 return
-            if other.key != key and key.startswith(other.key) and trimmable == other.trimmable:
+            if key.startswith(other.key) and entry.serves(other.tokens):
+                self._adopt(entry, other)
                 self._drop(other.slot)
         mx.async_eval([layer.state for layer in cache])
-        entry = _Entry(key, cache, cache_nbytes(cache), trimmable, space)
+        entry.recount()
+        if entry.nbytes > self.max_bytes:
+            entry.checkpoints = {p: c for p, c in kept.items() if c.mark != cp.INTERVAL}
+            entry.recount()
         if entry.nbytes > self.max_bytes:
             self._save(entry)  # too big for memory: the disk tier may still keep it
             return
         self._insert(entry)
 
+    def _adopt(self, into: _Entry, other: _Entry) -> None:
+        """Move the checkpoints of ``other`` that ``into`` lacks over to ``into``
+        (``other``'s tokens begin ``into``'s, so they hold for it too)."""
+        if into.trimmable:
+            return
+        moved = False
+        for position, checkpoint in other.checkpoints.items():
+            if position < into.tokens and position not in into.checkpoints:
+                into.checkpoints[position] = checkpoint
+                moved = True
+        if other.tokens < into.tokens and other.tokens not in into.checkpoints:
+            into.checkpoints[other.tokens] = cp.of_entry(other.cache, other.tokens)
+            moved = True
+        if moved and into.slot in self._entries:
+            self.nbytes -= into.nbytes
+            into.recount()
+            self.nbytes += into.nbytes
+            self._evict()
+
     def _insert(self, entry: _Entry) -> None:
         self._drop(entry.slot)
         self._entries[entry.slot] = entry
         self.nbytes += entry.nbytes
+        self._evict()
+
+    def _evict(self) -> None:
         while self._entries and (
             len(self._entries) > self.max_entries or self.nbytes > self.max_bytes
         ):
@@ -214,13 +288,13 @@ class PromptCache:
 
     def spill(self) -> int:
         """Write every entry to the disk tier (the worker stops); returns how many
-        were written. Most recently used first, so the byte cap keeps those."""
+        files were written. Most recently used first, so the byte cap keeps those."""
         written = 0
         for entry in reversed(list(self._entries.values())):
             disk = self._disk(entry.space)
             if disk is not None:
                 before = disk.saves
-                disk.save(entry.key, entry.cache)
+                self._save(entry)
                 written += disk.saves - before
         return written
 
@@ -236,8 +310,14 @@ class PromptCache:
         return disk if disk is not None and disk.enabled else None
 
     def _save(self, entry: _Entry) -> None:
-        if (disk := self._disk(entry.space)) is not None:
-            disk.save(entry.key, entry.cache)
+        """Write an entry to its disk tier, and its system and prompt checkpoints,
+        each as a whole cache of its own (a later worker loads a file whole)."""
+        if (disk := self._disk(entry.space)) is None:
+            return
+        for position, checkpoint in sorted(entry.checkpoints.items()):
+            if checkpoint.mark in cp.DISK_MARKS:
+                disk.save(entry.key[: position * 4], cp.restore(checkpoint, entry.cache))
+        disk.save(entry.key, entry.cache)
 
     def _from_disk(
         self, disk: DiskCache, space: str, key: bytes, limit: int, best_tokens: int

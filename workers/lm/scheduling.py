@@ -39,16 +39,22 @@ from mlx_gateway.workers.common.sampling import (
     Sampler,
 )
 from mlx_gateway.workers.common.tool_prompt import ToolPrompt
+from mlx_gateway.workers.lm import checkpoints as cp
 from mlx_gateway.workers.lm.adapters import Adapters
+from mlx_gateway.workers.lm.checkpoints import Checkpoint
 from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
-from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
+from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache, common_prefix, token_bytes
 from mlx_gateway.workers.lm.solo import SoloDecode, private_copy
 from mlx_gateway.workers.lm.speculative import Draft, SpeculativeDecode
 from mlx_gateway.workers.lm.tool_scan import ToolScan
 
 log = logging.getLogger(__name__)
+
+SHARE_MIN = 64
+"""A request waits for another's prefill of their shared prefix only when that
+saves it at least this many tokens of prefill."""
 
 
 @dataclass(kw_only=True)
@@ -77,6 +83,25 @@ class LmActive(Active):
     plain: bool = False
     """No stop strings, log-probs or tool parsing (set once these are): the batch
     takes its tokens by :meth:`LmScheduling._take_plain`."""
+    system_end: int = 0
+    """Where its first user turn starts (0: not a chat, or unknown)."""
+    marks: dict[int, str] = dataclasses.field(default_factory=dict)
+    """Prompt positions still to be reached where a checkpoint is taken."""
+    checkpoints: list[Checkpoint] = dataclasses.field(default_factory=list)
+    """Checkpoints of its cache: inherited from the entry it started from, and taken."""
+    prefilled: int = 0
+    """Prompt tokens in its cache so far."""
+    wanted: set[int] = dataclasses.field(default_factory=set)
+    """Positions that a waiting request with the same prefix starts from: the cache
+    there is stored as an entry as soon as it is reached."""
+    _key: bytes | None = None
+
+    @property
+    def key(self) -> bytes:
+        """The prompt's token ids as bytes (see :func:`.prompt_cache.token_bytes`)."""
+        if self._key is None:
+            self._key = token_bytes(self.prompt)
+        return self._key
 
     @property
     def space(self) -> str:
@@ -114,6 +139,10 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         """The draft model solo requests decode with (see :mod:`.speculative`)."""
         self.adapters: Adapters | None = None
         """The LoRA adapters mounted on the model (see :mod:`.adapters`)."""
+        self.cuts = True
+        """The model's cache can be cut at any prefix (every layer a plain KV cache)."""
+        self.checkpoint_every = 0
+        """Tokens between two interval checkpoints of a long prefill (see :mod:`.checkpoints`)."""
 
     def _queued(self, active: LmActive) -> bool:
         return active.uid is None and active.solo is None
@@ -194,17 +223,40 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
 
     def _prefill_progress(self, prompts: list[Any]) -> None:
         """Report long prompts' progress (``prompts``: the generator's prompt
-        responses of a step) and note the prompts it finished."""
+        responses of a step), note the prompts it finished and take the checkpoints
+        it reached."""
+        due: list[LmActive] = []
         for response in prompts:
             active = self._by_uid.get(response.uid)
             if active is None:
                 continue
             done, total = response.progress
+            active.prefilled = active.prompt_tokens - (total - done)
             if response.end_of_prompt:
                 active.decoding = True
-            elif not response.end_of_segment:  # more slices follow
-                in_cache = active.prompt_tokens - (total - done)
-                self._emit(Prefilled(active.request_id, in_cache, active.prompt_tokens))
+                continue
+            if response.end_of_segment and active.prefilled in active.marks:
+                due.append(active)
+            if total - done > 1:  # more slices follow
+                self._emit(Prefilled(active.request_id, active.prefilled, active.prompt_tokens))
+        if due:
+            self._take_checkpoints(due)
+
+    def _take_checkpoints(self, due: list[LmActive]) -> None:
+        """Take the checkpoints the requests ``due`` have just reached (see
+        :mod:`.checkpoints`); where another request waits for that prefix, or it
+        is the end of the system prompt, the cache there is stored as an entry."""
+        assert self._generator is not None
+        extracted = self._generator.extract_cache([a.uid for a in due])
+        for active in due:
+            cache, tokens = extracted.get(active.uid, (None, None))
+            mark = active.marks.pop(active.prefilled, None)
+            if cache is None or tokens is None or mark is None or len(tokens) != active.prefilled:
+                continue
+            if not self.cuts:
+                active.checkpoints.append(cp.take(cache, active.prefilled, mark))
+            if mark == cp.SYSTEM or active.prefilled in active.wanted:
+                self.prompt_cache.store(list(tokens), cache, active.space)
 
     def _solo_step(self, active: LmActive) -> None:
         solo = active.solo
@@ -264,30 +316,74 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
                 reserved, self._queue[0].kv_reserved
             ):
                 break  # it waits until running requests free their KV cache
+            if self._awaits_prefix(self._queue[0]):
+                break  # another request is prefilling its prefix: it starts from that
             active = self._queue.popleft()
             hit = self._cached(active)
-            if hit is None:
-                (uid,) = generator.insert(
-                    [active.prompt],
-                    max_tokens=[active.max_tokens],
-                    samplers=[active.sampler],
-                    logits_processors=[active.processors],
-                )
-            else:
-                active.cached = hit.tokens
-                # all_tokens: what the cache holds, so logits processors see the
-                # whole context (the penalties count from len(prompt) on).
-                (uid,) = generator.insert(
-                    [active.prompt[hit.tokens :]],
-                    max_tokens=[active.max_tokens],
-                    caches=[hit.cache],
-                    all_tokens=[active.prompt[: hit.tokens]],
-                    samplers=[active.sampler],
-                    logits_processors=[active.processors],
-                )
+            start = 0
+            if hit is not None:
+                start = active.cached = hit.tokens
+                active.checkpoints = list(hit.checkpoints.values())
+            # all_tokens: what the cache holds, so logits processors see the
+            # whole context (the penalties count from len(prompt) on).
+            uid = self._insert(
+                generator,
+                active,
+                start,
+                active.max_tokens,
+                None if hit is None else hit.cache,
+            )
             active.uid, active.decoding = uid, False
             self._by_uid[uid] = active
         return True
+
+    def _insert(
+        self,
+        generator: BatchGenerator,
+        active: LmActive,
+        start: int,
+        max_tokens: int,
+        cache: list[Any] | None,
+    ) -> int:
+        """Put ``active`` into the batch, its prompt from ``start`` on (``cache`` holds
+        the tokens before), split where checkpoints are taken."""
+        active.prefilled = start
+        active.marks = {}
+        if self.prompt_cache.enabled:
+            active.marks = cp.plan(
+                start, active.prompt_tokens, active.system_end, self.checkpoint_every, self.cuts
+            )
+        (uid,) = generator.insert_segments(
+            [cp.segments(active.prompt, start, list(active.marks))],
+            max_tokens=[max_tokens],
+            caches=None if cache is None else [cache],
+            all_tokens=[active.prompt[:start]],
+            samplers=[active.sampler],
+            logits_processors=[active.processors],
+        )
+        return int(uid)
+
+    def _awaits_prefix(self, waiting: LmActive) -> bool:
+        """Whether ``waiting`` should wait for a request now prefilling the same
+        prefix: that one reaches a checkpoint within the shared tokens, well past
+        what the prompt cache already holds for ``waiting``. One prefill of a shared
+        system prompt then serves every request that arrived with it."""
+        if not self.prompt_cache.enabled:
+            return False
+        limit = waiting.prompt_tokens - 1
+        for other in self._by_uid.values():
+            if other.decoding or other.space != waiting.space or not other.marks:
+                continue
+            shared = min(common_prefix(other.key, waiting.key), limit)
+            ahead = [p for p in other.marks if other.prefilled < p <= shared]
+            if not ahead:
+                continue
+            target = max(ahead)
+            if target - self.prompt_cache.reusable(waiting.prompt, waiting.space) < SHARE_MIN:
+                continue
+            other.wanted.add(target)
+            return True
+        return False
 
     def _group_turn(self, group: tuple[str, ...], running: int) -> bool:
         """Whether requests of the adapter set ``group`` may start now. All running
@@ -360,14 +456,19 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
                 self._finish(active, active.finish)
                 return False
         self._drop_solo(active)
-        (uid,) = generator.insert(
-            [handover.prompt],
-            max_tokens=[active.max_tokens - active.generated],
-            caches=[handover.cache],
-            all_tokens=[handover.cached],
-            samplers=[active.sampler],
-            logits_processors=[active.processors],
-        )
+        if active.generated:  # decoding: what is left is the sampled token
+            (uid,) = generator.insert(
+                [handover.prompt],
+                max_tokens=[active.max_tokens - active.generated],
+                caches=[handover.cache],
+                all_tokens=[handover.cached],
+                samplers=[active.sampler],
+                logits_processors=[active.processors],
+            )
+        else:  # prefilling: the rest of its prompt, split at its checkpoints
+            uid = self._insert(
+                generator, active, len(handover.cached), active.max_tokens, handover.cache
+            )
         active.uid, active.decoding = uid, False
         self._by_uid[uid] = active
         return True
@@ -450,7 +551,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         # A request cancelled before its prefill started holds only the cache it
         # was given: nothing new to keep.
         if len(tokens) > active.cached:
-            self.prompt_cache.store(list(tokens), cache, active.space)
+            self.prompt_cache.store(list(tokens), cache, active.space, active.checkpoints)
 
     def _finish(self, active: LmActive, reason: str) -> None:
         if self._solo is active:
