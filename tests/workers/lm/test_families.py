@@ -112,11 +112,10 @@ def test_install_keeps_mlx_lm_method_when_it_is_right(monkeypatch) -> None:
     assert NemotronHMamba2Mixer._ssm is ssm_lengths.ssm_with_lengths
 
 
-def _worker_tokens(model: Path, concurrency: int) -> tuple[int, dict[str, list[int]]]:
-    """Greedy tokens of :data:`PROMPTS` through the worker, ``concurrency`` at a time,
-    prompts read in 16-token slices (no prompt cache); and how many prompts its
-    generator prefills in one step."""
-    rec = Recorder(
+def _recorder(model: Path, concurrency: int) -> Recorder:
+    """The worker, ``concurrency`` requests at a time, prompts read in 16-token slices
+    (several slices each), no prompt cache."""
+    return Recorder(
         model,
         solo_check=False,
         solo=False,
@@ -124,6 +123,13 @@ def _worker_tokens(model: Path, concurrency: int) -> tuple[int, dict[str, list[i
         prefill_step_size=16,
         prompt_cache_bytes=0,
     )
+
+
+def _worker_tokens(model: Path, concurrency: int) -> tuple[int, dict[str, list[int]]]:
+    """Greedy tokens of :data:`PROMPTS` through the worker (submitted together, or one
+    after the other's end with ``concurrency`` 1); and how many prompts its generator
+    prefills in one step."""
+    rec = _recorder(model, concurrency)
     prompts_a_step = rec.backend._generator.prefill_batch_size
     for key, content in PROMPTS.items():
         rec.submit(key, content, max_tokens=TOKENS)
@@ -134,13 +140,45 @@ def _worker_tokens(model: Path, concurrency: int) -> tuple[int, dict[str, list[i
     return prompts_a_step, dict(rec.tokens)
 
 
+@pytest.fixture(scope="module")
+def alone(arch_model: ArchModel) -> Callable[[str], dict[str, list[int]]]:
+    """``alone(family)``: each of :data:`PROMPTS` through the worker by itself."""
+    done: dict[str, dict[str, list[int]]] = {}
+
+    def tokens(family: str) -> dict[str, list[int]]:
+        if family not in done:
+            done[family] = _worker_tokens(arch_model(family), 1)[1]
+        return done[family]
+
+    return tokens
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_worker_batched_equals_alone(family: str, arch_model: ArchModel) -> None:
-    reference = _worker_tokens(arch_model(family), 1)[1]
+def test_worker_batched_equals_alone(
+    family: str, arch_model: ArchModel, alone: Callable[[str], dict[str, list[int]]]
+) -> None:
+    reference = alone(family)
     prompts_a_step, tokens = _worker_tokens(arch_model(family), len(PROMPTS))
     assert prompts_a_step == len(PROMPTS)
     assert tokens == reference
     assert len({tuple(t) for t in reference.values()}) >= len(PROMPTS) - 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_worker_requests_joining_mid_flight_equal_alone(
+    family: str, arch_model: ArchModel, alone: Callable[[str], dict[str, list[int]]]
+) -> None:
+    """Two prompts of different lengths join a batch that is decoding two others."""
+    rec = _recorder(arch_model(family), len(PROMPTS))
+    rec.submit("a", PROMPTS["a"], max_tokens=TOKENS)
+    rec.submit("b", PROMPTS["b"], max_tokens=TOKENS)
+    rec.step(8)
+    assert 0 < len(rec.tokens["a"]) < TOKENS  # a is decoding
+    rec.submit("d", PROMPTS["d"], max_tokens=TOKENS)
+    rec.submit("c", PROMPTS["c"], max_tokens=TOKENS)
+    rec.run()
+    rec.close()
+    assert dict(rec.tokens) == alone(family)
 
 
 def test_worker_prefills_one_prompt_per_step_when_nemotron_cannot_be_corrected(
