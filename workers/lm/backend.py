@@ -76,7 +76,7 @@ from mlx_gateway.workers.common.sampling import (
 )
 from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
-from mlx_gateway.workers.lm import batch_filter
+from mlx_gateway.workers.lm import batch_filter, ssm_lengths
 from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.lm.checkpoints import checkpoint_settings
@@ -155,6 +155,7 @@ class LmBackend(LmScheduling):
         self._stream = mx.new_stream(mx.default_device())
         with mx.stream(self._stream):
             batch_filter.install()
+            self.prefill_together = ssm_lengths.batches_right(model)
         self._generator = self._new_generator()
         self.pace = PrefillPace(spec.prefill_step_size)
         self.grammars = Grammars(tokenizer)
@@ -273,11 +274,12 @@ class LmBackend(LmScheduling):
         spec = self._spec
         assert spec is not None and self.tokenizer is not None
         concurrency = max(spec.max_concurrency, 1)
+        prompts = max(min(spec.prefill_batch_size, concurrency), 1) if self.prefill_together else 1
         return BatchGenerator(
             self.model,
             stop_tokens=[[t] for t in sorted(self.tokenizer.eos_token_ids)],
             completion_batch_size=concurrency,
-            prefill_batch_size=max(min(spec.prefill_batch_size, concurrency), 1),
+            prefill_batch_size=prompts,
             prefill_step_size=spec.prefill_step_size,
             stream=self._stream,
             max_kv_size=self.kv.max_size,

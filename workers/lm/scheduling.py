@@ -129,6 +129,10 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         self.grammars: Grammars | None = None
         self.solo_enabled = False
         """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
+        self.prefill_together = True
+        """Whether prompts of different lengths may be prefilled in one step; False for
+        a model whose layers mlx-lm gets wrong in a padded batch and that could not be
+        corrected (:mod:`.ssm_lengths`): it prefills one prompt per step."""
         self._solo: LmActive | None = None
         self.tool_prompt = ToolPrompt()
         """Whether the chat template renders tools (else the worker does; see
