@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache, RotatingKVCache
+from mlx_lm.models.cache import ArraysCache, KVCache, RotatingKVCache
 
+from mlx_gateway.workers.lm import checkpoints as cp
 from mlx_gateway.workers.lm.prompt_cache import PromptCache, common_prefix, token_bytes
 
 
@@ -106,3 +107,45 @@ def test_other_caches_are_reused_only_whole_and_copied() -> None:
     assert hit is not None and hit.tokens == 4
     stored = next(iter(store._entries.values())).cache[0]
     assert hit.cache[0] is not stored and hit.cache[0].offset == stored.offset
+
+
+def hybrid_cache(tokens: int, fill: float = 1.0) -> list:
+    """A recurrent layer (``ArraysCache``) beside a plain KV layer, at ``tokens``."""
+    state = ArraysCache(1)
+    state[0] = mx.full((1, 3), fill)
+    return [state, *kv_cache(tokens, layers=1, fill=fill)]
+
+
+def test_a_hybrid_entry_serves_its_checkpoints_and_its_end_only() -> None:
+    store = PromptCache(max_bytes=10**9, max_entries=8)
+    tokens = list(range(20))
+    marks = [
+        cp.take(hybrid_cache(8, fill=8.0), 8, cp.SYSTEM),
+        cp.take(hybrid_cache(14), 14, cp.PROMPT),
+    ]
+    store.store(tokens, hybrid_cache(20, fill=20.0), checkpoints=marks)
+    assert store.fetch([*range(12), 99]).tokens == 8  # the last checkpoint before 12
+    hit = store.fetch([*range(16), 99])
+    assert hit is not None and hit.tokens == 14
+    assert hit.cache[1].offset == 14  # the KV layer, a view cut at the checkpoint
+    assert sorted(hit.checkpoints) == [8, 14]  # inherited by the request's entry
+    whole = store.fetch([*range(20), 99])
+    assert whole is not None and whole.tokens == 20
+    assert float(whole.cache[0][0][0, 0]) == 20.0 and sorted(whole.checkpoints) == [8, 14, 20]
+    assert store.fetch([*range(7), 99]) is None  # before the first checkpoint
+    # The hit's recurrent state is a copy: changing it leaves the entry intact.
+    hit.cache[0][0] = mx.zeros((1, 3))
+    again = store.fetch([*range(16), 99])
+    assert again is not None and float(again.cache[0][0][0, 0]) == 1.0
+
+
+def test_a_longer_hybrid_entry_replaces_a_shorter_one_only_when_it_serves_it() -> None:
+    store = PromptCache(max_bytes=10**9, max_entries=8)
+    store.store(list(range(10)), hybrid_cache(10))
+    store.store(list(range(16)), hybrid_cache(16))  # no checkpoint at 10: both kept
+    assert len(store) == 2 and store.fetch([*range(10), 7]).tokens == 10
+    at_10 = cp.take(hybrid_cache(10), 10, cp.PROMPT)
+    store.store(list(range(18)), hybrid_cache(18), checkpoints=[at_10])
+    assert len(store) == 2  # the 10-token entry went: the 18-token one serves it
+    assert store.fetch([*range(10), 7]).tokens == 10
+    assert store.nbytes == sum(e.nbytes for e in store._entries.values())
