@@ -41,6 +41,9 @@ class SamplingParams(msgspec.Struct, omit_defaults=True):
     frequency_penalty: float = 0.0
     seed: int | None = None
     stop: list[str] = []
+    fit_max_tokens: bool = False
+    """A ``max_tokens`` beyond what the context leaves after the prompt is cut to
+    that (the model's ``max_tokens_overflow: clamp``) instead of the 400."""
 
 
 class Usage(msgspec.Struct, omit_defaults=True):

@@ -4,12 +4,15 @@ into the key the user wrote and its line."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
+import msgspec.inspect
+import msgspec.structs
 
 from mlx_gateway.supervisor.config.context import _Ctx, _show
-from mlx_gateway.supervisor.config.schema import LOG_LEVELS
 from mlx_gateway.supervisor.config.yaml_positions import _T, _KeyPath
 
 # --------------------------------------------------------------------------- convert
@@ -67,10 +70,41 @@ def _convert(ctx: _Ctx, data: dict[str, Any], into: type[_T], at: _KeyPath = ())
         assert match is not None  # the pattern matches any text
         path = _msgspec_path(match.group("path"))
         value = _lookup(data, path)
-        raise ctx.error((*at, *path), _explain(match.group("msg"), path, value)) from None
+        message = _explain(match.group("msg"), path, value, _choices(into, path))
+        raise ctx.error((*at, *path), message) from None
 
 
-def _explain(message: str, path: _KeyPath, value: Any) -> str:
+def _choices(into: Any, path: _KeyPath) -> list[Any]:
+    """The values a ``Literal`` key at ``path`` of ``into`` allows, in the order the
+    schema lists them (empty: none found)."""
+    options = [into]
+    for part in path:
+        options = [t for o in options for t in _members(o)]
+        nxt = []
+        for option in options:
+            if isinstance(part, str) and msgspec.inspect.is_struct_type(option):
+                fields = msgspec.structs.fields(option)
+                nxt += [f.type for f in fields if f.encode_name == part]
+            elif isinstance(part, int) and get_origin(option) is list:
+                nxt += list(get_args(option)[:1])
+            elif isinstance(part, str) and get_origin(option) is dict:
+                nxt += list(get_args(option)[1:2])
+        options = nxt
+    members = [t for o in options for t in _members(o)]
+    return [v for t in members if get_origin(t) is Literal for v in get_args(t)]
+
+
+def _members(annotation: Any) -> list[Any]:
+    """``annotation`` without ``Annotated`` and ``Optional``, a union as its members."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _members(get_args(annotation)[0])
+    if origin is Union or isinstance(annotation, UnionType):
+        return [t for a in get_args(annotation) for t in _members(a)]
+    return [] if annotation is type(None) else [annotation]
+
+
+def _explain(message: str, path: _KeyPath, value: Any, choices: Sequence[Any] = ()) -> str:
     """A msgspec validation message in the words of the YAML file."""
     if (m := _EXPECTED_RE.match(message)) is not None:
         types = [t for t in m.group("types").split(" | ") if t != "null"] or ["null"]
@@ -88,7 +122,7 @@ def _explain(message: str, path: _KeyPath, value: Any) -> str:
         hint = _TYPE_HINTS.get(types[0]) if len(types) == 1 and value is not None else None
         return f"expected {words}, got {_show(value)}" + (f"; {hint}" if hint else "")
     if message.startswith("Invalid enum value"):
-        allowed = ", ".join(LOG_LEVELS) if path[-1:] == ("log_level",) else None
+        allowed = ", ".join(str(c) for c in choices) or None
         return f"{_show(value)} is not allowed" + (f"; use one of: {allowed}" if allowed else "")
     if (m := re.match(r"Object missing required field `(.+)`", message)) is not None:
         return f"missing required key '{m.group(1)}'"

@@ -299,6 +299,11 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     becomes: a 400 ``context_length_exceeded`` (``error``); the conversation without
     its oldest non-system turns (``truncate``); or its older messages summarized by
     the model itself, keeping the system messages and the last 6 (``summarize``)."""
+    max_tokens_overflow: Literal["clamp", "error"] = "clamp"
+    """Language and vision models: a prompt that fits the context but not with the
+    request's ``max_tokens`` (``max_completion_tokens``, ``max_output_tokens``,
+    ``num_predict``) runs with the budget cut to what the context has left
+    (``clamp``), or is the 400 ``context_length_exceeded`` (``error``, OpenAI's way)."""
     preload_openblas: bool | None = None
     """Overrides ``server.preload_openblas`` for this model's worker."""
     python: str | None = None

@@ -56,7 +56,9 @@ def check_common(req: SamplingFields) -> None:
 def sampling_params(req: SamplingFields, defaults: ModelDefaults) -> SamplingParams:
     """The request's sampling settings, each falling back to the model's default
     when the request leaves it out (``max_completion_tokens`` wins over ``max_tokens``).
-    A model's defaults are its YAML entry's keys, else its ``generation_config.json``'s."""
+    A model's defaults are its YAML entry's keys, else its ``generation_config.json``'s;
+    its ``max_tokens_overflow`` says whether the worker may cut ``max_tokens`` to fit."""
+    fit = isinstance(defaults, ModelConfig) and defaults.max_tokens_overflow == "clamp"
     if isinstance(defaults, ModelConfig):
         defaults = sampling_defaults(defaults)
     max_tokens = req.max_tokens
@@ -77,4 +79,5 @@ def sampling_params(req: SamplingFields, defaults: ModelDefaults) -> SamplingPar
         frequency_penalty=_first(req.frequency_penalty, default=0.0),
         seed=req.seed,
         stop=stop,
+        fit_max_tokens=fit,
     )

@@ -3,9 +3,11 @@ serving a tiny random llama with 32768 positions (and an end-of-sequence token i
 reaches after a few tokens, so answers end by themselves):
 
 * Claude Code itself (npm ``@anthropic-ai/claude-code``, installed by the test
-  setup), ``claude -p`` with its default tools: its ``mid-conversation-system``
-  beta and system messages, and its retry with a smaller ``max_tokens`` when the
-  gateway words a context overflow the way Anthropic does;
+  setup), ``claude -p`` with its default tools and its default ``max_tokens``
+  (32000, more than the context leaves beside its prompt): its
+  ``mid-conversation-system`` beta and system messages; the budget cut to fit
+  (``max_tokens_overflow: clamp``, the default); with ``error``, its retry with a
+  smaller ``max_tokens`` when the gateway words the overflow the way Anthropic does;
 * the ``anthropic`` SDK: a forced tool call streamed, its result sent back, and the
   final answer.
 """
@@ -29,6 +31,8 @@ from .gateway import Gateway
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny-coder"
+STRICT = "tiny-coder-strict"
+"""The same model with ``max_tokens_overflow: error``."""
 CLAUDE_CODE_DIR = Path.home() / ".cache" / "mlx-gateway-tests" / "claude-code"
 CLAUDE_CODE_VERSION = os.environ.get("MLX_GATEWAY_TEST_CLAUDE_CODE", "2.1.197")
 """The release the test runs (the last one checked); ``latest`` tries the newest."""
@@ -85,11 +89,12 @@ def gateway(tiny_lm_32k_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
         "idle_timeout": 0,
         "on_demand": False,
     }
+    strict = {**model, "served_model_name": STRICT, "max_tokens_overflow": "error"}
     # debug: the log shows the betas and ignored fields of each Messages request.
-    gw = Gateway(tmp, [model], log_level="debug")
+    gw = Gateway(tmp, [model, strict], log_level="debug")
     try:
         deadline = time.monotonic() + 60
-        while gw.model(MODEL)["state"] != "ready":
+        while any(gw.model(name)["state"] != "ready" for name in (MODEL, STRICT)):
             assert time.monotonic() < deadline, gw.log()
             time.sleep(0.2)
         yield gw
@@ -97,8 +102,10 @@ def gateway(tiny_lm_32k_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
         gw.stop()
 
 
-def test_claude_code_runs_a_prompt(claude_code: Path, gateway: Gateway, tmp_path: Path) -> None:
-    home, project = tmp_path / "home", tmp_path / "project"
+def run_claude(claude_code: Path, gateway: Gateway, tmp: Path, model: str) -> str:
+    """``claude -p`` on ``model`` with a fresh HOME and nothing of ours but the
+    gateway's address; asserts it succeeded and returns the gateway log it added."""
+    home, project = tmp / "home", tmp / "project"
     home.mkdir()
     project.mkdir()
     env = {
@@ -108,9 +115,10 @@ def test_claude_code_runs_a_prompt(claude_code: Path, gateway: Gateway, tmp_path
         "ANTHROPIC_API_KEY": "sk-local",
         **CLAUDE_CODE_ENV,
     }
+    before = len(gateway.log())
     started = time.monotonic()
     run = subprocess.run(
-        [str(claude_code), "-p", "Say hello.", "--model", MODEL],
+        [str(claude_code), "-p", "Say hello.", "--model", model],
         cwd=project,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -123,15 +131,30 @@ def test_claude_code_runs_a_prompt(claude_code: Path, gateway: Gateway, tmp_path
     version = subprocess.run(
         [str(claude_code), "--version"], env=env, capture_output=True, text=True, check=False
     ).stdout.strip()
-    print(f"{version}: claude -p took {took:.1f} s")
+    print(f"{version}: claude -p on {model} took {took:.1f} s")
     output = run.stdout + run.stderr
     assert run.returncode == 0, f"{output}\n--- gateway log ---\n{gateway.log()[-5000:]}"
     assert "API Error" not in output
-    log = gateway.log()
+    return gateway.log()[before:]
+
+
+def test_claude_code_runs_a_prompt(claude_code: Path, gateway: Gateway, tmp_path: Path) -> None:
+    log = run_claude(claude_code, gateway, tmp_path, MODEL)
     assert "mid-conversation-system-" in log  # the beta it declared reached the gateway
     # Claude Code asks for max_tokens 32000, which does not fit next to its prompt in
-    # 32768 positions: it read the overflow error and asked again with less.
+    # 32768 positions: the worker cut it to what the context leaves, no error.
+    assert "max_tokens 32000 cut to " in log, log[-5000:]
+    assert "32000 in the completion" not in log, log[-5000:]
+
+
+def test_claude_code_retries_a_strict_overflow(
+    claude_code: Path, gateway: Gateway, tmp_path: Path
+) -> None:
+    log = run_claude(claude_code, gateway, tmp_path, STRICT)
+    # max_tokens_overflow: error answers the 400 in Anthropic's words; Claude Code
+    # read it and asked again with less.
     assert "32000 in the completion" in log, log[-5000:]
+    assert "max_tokens 32000 cut to " not in log, log[-5000:]
 
 
 TOOL: Any = {

@@ -49,6 +49,8 @@ async def app(tiny_lm_path: Path, tiny_lm_32k_path: Path) -> AsyncIterator[Starl
             idle_timeout=0,
             context_length=limit,
             context_overflow=policy,
+            # "strict": prompt + max_tokens must fit, as the truncation measures it.
+            max_tokens_overflow="error" if policy == "error" else "clamp",
         )
 
     config = GatewayConfig(

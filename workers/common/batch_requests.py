@@ -16,6 +16,7 @@ completion budget) are here too, so that they answer in the same words.
 
 from __future__ import annotations
 
+import logging
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from mlx_gateway.protocol.messages import (
 from mlx_gateway.workers.common.coalesce import Coalescer
 from mlx_gateway.workers.common.stops import scan_stops
 from mlx_gateway.workers.runtime.contract import Backend, Emit, RequestError, drop
+
+log = logging.getLogger(__name__)
 
 FALLBACK_CONTEXT_LENGTH = 4096
 """Used when neither the spec nor the model tells the context length."""
@@ -221,10 +224,12 @@ def completion_budget(
     max_tokens: int | None,
     where: str,
     too_long: Callable[[int], str],
+    fit: bool = False,
 ) -> int:
     """The completion budget in a context of ``limit`` tokens; raises OpenAI's
     context_length_exceeded error. ``too_long(limit)`` words the error for a prompt
-    that alone fills the context."""
+    that alone fills the context. ``fit``: a ``max_tokens`` beyond what the prompt
+    leaves is cut to that instead of the error."""
     if max_tokens is not None and max_tokens < 1:
         raise RequestError("max_tokens must be at least 1", param="max_tokens")
     if limit is None:
@@ -235,6 +240,17 @@ def completion_budget(
             too_long(limit), param=where, code="context_length_exceeded", overflow=overflow
         )
     if max_tokens is None:
+        return limit - prompt_tokens
+    if fit and prompt_tokens + max_tokens > limit:
+        log.info(
+            "max_tokens %d cut to %d: the %d-token %s leaves that much of the %d-token "
+            "context (max_tokens_overflow: clamp)",
+            max_tokens,
+            limit - prompt_tokens,
+            prompt_tokens,
+            where,
+            limit,
+        )
         return limit - prompt_tokens
     if prompt_tokens + max_tokens > limit:
         raise RequestError(

@@ -306,7 +306,7 @@ class LmBackend(LmScheduling):
         check_sampling(params)
         adapters = self._adapter_ids(request.adapters)
         prompt, where = self._prompt_tokens(request)
-        max_tokens = self._max_tokens(len(prompt), params.max_tokens, where)
+        max_tokens = self._max_tokens(len(prompt), params.max_tokens, where, params.fit_max_tokens)
         max_tokens = self.kv_admission.admit(len(prompt), max_tokens, params.max_tokens is not None)
         assert self.tokenizer is not None
         processors = make_request_processors(params, len(prompt))
@@ -466,7 +466,7 @@ class LmBackend(LmScheduling):
             raise RequestError(f"the {where} is empty", param=where)
         return tokens, where
 
-    def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str) -> int:
+    def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str, fit: bool) -> int:
         """The completion budget; raises the OpenAI context_length_exceeded error."""
 
         def too_long(limit: int) -> str:
@@ -478,4 +478,6 @@ class LmBackend(LmScheduling):
                 f"of the {where}."
             )
 
-        return completion_budget(self.context_length, prompt_tokens, max_tokens, where, too_long)
+        return completion_budget(
+            self.context_length, prompt_tokens, max_tokens, where, too_long, fit
+        )

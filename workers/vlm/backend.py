@@ -245,7 +245,9 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         assert self._stream is not None
         with mx.stream(self._stream):
             prompt = self._prompt(request, payloads)
-        max_tokens = self._max_tokens(len(prompt.tokens), params.max_tokens, prompt.where)
+        max_tokens = self._max_tokens(
+            len(prompt.tokens), params.max_tokens, prompt.where, params.fit_max_tokens
+        )
         max_tokens = self.kv_admission.admit(
             len(prompt.tokens), max_tokens, params.max_tokens is not None
         )
@@ -490,7 +492,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             )
         return kwargs
 
-    def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str) -> int:
+    def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str, fit: bool) -> int:
         """The completion budget; raises OpenAI's context_length_exceeded error
         (in the lm worker's words)."""
 
@@ -501,7 +503,9 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                 f"reduce the length of the {where}."
             )
 
-        return completion_budget(self.context_length, prompt_tokens, max_tokens, where, too_long)
+        return completion_budget(
+            self.context_length, prompt_tokens, max_tokens, where, too_long, fit
+        )
 
     # ------------------------------------------------------------ generation
 

@@ -426,6 +426,9 @@ def test_wrong_type_names_key_line_and_value(tmp_path: Path) -> None:
         ("worker_env: {A: yes}", "expected a string, got true; quote the value"),
         ("chat_template_file: 3", "expected a string, got 3"),
         ("model_type: 7", "expected a string, got 7"),
+        ("max_tokens_overflow: cut", "'cut' is not allowed; use one of: clamp, error"),
+        ("context_overflow: drop", "'drop' is not allowed; use one of: error, truncate, summarize"),
+        ("kv_bits: 3", "3 is not allowed; use one of: 4, 8"),
     ],
 )
 def test_out_of_range_and_wrong_type_values(tmp_path: Path, line: str, expected: str) -> None:

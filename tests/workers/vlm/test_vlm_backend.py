@@ -317,6 +317,21 @@ def test_request_checks(run: Run) -> None:
     assert run.backend.counts() == (0, 0)
 
 
+def test_fit_max_tokens_cuts_the_budget_to_the_context(tiny_vlm_path: Path) -> None:
+    limit = 64
+    loaded = Run(tiny_vlm_path, context_length=limit)
+    try:
+        loaded.submit(ask("fit", images=0, max_tokens=5000, fit_max_tokens=True))
+        loaded.submit(ask("strict", images=0, max_tokens=5000))
+        loaded.drain()
+        done = loaded.done("fit")
+        assert done.finish_reason == "length"
+        assert done.usage.prompt_tokens + done.usage.completion_tokens == limit
+        assert loaded.error("strict").code == "context_length_exceeded"
+    finally:
+        loaded.backend.close()
+
+
 def test_unsupported_options_are_refused(run: Run) -> None:
     constrained = ask("constrained", images=0)
     constrained.constraint = Constraint(grammar='start: "x"')
