@@ -252,3 +252,37 @@ def test_the_plan_marks_system_intervals_and_prompt_end() -> None:
     assert cp.plan(0, 1000, 300, 0, cut=True) == {300: cp.SYSTEM}
     parts = cp.segments(list(range(10)), 2, [5, 1, 8, 12])
     assert parts == [[2, 3, 4], [5, 6, 7], [8, 9]]
+
+
+def test_a_new_worker_of_a_hybrid_resumes_from_checkpoints_on_disk(
+    arch_model: ArchModel, tmp_path: Path
+) -> None:
+    """A hybrid's system and prompt checkpoints are written to the disk tier with
+    their entry: a worker started later answers a new first question from the
+    system checkpoint and the next turn from the prompt's."""
+    model = arch_model("nemotron_h")
+    options = {"prompt_cache_dir": str(tmp_path / "kv"), "prompt_cache_disk_bytes": 10**9}
+    system = {"role": "system", "content": SYSTEM}
+    first = [system, {"role": "user", "content": "What does rule 3 say about tools?"}]
+    rec = _recorder(model, **options)
+    try:
+        _chat(rec, "t1", first)
+        prompt_1 = _prompt(rec, first)
+        backend = rec.backend
+        system_end = backend.system_ends.find(
+            backend.tokenizer, first, {}, backend.tool_prompt, prompt_1
+        )
+    finally:
+        rec.close()  # writes the entry and its checkpoints
+    later = _recorder(model, **options)
+    try:
+        question = [system, {"role": "user", "content": "Rule 12, please, in full."}]
+        assert _chat(later, "new", question)[2] == system_end
+        edited = [
+            *first,
+            {"role": "assistant", "content": "Rule 3: cite."},
+            {"role": "user", "content": "And rule 7?"},
+        ]
+        assert _chat(later, "edited", edited)[2] >= len(prompt_1) - 1
+    finally:
+        later.close()
