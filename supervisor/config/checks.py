@@ -291,13 +291,14 @@ def _check_paths(ctx: _Ctx, here: _KeyPath, model: ModelConfig) -> None:
         raise ctx.error((*here, "model_path"), "model_path is empty")
     if _looks_local(base, written):
         resolved = _absolute(base, written)
-        if not os.path.isdir(resolved):
+        gguf = resolved.endswith(".gguf") and os.path.isfile(resolved)
+        if not os.path.isdir(resolved) and not gguf:
             state = "is not a directory" if os.path.exists(resolved) else "does not exist"
             raise ctx.error(
                 (*here, "model_path"),
                 f"local model directory {resolved!r} {state}; fix the path (relative paths "
-                "start from the config file's folder) or give a Hugging Face repo id "
-                "'org/name'",
+                "start from the config file's folder), give a .gguf file, a Hugging Face "
+                "repo id 'org/name' or an Ollama name 'ollama:name:tag'",
             )
         model.model_path = resolved
     if model.chat_template_file is not None:

@@ -23,6 +23,7 @@ import msgspec
 
 from mlx_gateway.supervisor.config.hub_cache import _kind
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
+from mlx_gateway.workers.runtime.cache import gateway_cache_dir
 
 log = logging.getLogger("mlx_gateway.config")
 
@@ -31,12 +32,8 @@ EMBEDDING_TYPES = ("bert", "xlm-roberta", "roberta", "modernbert", "nomic_bert")
 
 
 def state_dir() -> Path:
-    """The gateway's own cache folder: ``$MLX_GATEWAY_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/mlx-gateway`` (``~/.cache/mlx-gateway``)."""
-    if configured := os.environ.get("MLX_GATEWAY_CACHE_DIR"):
-        return Path(configured).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(cache) / "mlx-gateway"
+    """The gateway's own cache folder (see :mod:`...workers.runtime.cache`)."""
+    return gateway_cache_dir()
 
 
 def default_path() -> Path:

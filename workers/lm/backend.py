@@ -82,6 +82,7 @@ from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.lm.checkpoints import checkpoint_settings
 from mlx_gateway.workers.lm.detokenize import Detokenizers
 from mlx_gateway.workers.lm.disk_cache import DiskCache, model_key
+from mlx_gateway.workers.lm.gguf.convert import gguf_model
 from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.loading import (
     context_length_of,
@@ -126,7 +127,12 @@ class LmBackend(LmScheduling):
         def downloading(repo: str) -> None:
             emit(Progress(stage="download", detail=repo))
 
-        path = resolve_model_path(spec.model_path, on_download=downloading)
+        def converting(label: str) -> None:
+            emit(Progress(stage="download", detail=f"converting GGUF {label} to MLX"))
+
+        path = gguf_model(spec.model_path, converting) or resolve_model_path(
+            spec.model_path, on_download=downloading
+        )
         tokenizer_config: dict[str, Any] = {}
         if spec.chat_template_file:
             tokenizer_config["chat_template"] = read_template(spec.chat_template_file)
