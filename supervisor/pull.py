@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
+from mlx_gateway.workers.runtime.ollama_store import PREFIX as OLLAMA_PREFIX
 
 ALLOW_PATTERNS = [
     "*.json",
@@ -112,6 +113,9 @@ def pull_models(
         seen.add(repo)
         print(f"{name}: pulling {repo}", file=out, flush=True)
         started = time.monotonic()
+        if repo.startswith(OLLAMA_PREFIX):
+            _pull_ollama(result, out)
+            continue
         try:
             result.path = Path(fetch(repo, allow_patterns=ALLOW_PATTERNS))
         except GatedRepoError:
@@ -144,6 +148,35 @@ def pull_models(
     return results
 
 
+def _pull_ollama(result: Pulled, out: TextIO) -> None:
+    """Pull an ``ollama:`` name into the gateway's store (converted at its first load)."""
+    from mlx_gateway.workers.runtime.ollama_pull import PullError, pull
+    from mlx_gateway.workers.runtime.ollama_store import OllamaName, own_store
+
+    started = time.monotonic()
+    shown: set[str] = set()
+
+    def report(line: dict[str, Any]) -> None:
+        status = str(line.get("status", ""))
+        total = int(line.get("total") or 0)
+        if total and line.get("completed") == total and status not in shown:
+            shown.add(status)
+            print(f"{result.name}: {status} ({total / 2**20:.1f} MiB)", file=out, flush=True)
+
+    try:
+        name = OllamaName.parse(result.repo)
+        result.path = pull(name, own_store(), report)
+    except ValueError as exc:
+        result.error = str(exc)
+    except PullError as exc:
+        result.error = exc.message
+    result.seconds = time.monotonic() - started
+    if result.error:
+        print(f"{result.name}: FAILED: {result.error}", file=out, flush=True)
+    else:
+        print(f"{result.name}: ready in {result.path} ({result.seconds:.1f} s)", file=out)
+
+
 def _size(path: Path | None) -> int:
     if path is None:
         return 0
@@ -159,9 +192,17 @@ def _size(path: Path | None) -> int:
 
 def add_parser(sub: Any) -> None:
     """Register ``pull`` on the ``mlx-gateway`` subcommand parser ``sub``."""
-    parser = sub.add_parser("pull", help="download every hub model of a config ahead of time")
-    parser.add_argument("--config", required=True, help="YAML file listing the models")
-    parser.add_argument("models", nargs="*", help="only these served names or aliases")
+    parser = sub.add_parser(
+        "pull",
+        help="download models ahead of time: those of a config, or Ollama names / hub ids",
+    )
+    parser.add_argument("--config", help="YAML file listing the models")
+    parser.add_argument(
+        "models",
+        nargs="*",
+        help="with --config: only these served names or aliases; without: Ollama names "
+        "(llama3.2, qwen3:4b) or Hugging Face repo ids to pull and serve from then on",
+    )
 
 
 def run(args: Any) -> int:
@@ -169,6 +210,8 @@ def run(args: Any) -> int:
     bad config or an unknown model name."""
     from mlx_gateway.supervisor.config import ConfigError, load_config
 
+    if args.config is None:
+        return _pull_names(args.models)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -189,4 +232,36 @@ def run(args: Any) -> int:
     done = sum(1 for r in results if r.path is not None)
     skipped = sum(1 for r in results if r.skipped)
     print(f"{done} pulled, {skipped} skipped, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+def _pull_names(names: list[str]) -> int:
+    """``mlx-gateway pull llama3.2 org/repo``: pull each, and serve it from then on
+    (``pulled.json``, as ``/api/pull`` does)."""
+    from mlx_gateway.supervisor.config.pulled import PulledModels, kind_of_snapshot
+    from mlx_gateway.workers.runtime.ollama_store import OllamaName, looks_like_ollama
+
+    if not names:
+        print("mlx-gateway: pull: give --config, or the models to pull", file=sys.stderr)
+        return 2
+    models = []
+    for text in names:
+        try:
+            path = OllamaName.parse(text).model_path if looks_like_ollama(text) else text
+        except ValueError as exc:
+            print(f"mlx-gateway: pull: {exc}", file=sys.stderr)
+            return 2
+        models.append(ModelConfig(model_path=path, served_model_name=text))
+    results = pull_models(GatewayConfig(models=models))
+    pulled = PulledModels.read()
+    for result in results:
+        if result.path is None:
+            continue
+        if result.repo.startswith(OLLAMA_PREFIX):
+            pulled.models[result.repo] = "lm"
+        elif kind := kind_of_snapshot(result.repo, result.path):
+            pulled.models[result.repo] = kind
+    pulled.write()
+    failed = sum(1 for r in results if r.error)
+    print(f"{len(results) - failed} pulled, {failed} failed; served from the next start")
     return 1 if failed else 0

@@ -24,6 +24,8 @@ import msgspec
 from mlx_gateway.supervisor.config.hub_cache import _kind
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
 from mlx_gateway.workers.runtime.cache import gateway_cache_dir
+from mlx_gateway.workers.runtime.ollama_store import PREFIX as OLLAMA_PREFIX
+from mlx_gateway.workers.runtime.ollama_store import OllamaName
 
 log = logging.getLogger("mlx_gateway.config")
 
@@ -95,7 +97,12 @@ def kind_of_snapshot(repo_id: str, snapshot: Path) -> str | None:
 
 
 def entry_for(repo_id: str, kind: str) -> ModelConfig:
-    return ModelConfig(model_path=repo_id, served_model_name=repo_id, model_type=kind)
+    """A pulled model's entry: served by its repo id, or an ``ollama:`` name by the
+    name (``ollama:llama3.2:latest`` as ``llama3.2``; clients may add ``:latest``)."""
+    served = repo_id
+    if repo_id.startswith(OLLAMA_PREFIX):
+        served = OllamaName.parse(repo_id).served
+    return ModelConfig(model_path=repo_id, served_model_name=served, model_type=kind)
 
 
 def with_pulled(config: GatewayConfig, pulled: PulledModels | None = None) -> GatewayConfig:
@@ -107,9 +114,10 @@ def with_pulled(config: GatewayConfig, pulled: PulledModels | None = None) -> Ga
     taken = {name for model in config.models for name in (*model.names, model.model_path)}
     models = list(config.models)
     for repo_id, kind in pulled.models.items():
-        if repo_id not in taken:
-            models.append(entry_for(repo_id, kind))
-            taken.add(repo_id)
+        entry = entry_for(repo_id, kind)
+        if repo_id not in taken and entry.served_model_name not in taken:
+            models.append(entry)
+            taken.update((repo_id, entry.served_model_name))
     for alias, target in pulled.copies.items():
         if alias in taken:
             continue

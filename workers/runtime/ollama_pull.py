@@ -148,7 +148,7 @@ def _fetch_blob(
                 with partial.open("r+b" if done else "wb") as out:
                     out.seek(done)
                     out.truncate()
-                    for chunk in response.iter_bytes(CHUNK):
+                    for chunk in response.iter_bytes():  # as it arrives: a drop keeps it
                         if stop.is_set():
                             raise PullError(
                                 f"pull {name.display}: the client left", 499, resumable=True

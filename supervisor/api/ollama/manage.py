@@ -28,6 +28,7 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.ollama.download import PullFailed, Snapshot, download
 from mlx_gateway.supervisor.api.ollama.names import bare, listed, resolve
+from mlx_gateway.supervisor.api.ollama.registry import pull_ollama
 from mlx_gateway.supervisor.api.ollama.replies import error_line, line, ndjson, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import CopyRequest, ModelRequest
 from mlx_gateway.supervisor.config import GatewayConfig
@@ -37,6 +38,7 @@ from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.memory import hub_cache_dir
 from mlx_gateway.supervisor.pull import is_local
+from mlx_gateway.workers.runtime.ollama_store import PREFIX, OllamaName, looks_like_ollama
 
 log = logging.getLogger("mlx_gateway.pull")
 
@@ -66,21 +68,41 @@ async def _apply(request: Request, pulled: PulledModels, models: list[Any] | Non
 
 
 def _repo_of(request: Request, name: str) -> tuple[str, bool]:
-    """The repo a pull fetches, and whether the name is served already."""
+    """The repo (or ``ollama:`` name) a pull fetches, and whether the name is served
+    already."""
     try:
         handle = resolve(request.app.state.registry, name)
     except ModelNotFound:
         pass
     else:
         return handle.config.model_path, True
+    if looks_like_ollama(name):
+        try:
+            return OllamaName.parse(name).model_path, False
+        except ValueError as exc:
+            raise BadRequest(str(exc), param="model") from None
     repo = bare(name)
     if not REPO_ID.match(repo):
         raise BadRequest(
-            f"'{name}' is not a Hugging Face repo id: this gateway pulls MLX models from the "
-            "Hugging Face hub by their id, such as mlx-community/Qwen3-0.6B-4bit.",
+            f"'{name}' is neither an Ollama name (llama3.2, qwen3:4b) nor a Hugging Face "
+            "repo id (mlx-community/Qwen3-0.6B-4bit).",
             param="model",
         )
     return repo, False
+
+
+async def _pull_ollama(
+    request: Request, model_path: str, served: bool
+) -> AsyncIterator[dict[str, Any]]:
+    async for item in pull_ollama(OllamaName.parse(model_path)):
+        yield item
+    if not served:
+        async with _lock(request):
+            pulled = PulledModels.read()
+            pulled.models[model_path] = "lm"
+            await _apply(request, pulled)
+        log.info("pulled %s: served from now on (converted at its first load)", model_path)
+    yield {"status": "success"}
 
 
 async def _pull(request: Request, repo: str, served: bool) -> AsyncIterator[dict[str, Any]]:
@@ -114,8 +136,10 @@ async def pull(request: Request) -> Response:
     """``POST /api/pull``."""
     req = await read_json(request, ModelRequest)
     repo, served = _repo_of(request, req.target)
-    if is_local(repo):
-        lines: AsyncIterator[dict[str, Any]] = _nothing_to_pull()
+    if repo.startswith(PREFIX):
+        lines: AsyncIterator[dict[str, Any]] = _pull_ollama(request, repo, served)
+    elif is_local(repo):
+        lines = _nothing_to_pull()
     else:
         lines = _pull(request, repo, served)
     if not req.stream:

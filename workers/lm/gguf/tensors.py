@@ -104,7 +104,8 @@ def read_tensors(path: Path, reader: GGUFReader) -> Iterator[Tensor]:
             "Q4_0 types (or an MLX copy of the model)"
         )
     if all(t.tensor_type in MX_LOAD_TYPES for t in reader.tensors):
-        arrays: dict[str, mx.array] = mx.load(str(path))  # type: ignore[assignment]
+        # format: an Ollama blob has no .gguf extension
+        arrays: dict[str, mx.array] = mx.load(str(path), format="gguf")  # type: ignore[assignment]
         for info in reader.tensors:
             stem = info.name.removesuffix(".weight")
             yield Tensor(
