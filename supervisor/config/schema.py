@@ -212,7 +212,8 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     client_keep_alive: bool = True
     """Whether a request's ``keep_alive`` (Ollama's routes; an extra field on the
     OpenAI and Anthropic routes, also as LM Studio's ``ttl``) sets how long its model
-    stays loaded after its last request; ``false``: ignored, ``idle_timeout`` rules."""
+    stays loaded after it (a later request without one gets ``idle_timeout`` again,
+    as in Ollama); ``false``: ignored, ``idle_timeout`` rules."""
     max_keep_alive: _Seconds | None = None
     """Most seconds a client-set lifetime may keep a model loaded after its last
     request (longer ones, and "forever", are cut to it); ``None``: no cap."""
