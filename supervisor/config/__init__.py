@@ -24,7 +24,6 @@ from mlx_gateway.supervisor.config.load import config_from_model_path, load_conf
 from mlx_gateway.supervisor.config.schema import (
     LOG_LEVELS,
     MODEL_TYPES,
-    SERVABLE_KINDS,
     ConfigError,
     GatewayConfig,
     ModelConfig,
@@ -34,7 +33,6 @@ from mlx_gateway.supervisor.config.schema import (
 __all__ = [
     "LOG_LEVELS",
     "MODEL_TYPES",
-    "SERVABLE_KINDS",
     "ConfigError",
     "GatewayConfig",
     "ModelConfig",
