@@ -62,11 +62,8 @@ async def create_translation(request: Request) -> Response:
 def _upload_limit(request: Request) -> float:
     """The largest upload (MiB) any speech model accepts: the model is named inside
     the form, so the body is bounded by this before the model is known."""
-    limits = [
-        handle.config.max_upload_mb
-        for handle in request.app.state.registry.handles
-        if isinstance(handle.config, WhisperConfig)
-    ]
+    configs = [handle.config for handle in request.app.state.registry.handles]
+    limits = [config.max_upload_mb for config in configs if isinstance(config, WhisperConfig)]
     return max(limits, default=DEFAULT_LIMIT_MB)
 
 

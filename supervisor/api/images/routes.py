@@ -131,11 +131,8 @@ def image_store(request: Request) -> ImageStore:
 def _upload_limit(request: Request) -> int:
     """The largest file any edit model accepts: the model is named inside the form,
     so the body is bounded by this before the model is known."""
-    limits = [
-        handle.config.max_image_mb
-        for handle in request.app.state.registry.handles
-        if isinstance(handle.config, ImageConfig) and handle.config.edits
-    ]
+    configs = [handle.config for handle in request.app.state.registry.handles]
+    limits = [c.max_image_mb for c in configs if isinstance(c, ImageConfig) and c.edits]
     return int(max(limits, default=DEFAULT_IMAGE_MB) * MIB)
 
 
