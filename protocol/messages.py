@@ -102,6 +102,10 @@ class TokenLogprob(msgspec.Struct, array_like=True):
 # ---------------------------------------------------------------- gateway → worker
 
 
+IMAGE_PART = "image"
+"""The ``type`` of an image part in a :class:`Generate` message's content."""
+
+
 class Generate(Message, tag="generate"):
     """Text generation: either chat ``messages`` (the worker applies the chat
     template) or a raw ``prompt`` (completions).

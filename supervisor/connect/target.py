@@ -22,6 +22,7 @@ from typing import Any
 
 from mlx_gateway.protocol.kinds import CHAT, MODEL_TYPES, kind_serves
 from mlx_gateway.supervisor.config import GatewayConfig
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.connect.files import ConnectError
 from mlx_gateway.supervisor.connect.needs import Candidate, Needs, NoModelHolds, choose, fits_note
 from mlx_gateway.supervisor.status import StatusError, default_url, fetch_models
@@ -160,7 +161,7 @@ def _by_needs(
     no_tools = {
         m.served_model_name
         for m in (config.models if config else [])
-        if m.tool_call_parser == "none"
+        if isinstance(m, TextModelConfig) and m.tool_call_parser == "none"
     }
     candidates = [Candidate(n, windows.get(n), n not in no_tools) for n in fitting]
     try:

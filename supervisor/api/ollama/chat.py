@@ -33,6 +33,8 @@ from mlx_gateway.supervisor.api.ollama.replies import (
     ollama_errors,
 )
 from mlx_gateway.supervisor.api.ollama.schemas import ChatRequest, GenerateRequest
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive
@@ -207,7 +209,9 @@ def _turn(
     thinking = thinking_of(req.think)
     return TurnRequest(
         messages=messages,
-        sampling=sampling_params(sampling_fields(req.model, options), handle.config),
+        sampling=sampling_params(
+            sampling_fields(req.model, options), settings_as(handle.config, TextModelConfig)
+        ),
         template_kwargs=template_kwargs(None, tools, thinking.enabled),
         thinking_budget=thinking.budget,
         tools=tools,
@@ -320,7 +324,9 @@ async def _raw(
     msg = Generate(
         request_id=f"ollama-{uuid4().hex}",
         prompt=req.prompt or "",
-        sampling=sampling_params(sampling_fields(req.model, options), handle.config),
+        sampling=sampling_params(
+            sampling_fields(req.model, options), settings_as(handle.config, TextModelConfig)
+        ),
     )
     generation = await unless_disconnected(request, Generation.start(handle, msg))
     clock.mark_accepted()
