@@ -338,6 +338,9 @@ class Heartbeat(Message, tag="heartbeat"):
     inflight: int = 0
     queued: int = 0
     memory: Memory = msgspec.field(default_factory=Memory)
+    prefill_tps: float = 0.0
+    """Measured prompt tokens per second of a long prefill (language models, once
+    they read a prompt; 0.0: not measured)."""
 
 
 class Started(Message, tag="started"):

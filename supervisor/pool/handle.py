@@ -123,6 +123,9 @@ class WorkerHandle(Admission):
         self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
+        self.prefill_tps: float | None = None
+        """The prefill speed its workers last measured (tokens per second; kept
+        across restarts of its worker: the same model on the same machine)."""
         self.measured_bytes = 0  # the most its workers reported (kept after a stop)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._state_changed = asyncio.Event()
@@ -205,6 +208,7 @@ class WorkerHandle(Admission):
             draining=self.draining,
             crashes=self.crashes,
             evictions=self.evictions,
+            prefill_tps=self.prefill_tps,
             **facts_fields(extra),
         )
 
@@ -394,8 +398,10 @@ class WorkerHandle(Admission):
                     self._ready_waiters.clear()
             case Progress():
                 self.progress = reply
-            case Heartbeat(memory=memory):
+            case Heartbeat(memory=memory, prefill_tps=prefill_tps):
                 self.memory = memory
+                if prefill_tps > 0:
+                    self.prefill_tps = prefill_tps
                 self.last_heartbeat = time.monotonic()
                 if self.state is WorkerState.READY:
                     self._measured(memory)

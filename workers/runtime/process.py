@@ -208,7 +208,10 @@ def _malformed(dealer: zmq.Socket, frames: list[bytes], exc: Exception) -> None:
 def _heartbeat(dealer: zmq.Socket, mlx: MLXThread) -> None:
     running, queued = mlx.counts()
     memory = measure_memory(mlx.kv_bytes())
-    dealer.send_multipart(pack(Heartbeat(inflight=running, queued=queued, memory=memory)))
+    beat = Heartbeat(
+        inflight=running, queued=queued, memory=memory, prefill_tps=round(mlx.prefill_rate(), 1)
+    )
+    dealer.send_multipart(pack(beat))
     # While the MLX thread is inside a hub download, this thread reports its bytes.
     if moved := DOWNLOAD.take():
         fraction, detail = describe(*moved)
