@@ -16,6 +16,7 @@ _DURATION_KEYS = frozenset(
         "idle_timeout",
         "queue_timeout",
         "hang_timeout",
+        "step_timeout",
         "min_resident_seconds",
         "image_fetch_timeout",
         "image_url_ttl",

@@ -102,7 +102,9 @@ def _normalize_server(ctx: _Ctx, sources: list[tuple[_KeyPath, Any]]) -> dict[st
             )
         set_by[field] = written
         ctx.track(("server", field), written)
-        if field in _DURATION_KEYS:
+        if field == "step_timeout" and value == "auto":
+            value = None
+        elif field in _DURATION_KEYS:
             value = _duration(ctx, ("server", field), value)
         elif field == "log_level" and isinstance(value, str):
             value = value.strip().lower()

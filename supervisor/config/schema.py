@@ -155,6 +155,11 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds a request may wait for its model to load or for a free slot → 503."""
     hang_timeout: _PositiveSeconds = 120.0
     """A busy worker silent (no heartbeat) this long is killed as hung."""
+    step_timeout: _PositiveSeconds | None = None
+    """A worker whose current step (a generation step, a request's checks) shows
+    no progress this long, while its heartbeats go on, is killed as stuck and its
+    requests fail. ``None`` (``auto``): ``hang_timeout``, or 10 times the longest
+    step the worker measured when that is more (see ``pool/stall.py``)."""
     min_resident_seconds: _Seconds = 30.0
     """A busy model that blocks another's load stops taking new requests once it
     has been resident this long, so one model's traffic cannot starve another."""
@@ -207,7 +212,8 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     client_keep_alive: bool = True
     """Whether a request's ``keep_alive`` (Ollama's routes; an extra field on the
     OpenAI and Anthropic routes, also as LM Studio's ``ttl``) sets how long its model
-    stays loaded after its last request; ``false``: ignored, ``idle_timeout`` rules."""
+    stays loaded after it (a later request without one gets ``idle_timeout`` again,
+    as in Ollama); ``false``: ignored, ``idle_timeout`` rules."""
     max_keep_alive: _Seconds | None = None
     """Most seconds a client-set lifetime may keep a model loaded after its last
     request (longer ones, and "forever", are cut to it); ``None``: no cap."""

@@ -54,7 +54,7 @@ from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.pool.keep_alive import lifetime
+from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.inputs import prepare_images
 
@@ -274,6 +274,7 @@ async def generate(request: Request) -> Response:
 async def _load_only(request: Request, handle: ModelHandle, stream: bool, chat: bool) -> Response:
     """An empty request: load the model (or unload it, with ``keep_alive: 0``)."""
     reason = "load"
+    request_started(handle)  # no session: its keep_alive applies here
     if lifetime(handle) == 0:
         reason = "unload"
         stop = getattr(handle, "stop", None)
