@@ -226,7 +226,7 @@ class Turn:
             return await cls._start(handle, turn, request_id)
         except ContextLengthExceeded as exc:
             if policy == "truncate":
-                clamp = handle.config.max_tokens_overflow == "clamp"
+                clamp = text_settings(handle).max_tokens_overflow == "clamp"
                 messages = await overflow.truncate(
                     handle, turn.messages, turn.template_kwargs, exc, clamp
                 )
