@@ -10,8 +10,10 @@ user's own profiles keep working.) The file is edited with tomlkit: its comments
 order and other tables stay as they were. When the model's context length is
 known, ``model_context_window`` and ``model_auto_compact_token_limit`` (the
 context less a completion's room) tell Codex when to compact. (Codex 0.169
-ignores ``model_max_output_tokens``, and its "Model metadata … not found" notice
-goes only with a full ``model_catalog_json`` entry, which is not written.)
+ignores ``model_max_output_tokens``. Its "Model metadata … not found" notice stays:
+only a ``model_catalog_json`` entry silences it, and such an entry must carry the
+instructions Codex sends, which its binary keeps to itself, and replaces Codex's
+whole bundled catalog; see docs/operations.md.)
 """
 
 from __future__ import annotations

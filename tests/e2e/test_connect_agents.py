@@ -217,6 +217,116 @@ def test_connect_codex_then_codex_reaches_the_gateway(
     assert config.read_bytes() == CODEX_CONFIG.encode()
 
 
+CATALOG_ENTRY: dict[str, object] = {
+    "slug": MODEL,
+    "display_name": MODEL,
+    "supported_reasoning_levels": [],
+    "shell_type": "default",
+    "visibility": "none",
+    "supported_in_api": True,
+    "priority": 0,
+    "support_verbosity": False,
+    "truncation_policy": {"mode": "bytes", "limit": 10000},
+    "experimental_supported_tools": [],
+    "context_window": 32768,
+}
+"""A ``model_catalog_json`` entry for the served model with every field Codex 0.169
+requires (found one ``missing field`` error at a time) and the context window, but no
+instructions of its own: ``connect`` has none to give it but Codex's own prompt."""
+
+
+def codex_exec(
+    binary: Path, home: Path, work: Path, *config: str
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, object]]]:
+    """``codex exec --json "Say hello."`` with ``-c`` overrides; the run and its events."""
+    overrides = [arg for setting in config for arg in ("-c", setting)]
+    done = subprocess.run(
+        [str(binary), "exec", "--skip-git-repo-check", "--json", *overrides, "Say hello."],
+        cwd=work,
+        env=clean_env(home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done, events
+
+
+def notices(events: list[dict[str, object]]) -> list[str]:
+    """Codex's own notices (``error`` items of a run that goes on)."""
+    found = []
+    for event in events:
+        item = event.get("item")
+        if event["type"] == "item.completed" and isinstance(item, dict) and item["type"] == "error":
+            found.append(str(item["message"]))
+    return found
+
+
+def input_tokens(events: list[dict[str, object]]) -> int:
+    usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
+    assert isinstance(usage, dict)
+    return int(usage["input_tokens"])
+
+
+def test_codex_metadata_notice_goes_only_with_a_catalog_that_replaces_its_prompt(
+    codex: Path,  # noqa: F811
+    gateway: Gateway,
+    tmp_path: Path,
+) -> None:
+    """Why ``connect codex`` leaves Codex's "Model metadata … not found" notice
+    (docs/operations.md): with Codex 0.169 only a ``model_catalog_json`` entry for the
+    model silences it, that entry must carry the instructions Codex sends (its own
+    prompt, built into the binary, is not used for a catalog entry), and the catalog
+    replaces Codex's whole bundled one. Measured here with the real Codex, so that a
+    release that lifts any of this fails the test."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    connect(home, "codex", "--config", str(gateway.config_path))
+
+    # As connect wrote it: Codex's own instructions go out, with the notice.
+    done, events = codex_exec(codex, home, work)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert notices(events) == [
+        f"Model metadata for `{MODEL}` not found. Defaulting to fallback metadata; "
+        "this can degrade performance and cause issues."
+    ]
+    own_prompt = input_tokens(events)
+
+    # An entry without instructions: Codex refuses the whole catalog and starts nothing.
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"models": [CATALOG_ENTRY]}))
+    setting = f'model_catalog_json="{catalog}"'
+    done, _ = codex_exec(codex, home, work, setting)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert (
+        f"model `{MODEL}` is missing both `base_instructions` and "
+        "`model_messages.instructions_template`" in done.stderr
+    ), done.stderr[-3000:]
+
+    # With empty instructions: no notice, but Codex's prompt is gone from the request.
+    catalog.write_text(json.dumps({"models": [{**CATALOG_ENTRY, "base_instructions": ""}]}))
+    done, events = codex_exec(codex, home, work, setting)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert notices(events) == [], done.stdout
+    assert input_tokens(events) < own_prompt - 2000, (input_tokens(events), own_prompt)
+
+    # And the catalog is all Codex knows: its own models are no longer in it.
+    listed = subprocess.run(
+        [str(codex), "debug", "models", "-c", setting],
+        cwd=work,
+        env=clean_env(home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert [m["slug"] for m in json.loads(listed.stdout)["models"]] == [MODEL]
+
+
 def test_check_says_too_long_and_too_slow_with_the_numbers(
     gateway: Gateway, tmp_path: Path
 ) -> None:
