@@ -208,7 +208,7 @@ async def test_conversation_answers_an_audio_turn_with_text_and_audio(gateway: G
         base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta"
     )
     samples = np.frombuffer(audio, "<i2")
-    # pcm16 at 24 kHz: each sentence is TTS_TOKENS × 64 ms of audio
+    # pcm16 at 24 kHz: each sentence is TTS_TOKENS times 64 ms of audio
     sentence = TTS_TOKENS * 64 * 24
     assert len(samples) >= sentence * 0.98 and np.abs(samples).max() > 100
     transcript = next(e for e in events if e.type == "response.output_audio_transcript.done")
@@ -219,7 +219,13 @@ async def test_conversation_answers_an_audio_turn_with_text_and_audio(gateway: G
 
 async def test_beta_client_text_in_g711_audio_out(gateway: Gateway) -> None:
     """The beta interface: flat session fields, ``response.audio.delta`` names, μ-law."""
-    async with sdk(gateway).beta.realtime.connect(model=LM) as conn:
+    client = openai.AsyncOpenAI(
+        base_url=f"{gateway.base_url}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{gateway.port}/v1",  # beta: wss unless told
+        api_key=KEY,
+        max_retries=0,
+    )
+    async with client.beta.realtime.connect(model=LM) as conn:
         created = await until(conn, "session.created")
         assert created[-1].session.input_audio_format == "pcm16"
         await conn.session.update(
@@ -244,7 +250,8 @@ async def test_beta_client_text_in_g711_audio_out(gateway: Gateway) -> None:
             }
         )
         events = await until(conn, "conversation.item.input_audio_transcription.completed")
-        assert "lazy dog" in events[-1].transcript.lower()
+        # 8 kHz telephone audio: tiny.en mishears the end, not the start
+        assert "quick brown fox" in events[-1].transcript.lower()
         await conn.response.create()
         events = await until(conn, "response.done")
     kinds = types(events)
@@ -263,8 +270,9 @@ async def test_function_call_round_trip(gateway: Gateway) -> None:
         "description": "The weather in a city.",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string"}},
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
             "required": ["city"],
+            "additionalProperties": False,
         },
     }
     async with sdk(gateway).realtime.connect(model=LM) as conn:
@@ -275,7 +283,7 @@ async def test_function_call_round_trip(gateway: Gateway) -> None:
                 "output_modalities": ["text"],
                 "tools": [weather],
                 "tool_choice": "required",
-                "max_output_tokens": 64,
+                "max_output_tokens": 400,
                 "audio": {"input": {"turn_detection": None}},
             }
         )
@@ -290,10 +298,10 @@ async def test_function_call_round_trip(gateway: Gateway) -> None:
         await conn.response.create()
         events = await until(conn, "response.done")
         kinds = types(events)
-        assert "response.function_call_arguments.delta" in kinds
+        assert "response.function_call_arguments.delta" in kinds, events[-1]
         call = next(e for e in events if e.type == "response.function_call_arguments.done")
         assert call.name == "get_weather"
-        assert isinstance(json.loads(call.arguments)["city"], str)
+        assert json.loads(call.arguments)["city"] in ("Paris", "Rome")
         done = events[-1].response
         assert done.output[0].type == "function_call" and done.output[0].call_id == call.call_id
         await conn.conversation.item.create(
@@ -317,8 +325,7 @@ async def test_function_call_round_trip(gateway: Gateway) -> None:
 
 
 async def test_response_cancel_stops_the_lm(gateway: Gateway) -> None:
-    marker = "cancelled after"
-    before = gateway.log().count(marker)
+    before = len(cancelled_lines(gateway, "generation"))
     async with sdk(gateway).realtime.connect(model=LM) as conn:
         await until(conn, "session.created")
         await conn.session.update(
@@ -346,13 +353,84 @@ async def test_response_cancel_stops_the_lm(gateway: Gateway) -> None:
         await conn.response.cancel()
         error = (await until(conn, "error"))[-1]
         assert error.error.code == "response_cancel_not_active"
-    lines = lambda: [  # noqa: E731
-        line for line in gateway.log().splitlines() if "generation" in line and marker in line
-    ]
-    assert await asyncio.to_thread(wait_until, lambda: len(lines()) > 0, 30), gateway.log()[-3000:]
-    assert before == 0 or gateway.log().count(marker) > before
-    tokens = int(lines()[-1].split(marker)[1].split()[0])
+    lines = lambda: cancelled_lines(gateway, "generation")  # noqa: E731
+    assert await asyncio.to_thread(wait_until, lambda: len(lines()) > before, 30)
+    tokens = int(lines()[-1].split("cancelled after")[1].split()[0])
     assert tokens < 4096
+
+
+def cancelled_lines(gateway: Gateway, what: str) -> list[str]:
+    """The workers' log lines of cancelled requests (``generation …`` for the lm,
+    ``speech …`` for the tts worker)."""
+    return [
+        line
+        for line in gateway.log().splitlines()
+        if f"{what} " in line and "cancelled after" in line
+    ]
+
+
+async def test_barge_in_cancels_the_response_and_truncates_it(gateway: Gateway) -> None:
+    lm_before = len(cancelled_lines(gateway, "generation"))
+    async with sdk(gateway).realtime.connect(model=LM) as conn:
+        await until(conn, "session.created")
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "output_modalities": ["audio"],
+                "max_output_tokens": 4096,
+                "audio": {
+                    "input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 400}}
+                },
+            }
+        )
+        await until(conn, "session.updated")
+        audio = fox(24_000).tobytes()
+        await append(conn, audio, 4800)
+        await until(conn, "response.output_audio_transcript.delta")
+        # the user speaks again while the answer is being written and spoken
+        await append(conn, audio, 4800)
+        events = await until(conn, "response.done")
+        kinds = types(events)
+        assert "input_audio_buffer.speech_started" in kinds
+        done = events[-1].response
+        assert done.status == "cancelled" and done.status_details.reason == "turn_detected"
+        truncated = (await until(conn, "conversation.item.truncated"))[-1]
+        assert truncated.item_id == done.output[0].id
+        # the new turn is answered in its turn
+        await until(conn, "response.created")
+        await conn.response.cancel()
+        await until(conn, "response.done")
+    # the lm worker stopped the interrupted generation
+    assert await asyncio.to_thread(
+        wait_until, lambda: len(cancelled_lines(gateway, "generation")) > lm_before, 30
+    )
+
+
+async def test_a_client_that_vanishes_frees_everything(gateway: Gateway) -> None:
+    lm_before = len(cancelled_lines(gateway, "generation"))
+    conn = await sdk(gateway).realtime.connect(model=LM).enter()
+    await until(conn, "session.created")
+    await conn.session.update(
+        session={
+            "type": "realtime",
+            "output_modalities": ["text"],
+            "max_output_tokens": 4096,
+            "audio": {"input": {"turn_detection": None}},
+        }
+    )
+    await conn.conversation.item.create(
+        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go."}]}
+    )
+    await conn.response.create()
+    await until(conn, "response.output_text.delta")
+    conn._connection.transport.abort()  # gone without a close frame
+    assert await asyncio.to_thread(
+        wait_until, lambda: len(cancelled_lines(gateway, "generation")) > lm_before, 30
+    )
+    headers = {"Authorization": f"Bearer {KEY}"}
+    model = lambda: httpx.get(f"{gateway.base_url}/v1/models/{LM}", headers=headers).json()  # noqa: E731
+    assert await asyncio.to_thread(wait_until, lambda: model().get("inflight") == 0, 30), model()
+    assert "realtime session" in gateway.log() and "closed" in gateway.log()
 
 
 # ------------------------------------------------------------------ errors, auth

@@ -172,7 +172,8 @@ class ResponseRun:
         else:
             source = self.conversation
         messages = await source.messages(plan.instructions)
-        tools = ToolSpec(plan.tools, plan.tool_choice if plan.tools else "auto")
+        # one call per response: a voice agent answers each before it speaks on
+        tools = ToolSpec(plan.tools, plan.tool_choice if plan.tools else "auto", parallel=False)
         fields = SamplingFields(
             model=self.lm.name, max_tokens=plan.max_output_tokens, temperature=plan.temperature
         )
