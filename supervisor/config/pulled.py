@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from mlx_gateway.supervisor.config.hub_cache import _kind
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
 
 log = logging.getLogger("mlx_gateway.config")
@@ -98,7 +99,7 @@ def kind_of_snapshot(repo_id: str, snapshot: Path) -> str | None:
 
 
 def entry_for(repo_id: str, kind: str) -> ModelConfig:
-    return ModelConfig(model_path=repo_id, served_model_name=repo_id, model_type=kind)
+    return model_entry(kind, model_path=repo_id, served_model_name=repo_id)
 
 
 def with_pulled(config: GatewayConfig, pulled: PulledModels | None = None) -> GatewayConfig:

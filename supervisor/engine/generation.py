@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, Prefilled, Started
 from mlx_gateway.supervisor import recorder
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
@@ -88,7 +89,8 @@ class Generation:
         call = WorkerCall(handle, msg, payloads, prepare=prepare)
         begun = time.monotonic()
         generation = cls(call, await call.first(), handle.name, msg.request_id, begun)
-        generation.stream_interval = handle.config.stream_interval
+        if isinstance(handle.config, TextModelConfig):
+            generation.stream_interval = handle.config.stream_interval
         return generation
 
     def __aiter__(self) -> Generation:

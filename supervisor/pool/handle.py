@@ -35,6 +35,7 @@ from mlx_gateway.protocol.messages import (
     Reply,
     Request,
     Shutdown,
+    StepProgress,
 )
 from mlx_gateway.protocol.spec import SPAWNED_AT_ENV, WorkerSpec
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
@@ -69,6 +70,7 @@ from mlx_gateway.supervisor.pool.spawn import (
     WorkerCommand,
     start_process,
 )
+from mlx_gateway.supervisor.pool.stall import step_now
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 from mlx_gateway.supervisor.pool.status import LoadProgress, ModelStatus, facts_fields
 from mlx_gateway.supervisor.pool.worker_spec import (
@@ -123,6 +125,8 @@ class WorkerHandle(Admission):
         self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
+        self.step: StepProgress | None = None  # as of the last heartbeat (see .stall)
+        self.stalls: dict[str, int] = {}  # workers killed for a stuck step, by its kind
         self.measured_bytes = 0  # the most its workers reported (kept after a stop)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._state_changed = asyncio.Event()
@@ -203,7 +207,9 @@ class WorkerHandle(Admission):
             load_progress=progress,
             pinned=self.pinned,
             draining=self.draining,
+            step=step_now(self.step, self.last_heartbeat) if memory else None,
             crashes=self.crashes,
+            stalls=sum(self.stalls.values()),
             evictions=self.evictions,
             **facts_fields(extra),
         )
@@ -261,6 +267,10 @@ class WorkerHandle(Admission):
     def _changed(self) -> None:
         if self.placement is not None:
             self.placement.notify()
+
+    @property
+    def killed(self) -> bool:  # sent SIGKILL, not exited yet
+        return self._proc is not None and bool(self._proc.kill_reason)
 
     async def kill(self, reason: str) -> None:
         """SIGKILL the worker now (it hung); its requests fail with ``reason``."""
@@ -384,7 +394,7 @@ class WorkerHandle(Admission):
         match reply:
             case Ready(facts=facts, memory=memory):
                 if self.state is WorkerState.STARTING:
-                    self.facts, self.memory, self.progress = facts, memory, None
+                    self.facts, self.memory, self.progress, self.step = facts, memory, None, None
                     self._measured(memory)
                     self.failures, self.last_error = 0, None
                     self.last_used, self.last_used_wall = time.monotonic(), time.time()
@@ -394,9 +404,8 @@ class WorkerHandle(Admission):
                     self._ready_waiters.clear()
             case Progress():
                 self.progress = reply
-            case Heartbeat(memory=memory):
-                self.memory = memory
-                self.last_heartbeat = time.monotonic()
+            case Heartbeat(memory=memory, step=step):
+                self.memory, self.step, self.last_heartbeat = memory, step, time.monotonic()
                 if self.state is WorkerState.READY:
                     self._measured(memory)
             case Error(message=message):

@@ -4,8 +4,11 @@ HOME and no environment variable of ours: the client's own config file, as
 survive, and ``--undo`` puts the file back byte for byte.
 
 The CLIs come from the npm registry at the releases the other agent tests pin
-(their fixtures install them); the model is the tiny random llama with 32k
-positions, served by a whole ``mlx-gateway launch`` process that needs a key.
+(their fixtures install them). A whole ``mlx-gateway launch`` process that needs a
+key serves two chat models: first a tiny random llama with a 2,048-token context
+(too short for either client's first request), then the same llama with 32k
+positions; ``connect`` must choose the second, tell the client its context, and
+``--check`` it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .test_coding_agents_anthropic import claude_code  # noqa: F401  (same, Clau
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny-connected"
+SHORT = "tiny-short"
 KEY = "sk-connect-test"
 
 CLAUDE_SETTINGS = (
@@ -51,7 +55,9 @@ trust_level = "trusted"
 
 
 @pytest.fixture(scope="module")
-def gateway(tiny_lm_32k_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def gateway(
+    tiny_lm_path: Path, tiny_lm_32k_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("connect")
     model = {
         "model_path": str(tiny_lm_32k_path),
@@ -59,7 +65,8 @@ def gateway(tiny_lm_32k_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
         "idle_timeout": 0,
         "on_demand": False,
     }
-    gw = Gateway(tmp, [model], api_keys=[KEY])
+    short = {**model, "model_path": str(tiny_lm_path), "served_model_name": SHORT}
+    gw = Gateway(tmp, [short, model], api_keys=[KEY])
     try:
         yield gw
     finally:
@@ -107,7 +114,8 @@ def test_connect_claude_code_then_claude_reaches_the_gateway(
     settings = home / ".claude" / "settings.json"
     settings.parent.mkdir(parents=True)
     settings.write_text(CLAUDE_SETTINGS)
-    connect(home, "claude-code", "--config", str(gateway.config_path))
+    done = connect(home, "claude-code", "--config", str(gateway.config_path), "--check")
+    assert "check: OK: tiny-connected's 32,768-token context holds Claude Code's" in done.stdout
 
     merged = json.loads(settings.read_text())
     assert merged["theme"] == "dark"
@@ -116,7 +124,8 @@ def test_connect_claude_code_then_claude_reaches_the_gateway(
     assert env["MY_OWN_VARIABLE"] == "kept"
     assert env["ANTHROPIC_BASE_URL"] == gateway.base_url
     assert env["ANTHROPIC_AUTH_TOKEN"] == KEY
-    assert env["ANTHROPIC_MODEL"] == MODEL
+    assert env["ANTHROPIC_MODEL"] == MODEL  # not the first entry: its context is too short
+    assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "32768"
 
     before = requests_to(gateway, "/v1/messages")
     run = subprocess.run(
@@ -159,6 +168,7 @@ def test_connect_codex_then_codex_reaches_the_gateway(
     assert merged["approval_policy"] == "never" and not merged["check_for_update_on_startup"]
     assert merged["projects"] == {"/somewhere/else": {"trust_level": "trusted"}}
     assert (merged["model"], merged["model_provider"]) == (MODEL, "mlx-gateway")
+    assert merged["model_context_window"] == 32768
     provider = merged["model_providers"]["mlx-gateway"]
     assert provider["wire_api"] == "responses"
     assert provider["base_url"] == f"{gateway.base_url}/v1"
@@ -181,6 +191,8 @@ def test_connect_codex_then_codex_reaches_the_gateway(
     assert "turn.completed" in kinds and "turn.failed" not in kinds, report
     usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
     assert usage["input_tokens"] > 4000  # Codex's instructions reached the model
+    # The context it was told is one it reads (no "ignored setting" warning).
+    assert "is ignored" not in done.stderr, report
     assert requests_to(gateway, "/v1/responses") > before
 
     connect(home, "codex", "--undo")

@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -43,7 +44,7 @@ def conversation(pairs: int = 10) -> list[dict[str, Any]]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def app(tiny_lm_path: Path, tiny_lm_32k_path: Path) -> AsyncIterator[Starlette]:
     def entry(name: str, policy: Any, path: Path = tiny_lm_path, limit: int = LIMIT) -> ModelConfig:
-        return ModelConfig(
+        return model_entry(
             model_path=str(path),
             served_model_name=name,
             idle_timeout=0,

@@ -270,6 +270,18 @@ class LmBackend(LmScheduling):
             log.exception("writing the prompt cache to disk failed")
         super().close()
 
+    def step_label(self) -> str:
+        """``prefill of 4096 tokens``, ``decode of 2 requests``, or both."""
+        actives = list(self._by_id.values())
+        prefill = [a for a in actives if a.solo is None and not a.decoding]
+        decode = len(actives) - len(prefill)
+        parts = []
+        if prefill:
+            parts.append(f"prefill of {sum(a.prompt_tokens for a in prefill)} tokens")
+        if decode or not prefill:
+            parts.append(f"decode of {decode} request{'s' if decode != 1 else ''}")
+        return ", ".join(parts)
+
     def _new_generator(self) -> BatchGenerator:
         spec = self._spec
         assert spec is not None and self.tokenizer is not None

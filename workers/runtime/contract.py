@@ -159,6 +159,12 @@ class Backend(ABC):
         """Called while idle, every :attr:`idle_interval` seconds (rank 0 of a
         sharded model tells the other ranks it is alive)."""
 
+    def step_label(self) -> str:
+        """What the next :meth:`step` does, in a few words for a stall report
+        (``decode of 2 requests``); read on the MLX thread before each step."""
+        running, queued = self.counts()
+        return f"step ({running} running, {queued} queued)"
+
     def generation_stream(self) -> mx.Stream | None:
         """The MLX stream the backend generates on, where it made its own (collective
         operations of a sharded model are queued behind its work)."""

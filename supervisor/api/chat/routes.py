@@ -22,6 +22,8 @@ from mlx_gateway.supervisor.api.chat.objects import (
     logprobs_out,
 )
 from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
@@ -145,7 +147,7 @@ def plain(turn: Turn) -> bool:
         and not request.tools.active
         and request.logprobs is None
         and resolve_reasoning(
-            turn.handle.config.reasoning_parser,
+            settings_as(turn.handle.config, TextModelConfig).reasoning_parser,
             turn.handle.facts.extra if turn.handle.facts is not None else None,
         )
         is None

@@ -95,6 +95,20 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         each(lambda h: h.crashes),
     )
     yield from counter_of(
+        "mlx_gateway_model_stalls_total",
+        "Workers killed because a step made no progress past step_timeout while the "
+        "process lived, by the step's kind (decode, prefill, checks…).",
+        ("model", "step"),
+        (((h.name, phase), float(n)) for h in handles for phase, n in h.stalls.items()),
+    )
+    yield from gauge(
+        "mlx_gateway_model_step_stalled_seconds",
+        "Seconds the worker's current step has made no progress, as of its last "
+        "heartbeat (0 between steps).",
+        ("model",),
+        each(lambda h: h.step.stalled_for if h.step is not None else None),
+    )
+    yield from counter_of(
         "mlx_gateway_model_evictions_total",
         "Times the model was stopped to make room for another one.",
         ("model",),

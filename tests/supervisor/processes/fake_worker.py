@@ -27,6 +27,9 @@ Per request, the last message's text (or the prompt) decides:
 
 * ``crash``: emits a few chunks, then the process kills itself with SIGKILL.
 * ``hang``: never answers (a cancel still ends it).
+* ``stuck``: as a model whose forward pass blocks: after Started nothing more
+  happens on any request (cancels included), while the heartbeats go on and report
+  the step ``decode of N requests`` stalled since then.
 * ``reject``: an Error 400 before Started (like a context overflow).
 * ``overflow <limit> …``: a context overflow in a context of ``<limit>`` tokens, as
   the real worker reports it (with ``Error.overflow``: the message's words as the
@@ -80,6 +83,7 @@ from mlx_gateway.protocol.messages import (
     Ready,
     Shutdown,
     Started,
+    StepProgress,
     Tokenize,
     Tokens,
     Usage,
@@ -183,6 +187,15 @@ def main() -> None:
     active: dict[str, Active] = {}
     shutting_down_at: float | None = None
     last_beat = time.monotonic()
+    steps = 0
+    stuck_since: float | None = None
+
+    def progress() -> StepProgress:
+        if stuck_since is None:
+            return StepProgress(steps=steps, longest=STEP)
+        what = f"decode of {len(active)} requests"
+        return StepProgress(steps, what, time.monotonic() - stuck_since, STEP)
+
     while True:
         if os.getppid() != args.parent_pid:
             print("gateway gone; exiting", flush=True)
@@ -234,6 +247,9 @@ def main() -> None:
                     )
                     if behaviour == "hang":  # tests wait for this line, not a fixed time
                         print(f"hanging {request.request_id}", flush=True)
+                    if behaviour == "stuck":
+                        print(f"step stuck in {request.request_id}", flush=True)
+                        stuck_since = time.monotonic()
                     if behaviour == "prefill":
                         seconds = float(words[1]) if len(words) > 1 else 1.0
                         item.prefill_until = time.monotonic() + seconds
@@ -268,6 +284,8 @@ def main() -> None:
                 case Detokenize(request_id=rid, tokens=ids):
                     send(Tokens(request_id=rid, text=" ".join(str(t) for t in ids)))
                     send(Done(request_id=rid, finish_reason="stop"))
+                case Cancel(request_id=rid) if stuck_since is not None:
+                    print(f"cancel for {rid}: the step is stuck", flush=True)
                 case Cancel(request_id=rid) if rid not in active:
                     print(f"cancel for {rid}: not running", flush=True)
                 case Cancel(request_id=rid) if rid in active:
@@ -286,7 +304,7 @@ def main() -> None:
                     until = time.monotonic() + max(grace, 0.0)
                     shutting_down_at = min(shutting_down_at or until, until)
                 case Ping():
-                    send(Heartbeat(inflight=len(active)))
+                    send(Heartbeat(inflight=len(active), step=progress()))
                 case _:
                     pass
         if shutting_down_at is not None and (not active or time.monotonic() >= shutting_down_at):
@@ -301,7 +319,9 @@ def main() -> None:
             print("shutdown", flush=True)
             return
         chunks, finished = [], []
-        for item in active.values():
+        if active and stuck_since is None:
+            steps += 1
+        for item in active.values() if stuck_since is None else ():
             if item.behaviour == "hang":
                 continue
             if item.halfway is not None and time.monotonic() >= item.halfway:
@@ -337,7 +357,7 @@ def main() -> None:
             )
         if time.monotonic() - last_beat > spec.heartbeat_interval:
             last_beat = time.monotonic()
-            send(Heartbeat(inflight=len(active), memory=Memory(rss=rss)))
+            send(Heartbeat(inflight=len(active), memory=Memory(rss=rss), step=progress()))
 
 
 if __name__ == "__main__":

@@ -139,9 +139,9 @@ function renderModels() {
       <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}${expiry(m)}</td>
       <td data-label="Memory">${bytes(need)}${m.memory == null && need != null ? ' <span class="muted">(est.)</span>' : ""}<div class="bar"><span style="width:${width}%"></span></div></td>
       <td data-label="Fits?">${fitText(m.fit)}</td>
-      <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div></td>
+      <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div>${m.step ? `<div class="muted">step: ${escapeHtml(m.step)}</div>` : ""}</td>
       <td data-label="Activity">${sparkline(m.id)}</td>
-      <td data-label="Last error">${m.error ? escapeHtml(m.error) : '<span class="muted">–</span>'}${m.crashes ? `<div class="muted">${m.crashes} crash(es)</div>` : ""}</td>
+      <td data-label="Last error">${m.error ? escapeHtml(m.error) : '<span class="muted">–</span>'}${m.crashes ? `<div class="muted">${m.crashes} crash(es)${m.stalls ? `, ${m.stalls} stuck` : ""}</div>` : ""}</td>
       <td class="actions">
         <button data-action="load" ${m.state === "ready" || m.state === "loading" ? "disabled" : ""}>Load</button>
         <button data-action="unload" ${m.state === "unloaded" ? "disabled" : ""}>Unload</button>
