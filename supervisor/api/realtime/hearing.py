@@ -27,6 +27,8 @@ from mlx_gateway.supervisor.api.realtime.vad import (
     TurnDetection,
     load_detector,
 )
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.multipart import MIB
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -117,8 +119,12 @@ async def transcribe(
     audio, item.audio = item.audio, b""  # the gateway keeps no copy past this
     text = ""
     try:
-        if len(audio) > handle.config.max_upload_mb * MIB:
-            raise BadRequest("The audio is over the model's max_upload_mb.", code="audio_too_long")
+        limit_mb = settings_as(handle.config, WhisperConfig).max_upload_mb
+        if len(audio) > limit_mb * MIB:
+            raise BadRequest(
+                f"The turn's audio is over the model's max_upload_mb ({limit_mb}).",
+                code="audio_too_long",
+            )
         msg = Transcribe(
             request_id=f"rt-{uuid4().hex}",
             filename="realtime.wav",

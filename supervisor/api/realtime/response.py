@@ -31,6 +31,9 @@ from mlx_gateway.supervisor.api.realtime.conversation import Conversation, Item,
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
 from mlx_gateway.supervisor.api.speech.synthesis import Speech
 from mlx_gateway.supervisor.api.wyoming.sentences import SentenceBuffer
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
@@ -179,7 +182,7 @@ class ResponseRun:
         )
         turn = TurnRequest(
             messages=messages,
-            sampling=sampling_params(fields, self.lm.config),
+            sampling=sampling_params(fields, settings_as(self.lm.config, TextModelConfig)),
             template_kwargs=template_kwargs(None, tools, enable_thinking=False),
             tools=tools,
             call_id_prefix="call_",
@@ -332,7 +335,7 @@ class ResponseRun:
             item = await self._open_message()
             msg = Synthesize(
                 request_id=f"rt-{uuid4().hex}",
-                input=sentence[: self.tts.config.max_input_chars],
+                input=sentence[: settings_as(self.tts.config, TtsConfig).max_input_chars],
                 voice=plan.voice,
                 speed=plan.speed,
                 response_format=plan.output_format.worker_format,

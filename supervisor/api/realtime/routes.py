@@ -21,6 +21,7 @@ from starlette.websockets import WebSocket
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
 from mlx_gateway.supervisor.api.realtime.session import Models, RealtimeSession
 from mlx_gateway.supervisor.api.realtime.settings import Settings, Transcription
+from mlx_gateway.supervisor.config.realtime import RealtimeConfig
 from mlx_gateway.supervisor.engine.kinds import (
     CHAT_KINDS,
     SPEECH_KINDS,
@@ -60,6 +61,7 @@ async def realtime(websocket: WebSocket) -> None:
 def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     registry = websocket.app.state.registry
     handles: list[ModelHandle] = registry.handles
+    chosen: RealtimeConfig = websocket.app.state.config.realtime
     query = websocket.query_params
     intent = query.get("intent") or "conversation"
     if intent not in ("conversation", "transcription"):
@@ -70,6 +72,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     name = query.get("model")
 
     def whisper(model: str | None) -> ModelHandle:
+        model = model or chosen.transcription_model
         if model:
             handle = registry.resolve(model)
             require_kind(handle, TRANSCRIPTION_KINDS, f"{ENDPOINT} transcription")
@@ -84,8 +87,9 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         return found[0]
 
     speakers = [h for h in handles if kind_of(h) in SPEECH_KINDS]
-    tts = speakers[0] if speakers else None
-    settings = Settings()
+    tts = registry.resolve(chosen.speech_model) if chosen.speech_model else None
+    tts = tts or (speakers[0] if speakers else None)
+    settings = Settings(voice=chosen.voice)
     if tts is None:
         settings.modalities = ["text"]
     if intent == "transcription":
