@@ -362,6 +362,9 @@ class Heartbeat(Message, tag="heartbeat"):
     queued: int = 0
     memory: Memory = msgspec.field(default_factory=Memory)
     step: StepProgress = msgspec.field(default_factory=StepProgress)
+    prefill_tps: float = 0.0
+    """Measured prompt tokens per second of a long prefill (language models, once
+    they read a prompt; 0.0: not measured)."""
 
 
 class Started(Message, tag="started"):

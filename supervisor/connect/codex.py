@@ -32,9 +32,17 @@ NEEDS = Needs(
     "Codex",
     tokens=9_643,
     measured_on="Codex CLI 0.169.0 (`codex exec`, 9 default tools)",
+    system_tokens=5_269,
+    tool_tokens=4_374,
+    tool_count=9,
+    watchdog=300.0,
+    watchdog_setting="stream_idle_timeout_ms of [model_providers.mlx-gateway], "
+    "300000 ms by default",
 )
 """Its first request, captured: 5,269 tokens of instructions and input, 4,374 of
-tool definitions (GPT-2 BPE)."""
+tool definitions (GPT-2 BPE). Its watchdog: a provider's ``stream_idle_timeout_ms``
+(300,000 by default in 0.169.0's ``ModelProviderInfo``): the longest wait between
+two events of a Responses stream, the first one included."""
 
 
 def path(env: Mapping[str, str]) -> Path:

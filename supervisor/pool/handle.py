@@ -127,6 +127,9 @@ class WorkerHandle(Admission):
         self.last_heartbeat = 0.0
         self.step: StepProgress | None = None  # as of the last heartbeat (see .stall)
         self.stalls: dict[str, int] = {}  # workers killed for a stuck step, by its kind
+        self.prefill_tps: float | None = None
+        """The prefill speed its workers last measured (tokens per second; kept
+        across restarts of its worker: the same model on the same machine)."""
         self.measured_bytes = 0  # the most its workers reported (kept after a stop)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._state_changed = asyncio.Event()
@@ -211,6 +214,7 @@ class WorkerHandle(Admission):
             crashes=self.crashes,
             stalls=sum(self.stalls.values()),
             evictions=self.evictions,
+            prefill_tps=self.prefill_tps,
             **facts_fields(extra),
         )
 
@@ -404,8 +408,10 @@ class WorkerHandle(Admission):
                     self._ready_waiters.clear()
             case Progress():
                 self.progress = reply
-            case Heartbeat(memory=memory, step=step):
+            case Heartbeat(memory=memory, step=step, prefill_tps=prefill_tps):
                 self.memory, self.step, self.last_heartbeat = memory, step, time.monotonic()
+                if prefill_tps > 0:
+                    self.prefill_tps = prefill_tps
                 if self.state is WorkerState.READY:
                     self._measured(memory)
             case Error(message=message):

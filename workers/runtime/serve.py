@@ -92,6 +92,17 @@ class MLXThread(threading.Thread):
             log.debug("reading the KV cache size failed", exc_info=True)
             return 0, 0, 0
 
+    def prefill_rate(self) -> float:
+        """The backend's measured prefill speed (tokens per second; 0.0: unknown)."""
+        backend = self.backend
+        if backend is None:
+            return 0.0
+        try:
+            return float(backend.prefill_rate())
+        except Exception:  # a figure for a heartbeat must never break the worker
+            log.debug("reading the prefill rate failed", exc_info=True)
+            return 0.0
+
     def emit(self, msg: Reply, payloads: Sequence[bytes | memoryview] = ()) -> None:
         """Send ``msg``, followed by binary ``payloads`` (e.g. an embedding matrix)."""
         assert self._push is not None
