@@ -354,6 +354,10 @@ class Heartbeat(Message, tag="heartbeat"):
     queued: int = 0
     memory: Memory = msgspec.field(default_factory=Memory)
     step: StepProgress = msgspec.field(default_factory=StepProgress)
+    finished: int = 0
+    """Requests that ran and ended with ``Done`` since the worker started (a
+    request refused with an ``Error`` does not count): the gateway learns the
+    model's memory need only from heartbeats after requests that ran."""
 
 
 class Started(Message, tag="started"):

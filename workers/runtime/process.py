@@ -211,7 +211,7 @@ def _malformed(dealer: zmq.Socket, frames: list[bytes], exc: Exception) -> None:
 def _heartbeat(dealer: zmq.Socket, mlx: MLXThread) -> None:
     running, queued = mlx.counts()
     memory = measure_memory(mlx.kv_bytes())
-    beat = Heartbeat(inflight=running, queued=queued, memory=memory, step=mlx.clock.snapshot())
+    beat = Heartbeat(running, queued, memory, mlx.clock.snapshot(), mlx.finished)
     dealer.send_multipart(pack(beat))
     # While the MLX thread is inside a hub download, this thread reports its bytes.
     if moved := DOWNLOAD.take():
