@@ -147,6 +147,7 @@ class Generation:
                 return reply
             case Prefilled():
                 self.prefilled = reply
+                recorder.note_prefilled(reply.done, reply.total)
             case Done(usage=usage):
                 self._finished = True
                 recorder.note_done(

@@ -1,0 +1,75 @@
+"""``GET /v1/requests`` and ``POST /v1/requests/{id}/cancel``: the requests the
+gateway is answering now, and a way to stop one (admin endpoints).
+
+Each HTTP request has a record (:mod:`...recorder`) from its arrival to the end of
+its response: its id (the ``X-Request-Id`` of its answer, the chat completion's or
+message's ``id`` where it has one), model, path, client address, age, phase and
+tokens so far. A request whose model is loading shows ``loading`` instead of
+``queued``. Cancelling ends it as a client's disconnect would: its task is
+cancelled, the worker stops it at its next step, and the connection is closed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.recorder import RequestRecord
+
+
+def _phase(record: RequestRecord, states: dict[str, str]) -> str:
+    if record.phase == "queued" and states.get(record.model or "") == "loading":
+        return "loading"
+    return record.phase
+
+
+def describe(record: RequestRecord, now: float, states: dict[str, str]) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "model": record.model,
+        "path": record.path,
+        "client": record.client,
+        "age": round(now - record.started, 3),
+        "phase": _phase(record, states),
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+    }
+
+
+def _live(request: Request) -> list[RequestRecord]:
+    """The running requests, these admin calls themselves left out."""
+    return [
+        r for r in request.app.state.metrics.live.values() if not r.path.startswith("/v1/requests")
+    ]
+
+
+async def list_requests(request: Request) -> Response:
+    """``{"object": "list", "data": [...]}``: the requests in flight or queued,
+    oldest first."""
+    states = {h.name: h.status().state for h in request.app.state.registry.handles}
+    now = time.monotonic()
+    records = sorted(_live(request), key=lambda r: r.started)
+    return JSONResponse({"object": "list", "data": [describe(r, now, states) for r in records]})
+
+
+async def cancel_request(request: Request) -> Response:
+    """End the request ``id`` as a client's disconnect would; 404 when no request
+    with that id runs (it may have ended)."""
+    wanted = request.path_params["request_id"]
+    record = next((r for r in _live(request) if r.id == wanted), None)
+    if record is None or record.task is None or record.task.done():
+        raise GatewayError(
+            f"no request '{wanted}' is running (it may have ended); GET /v1/requests "
+            "lists the running ones",
+            status=404,
+            type="invalid_request_error",
+            param="request_id",
+            code="request_not_found",
+        )
+    record.task.cancel(f"cancelled by an admin request (POST /v1/requests/{wanted}/cancel)")
+    return JSONResponse({"id": wanted, "object": "request.cancelled", "cancelled": True})
