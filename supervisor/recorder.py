@@ -15,7 +15,8 @@ import asyncio
 import contextvars
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mlx_gateway.supervisor.metrics import Counter, Histogram
@@ -40,6 +41,9 @@ class RequestRecord:
     task: asyncio.Task[object] | None = None
     """The task answering it: cancelling it ends the request as a client's
     disconnect would."""
+    aborts: list[Callable[[BaseException], bool]] = field(default_factory=list)
+    """Its worker calls' ``abort``: end them with an error the client sees in its
+    API's shape (see :func:`note_abort`)."""
     model: str | None = None
     first_token: float | None = None
     prompt_tokens: int = 0
@@ -112,6 +116,13 @@ def note_started(prompt_tokens: int) -> None:
     if record is not None:
         record.prompt_tokens = prompt_tokens
         record.phase = f"prefill 0/{prompt_tokens}"
+
+
+def note_abort(abort: Callable[[BaseException], bool]) -> None:
+    """A worker call of the request that an admin's cancel may end with an error."""
+    record = _current.get()
+    if record is not None:
+        record.aborts.append(abort)
 
 
 def note_prefilled(done: int, total: int) -> None:

@@ -86,6 +86,7 @@ class Generation:
         model failed to load) with nothing left open."""
         recorder.note_model(handle.name)
         call = WorkerCall(handle, msg, payloads, prepare=prepare)
+        recorder.note_abort(call.abort)
         begun = time.monotonic()
         generation = cls(call, await call.first(), handle.name, msg.request_id, begun)
         generation.stream_interval = handle.config.stream_interval

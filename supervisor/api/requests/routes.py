@@ -5,8 +5,9 @@ Each HTTP request has a record (:mod:`...recorder`) from its arrival to the end 
 its response: its id (the ``X-Request-Id`` of its answer, the chat completion's or
 message's ``id`` where it has one), model, path, client address, age, phase and
 tokens so far. A request whose model is loading shows ``loading`` instead of
-``queued``. Cancelling ends it as a client's disconnect would: its task is
-cancelled, the worker stops it at its next step, and the connection is closed.
+``queued``. Cancelling stops it on the worker at its next step; a generation under
+way ends with its API's error (``request_cancelled``: a stream's error event and
+end), anything else as a client's disconnect would (its task is cancelled).
 """
 
 from __future__ import annotations
@@ -71,5 +72,14 @@ async def cancel_request(request: Request) -> Response:
             param="request_id",
             code="request_not_found",
         )
-    record.task.cancel(f"cancelled by an admin request (POST /v1/requests/{wanted}/cancel)")
+    reason = GatewayError(
+        f"the request was cancelled by an admin (POST /v1/requests/{wanted}/cancel)",
+        status=503,
+        code="request_cancelled",
+    )
+    # A generation under way ends with its API's error (a stream: an error event and
+    # its end); anything else (waiting for a slot, other endpoints) as a disconnect.
+    ended = [abort(reason) for abort in record.aborts]
+    if not any(ended):
+        record.task.cancel(reason.message)
     return JSONResponse({"id": wanted, "object": "request.cancelled", "cancelled": True})

@@ -9,6 +9,7 @@ import threading
 import time
 
 import httpx
+import ollama
 import pytest
 
 from tests.supervisor.fakes import worker_output
@@ -32,10 +33,16 @@ def test_a_stream_is_listed_then_cancelled_like_a_client_leaving() -> None:
                 ) as r:
                     seen["header"] = r.headers.get("x-request-id")
                     for line in r.iter_lines():
-                        if line.startswith("data: {") and "id" not in seen:
-                            seen["id"] = json.loads(line[6:])["id"]
-            except httpx.HTTPError as exc:  # the connection ends when cancelled
-                seen["ended"] = type(exc).__name__
+                        if line.startswith("data: {"):
+                            event = json.loads(line[6:])
+                            if "error" in event:
+                                seen["error"] = event["error"]
+                            elif "id" not in seen:
+                                seen["id"] = event["id"]
+                        if line == "data: [DONE]":
+                            seen["done"] = True
+            except httpx.HTTPError as exc:  # a cut connection would show here
+                seen["cut"] = type(exc).__name__
             seen["done_at"] = time.monotonic()
 
         reader = threading.Thread(target=stream)
@@ -60,6 +67,11 @@ def test_a_stream_is_listed_then_cancelled_like_a_client_leaving() -> None:
         reader.join(20)
         assert not reader.is_alive()
         assert float(seen["done_at"]) - cancelled_at < 10  # type: ignore[arg-type]
+        # A clear end: the stream's error event, then [DONE]; not a cut connection.
+        assert "cut" not in seen and seen.get("done") is True, seen
+        error = seen["error"]
+        assert isinstance(error, dict) and error["code"] == "request_cancelled"
+        assert f"/v1/requests/{entry['id']}/cancel" in error["message"]
         handle = gw.registry.resolve(MODEL)
         deadline = time.monotonic() + 10
         while not any(line.startswith("cancelled ") for line in worker_output(handle)):
@@ -85,3 +97,19 @@ def test_the_requests_endpoints_want_an_admin_key() -> None:
         assert as_user.status_code == 403
         as_admin = httpx.get(f"{gw.url}/v1/requests", headers={"Authorization": "Bearer admin"})
         assert as_admin.status_code == 200 and as_admin.json()["data"] == []
+
+
+def test_a_cancelled_ollama_stream_ends_with_its_error_line() -> None:
+    """With the official ollama client: the stream ends with Ollama's error line,
+    which the client raises as a ResponseError naming the cancel."""
+    with LiveGateway({"model_path": MODEL}) as gw:
+        client = ollama.Client(host=gw.url)
+        stream = client.chat(model=MODEL, messages=[{"role": "user", "content": LONG}], stream=True)
+        assert next(stream).message.content  # it runs
+        (entry,) = httpx.get(f"{gw.url}/v1/requests").json()["data"]
+        assert entry["path"] == "/api/chat" and str(entry["id"]).startswith("ollama-")
+        assert httpx.post(f"{gw.url}/v1/requests/{entry['id']}/cancel").status_code == 200
+        with pytest.raises(ollama.ResponseError) as ended:
+            for _ in stream:
+                pass
+        assert "cancelled by an admin" in ended.value.error
