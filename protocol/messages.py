@@ -365,6 +365,10 @@ class Heartbeat(Message, tag="heartbeat"):
     prefill_tps: float = 0.0
     """Measured prompt tokens per second of a long prefill (language models, once
     they read a prompt; 0.0: not measured)."""
+    finished: int = 0
+    """Requests that ran and ended with ``Done`` since the worker started (a
+    request refused with an ``Error`` does not count): the gateway learns the
+    model's memory need only from heartbeats after requests that ran."""
 
 
 class Started(Message, tag="started"):

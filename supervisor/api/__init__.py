@@ -28,6 +28,7 @@ from mlx_gateway.supervisor.api.models.openapi import openapi
 from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
 from mlx_gateway.supervisor.api.ollama.routes import ollama_routes
 from mlx_gateway.supervisor.api.realtime.routes import realtime
+from mlx_gateway.supervisor.api.requests.routes import cancel_request, list_requests
 from mlx_gateway.supervisor.api.rerank.routes import rerank
 from mlx_gateway.supervisor.api.responses.routes import (
     count_input_tokens as response_input_tokens,
@@ -58,6 +59,8 @@ routes: list[BaseRoute] = [
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
     Route("/v1/embeddings", create_embeddings, methods=["POST"]),
+    Route("/v1/requests", list_requests, methods=["GET"]),
+    Route("/v1/requests/{request_id}/cancel", cancel_request, methods=["POST"]),
     Route("/v1/rerank", rerank, methods=["POST"]),
     # Cohere's v2 path, and the path llama-server and Jina-style clients also use
     Route("/v2/rerank", rerank, methods=["POST"]),

@@ -64,6 +64,8 @@ def is_admin(method: str, path: str) -> bool:
     ``/load`` cannot turn a client request into an admin one."""
     if path in ("/metrics", "/ui/logs") or path.startswith("/admin/"):
         return True
+    if path == "/v1/requests" or path.startswith("/v1/requests/"):  # in flight, cancel
+        return True
     if method == "POST" and path == "/unload":  # every idle model (mlx-vlm's route)
         return True
     if path == "/v1/adapters" or path.startswith("/v1/adapters/"):  # LoRA mounts

@@ -48,6 +48,7 @@ from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.admission import Admission
 from mlx_gateway.supervisor.pool.auto_context import context_at_start
 from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, local_ranks, measured_need
+from mlx_gateway.supervisor.pool.needs import learns_from
 from mlx_gateway.supervisor.pool.owner_events import (
     EnsureReady,
     Exited,
@@ -169,11 +170,11 @@ class WorkerHandle(Admission):
         self._inbox.put_nowait(StopCommand(future, reason, if_idle))
         await future
 
-    async def close(self) -> None:
-        """Stop the worker and end the owner task."""
+    async def close(self, reason: str = "gateway shutting down") -> None:
+        """Stop the worker (``reason`` is logged) and end the owner task."""
         if self._owner is None:
             return
-        await self.stop("gateway shutting down")
+        await self.stop(reason)
         if self._owner is not None:
             self._owner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -271,10 +272,6 @@ class WorkerHandle(Admission):
     def _changed(self) -> None:
         if self.placement is not None:
             self.placement.notify()
-
-    @property
-    def killed(self) -> bool:  # sent SIGKILL, not exited yet
-        return self._proc is not None and bool(self._proc.kill_reason)
 
     async def kill(self, reason: str) -> None:
         """SIGKILL the worker now (it hung); its requests fail with ``reason``."""
@@ -412,7 +409,7 @@ class WorkerHandle(Admission):
                 self.memory, self.step, self.last_heartbeat = memory, step, time.monotonic()
                 if prefill_tps > 0:
                     self.prefill_tps = prefill_tps
-                if self.state is WorkerState.READY:
+                if self.state is WorkerState.READY and learns_from(reply, self._proc):
                     self._measured(memory)
             case Error(message=message):
                 # A worker-level error: the model could not load; the exit follows.

@@ -217,6 +217,7 @@ def _heartbeat(dealer: zmq.Socket, mlx: MLXThread) -> None:
         memory=memory,
         step=mlx.clock.snapshot(),
         prefill_tps=round(mlx.prefill_rate(), 1),
+        finished=mlx.finished,
     )
     dealer.send_multipart(pack(beat))
     # While the MLX thread is inside a hub download, this thread reports its bytes.

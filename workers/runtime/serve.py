@@ -25,6 +25,7 @@ from mlx_gateway.protocol.frames import pack
 from mlx_gateway.protocol.messages import (
     Assign,
     Cancel,
+    Done,
     Error,
     Limits,
     ModelFacts,
@@ -74,6 +75,9 @@ class MLXThread(threading.Thread):
         self._spare_kind = spec.kind
         self.clock = StepClock()
         """The thread's progress, read by the main thread for heartbeats."""
+        self.finished = 0
+        """Requests that ended with ``Done`` (heartbeats: the gateway learns memory
+        needs only from requests that ran)."""
 
     def counts(self) -> tuple[int, int]:
         backend = self.backend
@@ -108,6 +112,8 @@ class MLXThread(threading.Thread):
         assert self._push is not None
         self._push.send_multipart(pack(msg, payloads))
         self.clock.progressed()
+        if isinstance(msg, Done):
+            self.finished += 1
 
     def run(self) -> None:
         # Sockets are not thread-safe: this one is made and used on this thread only.

@@ -18,6 +18,7 @@ the work on the worker.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
@@ -86,6 +87,14 @@ class WyomingHandler(AsyncEventHandler):
         self._format = (16_000, 2, 1)
         self._stream: SynthesizeStart | None = None
         self._sentences = SentenceBuffer()
+
+    async def run(self) -> None:
+        """Serve the connection; a client that resets it (one that closes with our
+        answer unread does) ends it quietly, not as a task exception nobody reads."""
+        try:
+            await super().run()
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.debug("a Wyoming connection ended: %s", exc or type(exc).__name__)
 
     async def handle_event(self, event: Event) -> bool:
         try:
