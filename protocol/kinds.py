@@ -95,6 +95,8 @@ class Kind:
     extra: Extra
     batches: bool = False
     """Whether concurrent requests share forward passes in the worker."""
+    title: str = ""
+    """What its models are called in messages (``language`` → "language models")."""
     defaults: dict[str, object] = field(default_factory=dict)
     """``model_type``-independent defaults of the kind's entries (config keys)."""
 
@@ -111,6 +113,7 @@ KINDS: dict[str, Kind] = {
     for kind in (
         Kind(
             name="lm",
+            title="language",
             model_types=("lm",),
             surfaces=frozenset({CHAT, COMPLETIONS, CONSTRAINED, ADAPTERS, TOKENIZE}),
             endpoints="/v1/chat/completions or /v1/completions",
@@ -120,6 +123,7 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             name="vlm",
+            title="vision",
             model_types=("vlm", "multimodal"),
             surfaces=frozenset({CHAT, COMPLETIONS, IMAGE_INPUT, TOKENIZE}),
             endpoints="/v1/chat/completions",
@@ -130,6 +134,7 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             name="embeddings",
+            title="embeddings",
             model_types=("embeddings",),
             surfaces=frozenset({EMBEDDINGS, TOKENIZE, BATCH_TOKENS}),
             endpoints="/v1/embeddings",
@@ -139,6 +144,7 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             name="rerank",
+            title="rerank",
             model_types=("rerank",),
             surfaces=frozenset({RERANK, TOKENIZE, BATCH_TOKENS}),
             endpoints="/v1/rerank",
@@ -149,6 +155,7 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             name="whisper",
+            title="speech-to-text",
             model_types=("whisper",),
             surfaces=frozenset({TRANSCRIPTION}),
             endpoints="/v1/audio/transcriptions or /v1/audio/translations",
@@ -164,6 +171,7 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             name="tts",
+            title="text-to-speech",
             model_types=("tts",),
             surfaces=frozenset({SPEECH}),
             endpoints="/v1/audio/speech",
@@ -173,6 +181,7 @@ KINDS: dict[str, Kind] = {
         ),
         Kind(
             name="image",
+            title="image",
             model_types=("image-generation", "image-edit", "image"),
             surfaces=frozenset({IMAGES, PROGRESS}),
             endpoints="/v1/images/generations or /v1/images/edits",
@@ -191,6 +200,23 @@ MODEL_TYPES: dict[str, str] = {
     model_type: kind.name for kind in KINDS.values() for model_type in kind.model_types
 }
 """Every ``model_type`` a config may name, mapped to the worker kind that serves it."""
+
+
+DEFAULT_MODEL_TYPE = next(iter(KINDS.values())).model_types[0]
+"""The ``model_type`` of an entry that gives none (the table's first kind)."""
+
+
+def describe_model_types(model_types: tuple[str, ...]) -> str:
+    """``("lm", "vlm", "multimodal")`` → ``language and vision models (model_type lm,
+    vlm, multimodal)``: the kinds of ``model_types`` by title, then the names."""
+    titles: list[str] = []
+    for model_type in model_types:
+        kind = KINDS.get(MODEL_TYPES.get(model_type, ""))
+        title = kind.title if kind is not None and kind.title else model_type
+        if title not in titles:
+            titles.append(title)
+    joined = titles[-1] if len(titles) < 2 else f"{', '.join(titles[:-1])} and {titles[-1]}"
+    return f"{joined} models (model_type {', '.join(model_types)})"
 
 
 def kinds_serving(surface: str) -> tuple[str, ...]:

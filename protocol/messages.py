@@ -102,6 +102,10 @@ class TokenLogprob(msgspec.Struct, array_like=True):
 # ---------------------------------------------------------------- gateway → worker
 
 
+IMAGE_PART = "image"
+"""The ``type`` of an image part in a :class:`Generate` message's content."""
+
+
 class Generate(Message, tag="generate"):
     """Text generation: either chat ``messages`` (the worker applies the chat
     template) or a raw ``prompt`` (completions).
@@ -191,7 +195,8 @@ class GenerateImage(Message, tag="generate_image"):
 class Synthesize(Message, tag="synthesize"):
     """Text to speech. ``voice`` is the name the client sent (the worker resolves it
     among the model's voices and the entry's aliases; ``None``: the default voice);
-    ``response_format`` is ``mp3``, ``opus``, ``aac``, ``flac``, ``wav`` or ``pcm``.
+    ``response_format`` is ``mp3``, ``opus``, ``aac``, ``flac``, ``wav``, ``pcm``, or the
+    Realtime API's ``g711_ulaw`` / ``g711_alaw`` (raw 8 kHz).
     :class:`Started` comes once the request passed its checks (an unknown voice gets
     ``Error(400)`` instead); then one :class:`SpeechChunk` per synthesized piece of
     the text, a last one with the file's final bytes, and :class:`Done`."""
@@ -334,10 +339,36 @@ class Progress(Message, tag="progress"):
     detail: str = ""
 
 
+class StepProgress(msgspec.Struct, omit_defaults=True):
+    """What the worker's MLX thread is doing, as its main thread sees it: the
+    steps it finished (a step: one ``Backend.step``, a request's checks, the load),
+    what the step running now is, and for how long it has shown no progress (since
+    it began or since its last reply, whichever is later). The gateway kills a
+    worker whose step shows no progress past its ``step_timeout``."""
+
+    steps: int = 0
+    """Steps finished since the worker started."""
+    current: str = ""
+    """The step running now (``decode of 2 requests``, ``prefill of 4096 tokens``,
+    ``checks of a chat request``, ``load``); empty between steps."""
+    stalled_for: float = 0.0
+    """Seconds since the current step began or last sent a reply (0 between steps)."""
+    longest: float = 0.0
+    """The longest time a finished step went without progress, seconds."""
+
+
 class Heartbeat(Message, tag="heartbeat"):
     inflight: int = 0
     queued: int = 0
     memory: Memory = msgspec.field(default_factory=Memory)
+    step: StepProgress = msgspec.field(default_factory=StepProgress)
+    prefill_tps: float = 0.0
+    """Measured prompt tokens per second of a long prefill (language models, once
+    they read a prompt; 0.0: not measured)."""
+    finished: int = 0
+    """Requests that ran and ended with ``Done`` since the worker started (a
+    request refused with an ``Error`` does not count): the gateway learns the
+    model's memory need only from heartbeats after requests that ran."""
 
 
 class Started(Message, tag="started"):

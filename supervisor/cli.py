@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from mlx_gateway.protocol.kinds import DEFAULT_MODEL_TYPE
 from mlx_gateway.supervisor import pull, status
 from mlx_gateway.supervisor.config import (
     ConfigError,
@@ -123,7 +124,7 @@ def resolve_config(args: argparse.Namespace) -> GatewayConfig:
             )
         config = override_server(load_config(args.config), **overrides, **server_flags)
     else:
-        model_type = model_flags.pop("model_type", "lm")
+        model_type = model_flags.pop("model_type", DEFAULT_MODEL_TYPE)
         config = config_from_model_path(
             args.model_path,
             model_type=model_type,

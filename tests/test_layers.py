@@ -211,6 +211,63 @@ def test_the_kind_list_check_sees_a_list_of_kinds() -> None:
     assert _kind_lists(ast.parse('ONE = ("lm", "text")')) == []
 
 
+def _own_kind(path: Path) -> str | None:
+    """The kind whose own module ``path`` is (``workers/<kind>/…``,
+    ``supervisor/config/kinds/<kind>.py``), else ``None``."""
+    parts = path.relative_to(ROOT).parts
+    if parts[0] == "workers" and len(parts) > 2 and parts[1] in KINDS:
+        return parts[1]
+    if parts[:3] == ("supervisor", "config", "kinds") and path.stem in KINDS:
+        return path.stem
+    return None
+
+
+def _kind_comparisons(tree: ast.AST, own: str | None = None) -> list[int]:
+    """Lines that compare a value with a kind's name (``== "tts"``, ``!= "lm"``, a
+    ``match`` case): code that decides by kind outside the kind table and the kind's
+    own modules. ``own``: the kind whose names the module may compare with."""
+    allowed = {own, *KINDS[own].model_types} if own is not None else set()
+    names = KIND_NAMES - allowed
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.MatchValue):
+            operands = [node.value]
+        else:
+            continue
+        if any(
+            isinstance(item, ast.Constant) and isinstance(item.value, str) and item.value in names
+            for item in operands
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_kind_table_and_the_kinds_compare_kind_names() -> None:
+    """A kind's settings and behaviour live with the kind (its row, its Struct in
+    ``config/kinds/<kind>.py``, its worker package): nothing else branches on its name."""
+    table = ROOT / "protocol" / "kinds.py"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for _module, path in _modules()
+        if path != table
+        for line in _kind_comparisons(ast.parse(path.read_text(encoding="utf-8")), _own_kind(path))
+    ]
+    assert not wrong, "comparisons with a kind's name:\n" + "\n".join(wrong)
+
+
+def test_the_kind_comparison_check_sees_one() -> None:
+    assert _kind_comparisons(ast.parse('if kind == "tts":\n    pass')) == [1]
+    assert _kind_comparisons(ast.parse('ok = "vlm" != model.worker_kind')) == [1]
+    assert _kind_comparisons(ast.parse('match kind:\n    case "whisper":\n        pass')) == [2]
+    assert _kind_comparisons(ast.parse('if kind == "tts":\n    pass'), own="tts") == []
+    assert _kind_comparisons(ast.parse('if role == "user":\n    pass')) == []
+    assert _own_kind(ROOT / "workers" / "tts" / "backend.py") == "tts"
+    assert _own_kind(ROOT / "supervisor" / "config" / "kinds" / "lm.py") == "lm"
+    assert _own_kind(ROOT / "supervisor" / "api" / "speech" / "routes.py") is None
+
+
 MAX_LINES = 600
 
 

@@ -8,9 +8,12 @@ structures for ``mlx-gateway launch --model-path X``. Both run one pipeline:
 2. normalize the raw mapping into our schema: accept the keys of
    cubist38/mlx-openai-server configs (renaming the ones we act on, warning about the
    ones we ignore), reject unknown keys with a close-match suggestion;
-3. convert with msgspec (types and ranges) and translate its error path
-   (``$.models[1].temperature``) back to the key the user wrote and its line;
-4. check what types cannot express: model kinds, local paths, unique names.
+3. convert with msgspec (types and ranges; each model entry as the Struct of its
+   ``model_type``, so a key of another kind is refused, see :mod:`.kinds`) and
+   translate its error path (``$.models[1].temperature``) back to the key the user
+   wrote and its line;
+4. check what types cannot express: local paths, unique names, and each kind's own
+   checks (``ModelConfig.check``).
 
 Every problem raises :class:`ConfigError`, whose message names the file, the line,
 the key path, the model entry, and what to change.
@@ -24,7 +27,6 @@ from mlx_gateway.supervisor.config.load import config_from_model_path, load_conf
 from mlx_gateway.supervisor.config.schema import (
     LOG_LEVELS,
     MODEL_TYPES,
-    SERVABLE_KINDS,
     ConfigError,
     GatewayConfig,
     ModelConfig,
@@ -34,7 +36,6 @@ from mlx_gateway.supervisor.config.schema import (
 __all__ = [
     "LOG_LEVELS",
     "MODEL_TYPES",
-    "SERVABLE_KINDS",
     "ConfigError",
     "GatewayConfig",
     "ModelConfig",

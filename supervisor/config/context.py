@@ -10,8 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mlx_gateway.supervisor.config.keys import _MODEL_ACCEPTED, _SERVER_ACCEPTED, _TOP_IGNORED
-from mlx_gateway.supervisor.config.schema import ConfigError
+from mlx_gateway.supervisor.config.errors import ConfigError
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath, _Pos
 
 # --------------------------------------------------------------------------- helpers
@@ -122,32 +121,6 @@ class _Ctx:
             file=self.file,
             line=line,
             key=_display(written) or None,
-            model_index=index,
-        )
-
-    def unknown_key(self, section: _KeyPath, key: Any, accepted: frozenset[str]) -> ConfigError:
-        """``unknown key 'temprature' in models[1] ('qwen') at config.yaml:12; did you mean…``."""
-        pos = self.positions.get((*section, key))
-        index = self.model_index(section)
-        place = ""
-        if section:
-            place = f" in {_display(section)}"
-            if index in self.labels:
-                place += f" ({self.labels[index]!r})"
-        name = str(key)
-        if index is not None and name in _SERVER_ACCEPTED | _TOP_IGNORED:
-            hint = f"'{name}' is a server setting: move it under 'server:'"
-        elif section != ("models",) and index is None and name in _MODEL_ACCEPTED:
-            hint = f"'{name}' is a per-model setting: move it into an entry of 'models:'"
-        elif (match := _suggest(name, accepted)) is not None:
-            hint = f"did you mean '{match}'?"
-        else:
-            hint = "see docs/configuration.md for the accepted keys"
-        return ConfigError(
-            f"unknown key '{name}'{place}{self.where(pos, key=True)}; {hint}",
-            file=self.file,
-            line=pos.key_line if pos else None,
-            key=_display((*section, name)),
             model_index=index,
         )
 

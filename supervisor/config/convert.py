@@ -12,7 +12,10 @@ import msgspec
 import msgspec.inspect
 import msgspec.structs
 
+from mlx_gateway.protocol.kinds import describe_model_types
 from mlx_gateway.supervisor.config.context import _Ctx, _show
+from mlx_gateway.supervisor.config.errors import ConfigError
+from mlx_gateway.supervisor.config.kinds import entry_type, model_types_taking
 from mlx_gateway.supervisor.config.yaml_positions import _T, _KeyPath
 
 # --------------------------------------------------------------------------- convert
@@ -69,9 +72,59 @@ def _convert(ctx: _Ctx, data: dict[str, Any], into: type[_T], at: _KeyPath = ())
         match = _MSGSPEC_RE.match(str(exc))
         assert match is not None  # the pattern matches any text
         path = _msgspec_path(match.group("path"))
+        message = match.group("msg")
+        if (wrong := _wrong_kind(ctx, (*at, *path), message, _lookup(data, path))) is not None:
+            raise wrong from None
         value = _lookup(data, path)
-        message = _explain(match.group("msg"), path, value, _choices(into, path))
-        raise ctx.error((*at, *path), message) from None
+        entry = _lookup(data, path[:-1])
+        problem = _explain(message, path, value, _choices(into, path))
+        problem += _taken_elsewhere((*at, *path), value, entry)
+        raise ctx.error((*at, *path), problem) from None
+
+
+def _taken_elsewhere(path: _KeyPath, value: Any, entry: Any) -> str:
+    """For a model entry's value its kind refuses: the kinds that would take it
+    (``context_length: auto`` on an embeddings model)."""
+    if len(path) != 3 or path[0] != "models" or not isinstance(path[2], str):
+        return ""
+    key = path[2]
+    fits = tuple(
+        model_type
+        for model_type in model_types_taking(key)
+        if _accepts(entry_type(model_type), key, value)
+    )
+    if not fits:
+        return ""
+    model_type = entry.get("model_type") if isinstance(entry, dict) else None
+    return (
+        f"; {key}: {_show(value)} applies to {describe_model_types(fits)} only, and this "
+        f"entry's model_type is {model_type!r}"
+    )
+
+
+def _accepts(struct: type, key: str, value: Any) -> bool:
+    try:
+        msgspec.convert({"model_path": "-", key: value}, struct)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def _wrong_kind(ctx: _Ctx, entry: _KeyPath, message: str, fields: Any) -> ConfigError | None:
+    """A model entry's key that its kind's Struct lacks: which kinds take it."""
+    found = re.match(r"Object contains unknown field `(.+)`$", message)
+    if found is None or ctx.model_index(entry) is None or len(entry) != 2:
+        return None
+    key = found.group(1)
+    model_type = fields.get("model_type") if isinstance(fields, dict) else None
+    written, _ = ctx.locate((*entry, key))
+    return ctx.error(
+        (*entry, key),
+        f"{written[-1]} applies to {describe_model_types(model_types_taking(key))} only, and "
+        f"this entry's model_type is {model_type!r}; remove it (docs/configuration.md lists "
+        "the keys of each kind)",
+        key=True,
+    )
 
 
 def _choices(into: Any, path: _KeyPath) -> list[Any]:
@@ -91,7 +144,7 @@ def _choices(into: Any, path: _KeyPath) -> list[Any]:
                 nxt += list(get_args(option)[1:2])
         options = nxt
     members = [t for o in options for t in _members(o)]
-    return [v for t in members if get_origin(t) is Literal for v in get_args(t)]
+    return list(dict.fromkeys(v for t in members if get_origin(t) is Literal for v in get_args(t)))
 
 
 def _members(annotation: Any) -> list[Any]:

@@ -20,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.config.schema import GatewayConfig
 
 log = logging.getLogger("mlx_gateway.config")
 
@@ -92,7 +93,7 @@ def with_hub_cache(config: GatewayConfig, cache_dir: Path | None = None) -> Gate
         return config
     taken = {name for model in config.models for name in (*model.names, model.model_path)}
     added = [
-        ModelConfig(model_path=repo_id, served_model_name=repo_id, model_type=kind)
+        model_entry(kind, model_path=repo_id, served_model_name=repo_id)
         for repo_id, kind in cached_models(cache_dir)
         if repo_id not in taken
     ]

@@ -3,12 +3,19 @@ rename or act on, and the ones we accept but do not use (a warning names them)."
 
 from __future__ import annotations
 
-from mlx_gateway.supervisor.config.schema import ModelConfig, ServerConfig
+from typing import Any
+
+from mlx_gateway.supervisor.config.context import _Ctx, _display, _suggest
+from mlx_gateway.supervisor.config.errors import ConfigError
+from mlx_gateway.supervisor.config.kinds import entry_keys
+from mlx_gateway.supervisor.config.server import ServerConfig
+from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
 
 # --------------------------------------------------------------------------- keys
 
 _SERVER_KEYS = frozenset(ServerConfig.__struct_fields__)
-_MODEL_KEYS = frozenset(ModelConfig.__struct_fields__)
+_MODEL_KEYS = entry_keys() | {"model_type"}
+"""Every key of some kind's entries (which kind takes which: :mod:`.kinds`)."""
 _DURATION_KEYS = frozenset(
     {
         "start_timeout",
@@ -16,6 +23,7 @@ _DURATION_KEYS = frozenset(
         "idle_timeout",
         "queue_timeout",
         "hang_timeout",
+        "step_timeout",
         "min_resident_seconds",
         "image_fetch_timeout",
         "image_url_ttl",
@@ -88,3 +96,30 @@ _MODEL_IGNORED = frozenset(
 
 _SERVER_ACCEPTED = _SERVER_KEYS | _SERVER_RENAMES.keys() | _SERVER_IGNORED
 _MODEL_ACCEPTED = _MODEL_KEYS | _MODEL_RENAMES.keys() | _MODEL_SPECIAL | _MODEL_IGNORED
+
+
+def unknown_key(ctx: _Ctx, section: _KeyPath, key: Any, accepted: frozenset[str]) -> ConfigError:
+    """``unknown key 'temprature' in models[1] ('qwen') at config.yaml:12; did you mean…``."""
+    pos = ctx.positions.get((*section, key))
+    index = ctx.model_index(section)
+    place = ""
+    if section:
+        place = f" in {_display(section)}"
+        if index in ctx.labels:
+            place += f" ({ctx.labels[index]!r})"
+    name = str(key)
+    if index is not None and name in _SERVER_ACCEPTED | _TOP_IGNORED:
+        hint = f"'{name}' is a server setting: move it under 'server:'"
+    elif section != ("models",) and index is None and name in _MODEL_ACCEPTED:
+        hint = f"'{name}' is a per-model setting: move it into an entry of 'models:'"
+    elif (match := _suggest(name, accepted)) is not None:
+        hint = f"did you mean '{match}'?"
+    else:
+        hint = "see docs/configuration.md for the accepted keys"
+    return ConfigError(
+        f"unknown key '{name}'{place}{ctx.where(pos, key=True)}; {hint}",
+        file=ctx.file,
+        line=pos.key_line if pos else None,
+        key=_display((*section, name)),
+        model_index=index,
+    )

@@ -8,11 +8,12 @@ from typing import Any
 
 import msgspec
 
+from mlx_gateway.protocol.kinds import DEFAULT_MODEL_TYPE
 from mlx_gateway.supervisor.config.checks import _check
 from mlx_gateway.supervisor.config.context import _Ctx
 from mlx_gateway.supervisor.config.convert import _convert
 from mlx_gateway.supervisor.config.hub_cache import with_hub_cache
-from mlx_gateway.supervisor.config.keys import _SERVER_KEYS, _SERVER_RENAMES
+from mlx_gateway.supervisor.config.keys import _SERVER_KEYS, _SERVER_RENAMES, unknown_key
 from mlx_gateway.supervisor.config.normalize import _normalize, _normalize_server
 from mlx_gateway.supervisor.config.pulled import with_pulled
 from mlx_gateway.supervisor.config.schema import (
@@ -56,7 +57,7 @@ def load_config(path: str | Path) -> GatewayConfig:
 
 def config_from_model_path(
     model_path: str | Path,
-    model_type: str = "lm",
+    model_type: str = DEFAULT_MODEL_TYPE,
     served_model_name: str | None = None,
     *,
     model_options: Mapping[str, Any] | None = None,
@@ -93,7 +94,7 @@ def override_server(config: GatewayConfig, **overrides: Any) -> GatewayConfig:
     given = {key: value for key, value in overrides.items() if value is not None}
     for key in given:
         if key not in _SERVER_KEYS and key not in _SERVER_RENAMES:
-            raise ctx.unknown_key(("server",), key, _SERVER_KEYS)
+            raise unknown_key(ctx, ("server",), key, _SERVER_KEYS)
     changed = _normalize_server(ctx, [(("server", key), value) for key, value in given.items()])
     fields = {**msgspec.structs.asdict(config.server), **changed}
     server = _convert(ctx, fields, ServerConfig, at=("server",))

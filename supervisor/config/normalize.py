@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mlx_gateway.supervisor.config.checks import _absolute
-from mlx_gateway.supervisor.config.context import _Ctx, _display, _duration, _show
+from mlx_gateway.protocol.kinds import DEFAULT_MODEL_TYPE, MODEL_TYPES
+from mlx_gateway.supervisor.config.context import _Ctx, _display, _duration, _show, _suggest
+from mlx_gateway.supervisor.config.errors import ConfigError
 from mlx_gateway.supervisor.config.keys import (
     _DURATION_KEYS,
     _MODEL_ACCEPTED,
@@ -16,13 +17,17 @@ from mlx_gateway.supervisor.config.keys import (
     _SERVER_IGNORED,
     _SERVER_RENAMES,
     _TOP_IGNORED,
+    unknown_key,
 )
-from mlx_gateway.supervisor.config.schema import ConfigError
+from mlx_gateway.supervisor.config.paths import _absolute
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
 
 log = logging.getLogger("mlx_gateway.supervisor.config")
 
 # --------------------------------------------------------------------------- normalize
+
+_SECTIONS = frozenset({"server", "models", "realtime"})
+"""The top-level sections."""
 
 
 def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
@@ -42,7 +47,7 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
         )
     server_sources: list[tuple[_KeyPath, Any]] = []
     for key, value in root.items():
-        if key in ("server", "models"):
+        if key in _SECTIONS:
             continue
         if isinstance(key, str) and key.startswith("x-"):
             continue  # a place for YAML anchors, as in docker-compose files
@@ -52,14 +57,14 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
             # mlx-openai-server "hub" files put the server keys at the top level.
             server_sources.append(((key,), value))
         else:
-            raise ctx.unknown_key((), key, frozenset({"server", "models"}) | _SERVER_ACCEPTED)
+            raise unknown_key(ctx, (), key, _SECTIONS | _SERVER_ACCEPTED)
 
     section = root.get("server")
     if section is not None and not isinstance(section, dict):
         raise ctx.error(("server",), f"expected a mapping of server settings, got {_show(section)}")
     for key, value in (section or {}).items():
         if not isinstance(key, str) or key not in _SERVER_ACCEPTED:
-            raise ctx.unknown_key(("server",), key, _SERVER_ACCEPTED)
+            raise unknown_key(ctx, ("server",), key, _SERVER_ACCEPTED)
         server_sources.append((("server", key), value))
     server = _normalize_server(ctx, server_sources)
 
@@ -77,7 +82,10 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
             ("models",),
             f"expected a list of model entries ('- model_path: ...'), got {_show(models)}",
         )
-    return {"server": server, "models": [_normalize_model(ctx, i, m) for i, m in enumerate(models)]}
+    out = {"server": server, "models": [_normalize_model(ctx, i, m) for i, m in enumerate(models)]}
+    if "realtime" in root:  # checked as it is decoded (config/realtime.py)
+        out["realtime"] = root["realtime"]
+    return out
 
 
 def _normalize_server(ctx: _Ctx, sources: list[tuple[_KeyPath, Any]]) -> dict[str, Any]:
@@ -102,7 +110,9 @@ def _normalize_server(ctx: _Ctx, sources: list[tuple[_KeyPath, Any]]) -> dict[st
             )
         set_by[field] = written
         ctx.track(("server", field), written)
-        if field in _DURATION_KEYS:
+        if field == "step_timeout" and value == "auto":
+            value = None
+        elif field in _DURATION_KEYS:
             value = _duration(ctx, ("server", field), value)
         elif field == "log_level" and isinstance(value, str):
             value = value.strip().lower()
@@ -154,7 +164,7 @@ def _normalize_model(ctx: _Ctx, index: int, raw: Any) -> dict[str, Any]:
 
     for key, value in raw.items():
         if not isinstance(key, str) or key not in _MODEL_ACCEPTED:
-            raise ctx.unknown_key(here, key, _MODEL_ACCEPTED)
+            raise unknown_key(ctx, here, key, _MODEL_ACCEPTED)
         if key in _MODEL_IGNORED:
             ignored.append(key)
             continue
@@ -180,6 +190,7 @@ def _normalize_model(ctx: _Ctx, index: int, raw: Any) -> dict[str, Any]:
                 value = value.strip()
             assign(field, key, value)
 
+    _normalize_model_type(ctx, here, out)
     if unbatched:  # a switch: it wins over any batch size given beside it
         out["max_concurrency"] = 1
         ctx.track((*here, "max_concurrency"), (*here, "disable_batching"))
@@ -187,6 +198,22 @@ def _normalize_model(ctx: _Ctx, index: int, raw: Any) -> dict[str, Any]:
     if ignored:
         _warn_ignored(ctx, here, ignored)
     return out
+
+
+def _normalize_model_type(ctx: _Ctx, here: _KeyPath, out: dict[str, Any]) -> None:
+    """The entry's ``model_type`` (which Struct it decodes as): a known one, or the
+    default when none is given."""
+    model_type = out.setdefault("model_type", DEFAULT_MODEL_TYPE)
+    if not isinstance(model_type, str):
+        raise ctx.error((*here, "model_type"), f"expected a string, got {_show(model_type)}")
+    if model_type in MODEL_TYPES:
+        return
+    close = _suggest(str(model_type), list(MODEL_TYPES))
+    raise ctx.error(
+        (*here, "model_type"),
+        f"unknown model_type {_show(model_type)}; allowed: {', '.join(MODEL_TYPES)}"
+        + (f" (did you mean '{close}'?)" if close else ""),
+    )
 
 
 def _normalize_names(ctx: _Ctx, here: _KeyPath, names: dict[str, Any], out: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from mlx_gateway.supervisor.config.hub_cache import _kind
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
 from mlx_gateway.workers.runtime.cache import gateway_cache_dir
 from mlx_gateway.workers.runtime.ollama_store import PREFIX as OLLAMA_PREFIX
@@ -102,7 +103,7 @@ def entry_for(repo_id: str, kind: str) -> ModelConfig:
     served = repo_id
     if repo_id.startswith(OLLAMA_PREFIX):
         served = OllamaName.parse(repo_id).served
-    return ModelConfig(model_path=repo_id, served_model_name=served, model_type=kind)
+    return model_entry(kind, model_path=repo_id, served_model_name=served)
 
 
 def with_pulled(config: GatewayConfig, pulled: PulledModels | None = None) -> GatewayConfig:

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
-from mlx_gateway.supervisor.config.schema import ConfigError
+from mlx_gateway.supervisor.config.errors import ConfigError
 
 # --------------------------------------------------------------------------- YAML
 

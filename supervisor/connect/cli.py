@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mlx_gateway.supervisor.connect import CLIENTS
+from mlx_gateway.supervisor.connect.check import check
 from mlx_gateway.supervisor.connect.files import ConnectError, Ledger, apply, read_text, undo
 from mlx_gateway.supervisor.connect.target import resolve
 
@@ -24,7 +25,22 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--url", help="the gateway (default: from --config, else :8000)")
     parser.add_argument("--api-key", help="the key to give the client (default: from --config)")
     parser.add_argument(
-        "--model", help="the model (default: the first chat model that fits in memory now)"
+        "--model",
+        help="the model (default: of the chat models that fit in memory now, for a coding "
+        "client the one whose context holds its first request, tool-capable and longest first; "
+        "else the first)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="write the configuration even when no model's context holds the client's "
+        "first request",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="after writing, ask the gateway for the model again and say whether its context "
+        "holds the client's first request (exit 1 if not)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--print", action="store_true", help="only show what would be written")
@@ -32,7 +48,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: Any, env: Mapping[str, str] | None = None) -> int:
-    """0 when done, 1 when it could not be done (the reason on stderr), 2 for a bad config."""
+    """0 when done, 1 when it could not be done (the reason on stderr; nothing
+    written) or ``--check`` failed, 2 for a bad config."""
     from mlx_gateway.supervisor.config import ConfigError, load_config
 
     env = os.environ if env is None else env
@@ -51,7 +68,9 @@ def run(args: Any, env: Mapping[str, str] | None = None) -> int:
                 print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
                 return 2
         key = args.api_key or env.get("MLX_GATEWAY_API_KEY")
-        target = resolve(config, url=args.url, key=key, model=args.model)
+        target = resolve(
+            config, url=args.url, key=key, model=args.model, needs=client.needs, force=args.force
+        )
         path = client.path(env)
         text = client.render(read_text(path), target, path)
         for note in target.notes:
@@ -68,4 +87,8 @@ def run(args: Any, env: Mapping[str, str] | None = None) -> int:
     print(f"wrote {path}{kept}")
     print(client.usage(target).replace("<file>", str(path)))
     print(f"undo with: mlx-gateway connect {client.name} --undo")
+    if args.check:
+        ok, line = check(target)
+        print(line, file=sys.stdout if ok else sys.stderr)
+        return 0 if ok else 1
     return 0

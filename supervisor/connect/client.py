@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_gateway.supervisor.connect.files import ConnectError
+from mlx_gateway.supervisor.connect.needs import Needs
 from mlx_gateway.supervisor.connect.target import Target
 
 PROVIDER = "mlx-gateway"
@@ -24,6 +25,8 @@ class Client:
     """The file's new text from its current one (``None``: absent)."""
     usage: Callable[[Target], str]
     """How to use it now, printed after the write."""
+    needs: Needs | None = None
+    """What it needs of a model (coding clients): ``connect`` chooses by it."""
 
 
 def home(env: Mapping[str, str]) -> Path:

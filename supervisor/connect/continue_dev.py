@@ -1,7 +1,9 @@
 """Continue (the VS Code / JetBrains extension): ``~/.continue/config.yaml``.
 
 Puts one model entry first in ``models`` (provider ``openai``, the gateway's
-``/v1`` as ``apiBase``, its key), named ``mlx-gateway: <model>``; an entry of that
+``/v1`` as ``apiBase``, its key, and when its context length is known
+``defaultCompletionOptions`` ``contextLength`` and ``maxTokens``, a quarter of
+it), named ``mlx-gateway: <model>``; an entry of that
 name from an earlier ``connect`` is replaced, every other entry and key stays. A
 new file gets the ``name``/``version``/``schema`` header Continue expects. YAML
 comments of an existing file are not carried over (the backup keeps them).
@@ -53,6 +55,11 @@ def render(current: str | None, target: Target, file: Path) -> str:
     }
     if target.key:
         entry["apiKey"] = target.key
+    if target.window is not None:
+        entry["defaultCompletionOptions"] = {
+            "contextLength": target.window,
+            "maxTokens": max(1024, target.window // 4),
+        }
     entry["roles"] = ["chat", "edit", "apply"]
     kept = [
         m for m in models if not (isinstance(m, dict) and str(m.get("name", "")).startswith(PREFIX))

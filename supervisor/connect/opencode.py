@@ -3,7 +3,9 @@
 
 Adds a ``provider`` ``mlx-gateway`` built on ``@ai-sdk/openai-compatible`` (the
 gateway's ``/v1``, its key, every chat model it serves) and makes
-``mlx-gateway/<model>`` the default ``model``. Every other key stays.
+``mlx-gateway/<model>`` the default ``model``; each model whose context length is
+known gets its ``limit`` (``context``, and ``output``: a quarter of it). Every
+other key stays.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from mlx_gateway.supervisor.connect.client import (
     object_at,
 )
 from mlx_gateway.supervisor.connect.target import Target
+
+OUTPUT_SHARE = 4
+"""The output limit written is the context length over this."""
 
 SCHEMA = "https://opencode.ai/config.json"
 
@@ -38,10 +43,17 @@ def render(current: str | None, target: Target, file: Path) -> str:
         "npm": "@ai-sdk/openai-compatible",
         "name": "mlx-gateway (local MLX models)",
         "options": options,
-        "models": {name: {"name": name} for name in target.models},
+        "models": {name: _model(name, target.windows.get(name)) for name in target.models},
     }
     config["model"] = f"{PROVIDER}/{target.model}"
     return dump_json(config)
+
+
+def _model(name: str, window: int | None) -> dict[str, object]:
+    entry: dict[str, object] = {"name": name}
+    if window is not None:
+        entry["limit"] = {"context": window, "output": max(1024, window // OUTPUT_SHARE)}
+    return entry
 
 
 def usage(target: Target) -> str:

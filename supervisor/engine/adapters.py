@@ -5,7 +5,7 @@ run it (``"id"``, ``"a+b"`` stacked, ``"none"``; absent: the model's default fro
 from __future__ import annotations
 
 from mlx_gateway.protocol.kinds import ADAPTERS
-from mlx_gateway.supervisor.config.lm import ADAPTER_NONE
+from mlx_gateway.supervisor.config.kinds.lm import ADAPTER_NONE
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.adapters import UnknownAdapter

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, Prefilled, Started
 from mlx_gateway.supervisor import recorder
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall
@@ -86,9 +87,11 @@ class Generation:
         model failed to load) with nothing left open."""
         recorder.note_model(handle.name)
         call = WorkerCall(handle, msg, payloads, prepare=prepare)
+        recorder.note_abort(call.abort)
         begun = time.monotonic()
         generation = cls(call, await call.first(), handle.name, msg.request_id, begun)
-        generation.stream_interval = handle.config.stream_interval
+        if isinstance(handle.config, TextModelConfig):
+            generation.stream_interval = handle.config.stream_interval
         return generation
 
     def __aiter__(self) -> Generation:
@@ -147,6 +150,7 @@ class Generation:
                 return reply
             case Prefilled():
                 self.prefilled = reply
+                recorder.note_prefilled(reply.done, reply.total)
             case Done(usage=usage):
                 self._finished = True
                 recorder.note_done(

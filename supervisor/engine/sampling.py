@@ -6,6 +6,7 @@ from typing import Protocol, TypeVar
 
 from mlx_gateway.protocol.messages import SamplingParams
 from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, SamplingFields
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.model_files import sampling_defaults
@@ -58,7 +59,7 @@ def sampling_params(req: SamplingFields, defaults: ModelDefaults) -> SamplingPar
     when the request leaves it out (``max_completion_tokens`` wins over ``max_tokens``).
     A model's defaults are its YAML entry's keys, else its ``generation_config.json``'s;
     its ``max_tokens_overflow`` says whether the worker may cut ``max_tokens`` to fit."""
-    fit = isinstance(defaults, ModelConfig) and defaults.max_tokens_overflow == "clamp"
+    fit = isinstance(defaults, TextModelConfig) and defaults.max_tokens_overflow == "clamp"
     if isinstance(defaults, ModelConfig):
         defaults = sampling_defaults(defaults)
     max_tokens = req.max_tokens

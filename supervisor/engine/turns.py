@@ -30,6 +30,8 @@ from mlx_gateway.protocol.messages import (
     TokenLogprob,
     Usage,
 )
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine import overflow
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.kinds import kind_of
@@ -165,6 +167,11 @@ def check_turn(handle: ModelHandle, turn: TurnRequest, logprobs_param: str = "lo
         )
 
 
+def text_settings(handle: ModelHandle) -> TextModelConfig:
+    """The settings of ``handle``'s model, a language or vision model."""
+    return settings_as(handle.config, TextModelConfig)
+
+
 def _extra(handle: ModelHandle) -> dict[str, str]:
     """What the worker reported of its model (chat template markers…), once ready."""
     return handle.facts.extra if handle.facts is not None else {}
@@ -172,7 +179,7 @@ def _extra(handle: ModelHandle) -> dict[str, str]:
 
 def tool_format(handle: ModelHandle) -> ToolFormat | None:
     """The model's tool-call format (its config, else what its worker reported)."""
-    return resolve_tool_format(handle.config.tool_call_parser, _extra(handle))
+    return resolve_tool_format(text_settings(handle).tool_call_parser, _extra(handle))
 
 
 def constraint_for(handle: ModelHandle, turn: TurnRequest) -> Constraint | None:
@@ -212,14 +219,17 @@ class Turn:
         rejection is raised (after the others were cancelled). A conversation too
         long for the context goes through the model's ``context_overflow`` policy
         (see :mod:`.overflow`) and is tried once more."""
-        policy = handle.config.context_overflow
+        policy = text_settings(handle).context_overflow
         if policy == "error" or kind_of(handle) not in CONSTRAINED_KINDS:
             return await cls._start(handle, turn, request_id)
         try:
             return await cls._start(handle, turn, request_id)
         except ContextLengthExceeded as exc:
             if policy == "truncate":
-                messages = await overflow.truncate(handle, turn.messages, turn.template_kwargs, exc)
+                clamp = text_settings(handle).max_tokens_overflow == "clamp"
+                messages = await overflow.truncate(
+                    handle, turn.messages, turn.template_kwargs, exc, clamp
+                )
             else:
 
                 async def summarizer(request: list[dict[str, Any]], max_tokens: int) -> str:
@@ -381,7 +391,9 @@ class _ChoiceParser:
         self.generation = turn.generations[index]
         request = turn.request
         started = self.generation.started
-        markers = resolve_reasoning(turn.handle.config.reasoning_parser, _extra(turn.handle))
+        markers = resolve_reasoning(
+            text_settings(turn.handle).reasoning_parser, _extra(turn.handle)
+        )
         self.splitter = (
             make_splitter(markers, inside=bool(started and started.reasoning)) if markers else None
         )

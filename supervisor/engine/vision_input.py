@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_gateway.protocol.kinds import IMAGE_INPUT
+from mlx_gateway.protocol.messages import IMAGE_PART as WORKER_IMAGE_PART
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.engine.audio_input import attach_audio
 from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
 from mlx_gateway.supervisor.engine.kinds import serves
@@ -25,8 +28,9 @@ from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 IMAGE_PART = "image_url"
 
 
-def image_policy(model: ModelConfig, server: ServerConfig) -> ImagePolicy:
-    """How the gateway reads ``model``'s image URLs."""
+def image_policy(config: ModelConfig, server: ServerConfig) -> ImagePolicy:
+    """How the gateway reads the image URLs of ``config``'s vision model."""
+    model = settings_as(config, VlmConfig)
     allow_private = model.allow_private_image_urls
     if allow_private is None:
         allow_private = server.allow_private_image_urls
@@ -83,7 +87,7 @@ def check_images_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) ->
             param=parts[0][0],
             code="images_not_supported",
         )
-    limit = handle.config.max_images
+    limit = settings_as(handle.config, VlmConfig).max_images
     if len(parts) > limit:
         raise BadRequest(
             f"The request has {len(parts)} images; the model '{handle.name}' accepts at most "
@@ -125,7 +129,7 @@ async def read_images(messages: list[dict[str, Any]], policy: ImagePolicy) -> Im
 
 def _worker_part(part: Any) -> Any:
     if isinstance(part, dict) and part.get("type") == IMAGE_PART:
-        return {"type": "image", "detail": part["image_url"].get("detail", "auto")}
+        return {"type": WORKER_IMAGE_PART, "detail": part["image_url"].get("detail", "auto")}
     return part
 
 

@@ -9,12 +9,12 @@ cap, then the headers that routes note on the way (:mod:`.notes`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.middleware import Middleware
 
-from mlx_gateway.protocol.kinds import IMAGE_INPUT, IMAGES, TRANSCRIPTION, kinds_serving
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
+from mlx_gateway.supervisor.config.kinds.image import ImageConfig
+from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
+from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.http.auth import AuthMiddleware
 from mlx_gateway.supervisor.http.limits import MIB, BodyLimitMiddleware
 from mlx_gateway.supervisor.http.notes import NotesMiddleware
@@ -35,19 +35,18 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
     """The body cap of each file-carrying path, from the largest files the models
     accept (paths no model serves are left to ``max_body_mb``)."""
 
-    def largest(kinds: tuple[str, ...], size: Any) -> float | None:
-        sizes = [size(m) for m in models if m.worker_kind in kinds]
+    def largest(sizes: list[float]) -> float | None:
         return max(sizes) if sizes else None
 
     limits: dict[str, int] = {}
-    audio = largest(kinds_serving(TRANSCRIPTION), lambda m: m.max_upload_mb)
+    audio = largest([m.max_upload_mb for m in models if isinstance(m, WhisperConfig)])
     if audio is not None:
         limits["/v1/audio/"] = int(audio * MIB) + FORM_OVERHEAD
-    edits = largest(kinds_serving(IMAGES), lambda m: m.max_image_mb)
+    edits = largest([m.max_image_mb for m in models if isinstance(m, ImageConfig)])
     if edits:
         limits["/v1/images/edits"] = int(edits * MIB) * EDIT_FILES + FORM_OVERHEAD
     # A chat request carries its images inline as base64 data URLs (4 bytes per 3).
-    vision = largest(kinds_serving(IMAGE_INPUT), lambda m: m.max_image_mb * m.max_images)
+    vision = largest([m.max_image_mb * m.max_images for m in models if isinstance(m, VlmConfig)])
     if vision:
         limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
     return limits

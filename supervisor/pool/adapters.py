@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mlx_gateway.supervisor.config import ModelConfig
-from mlx_gateway.supervisor.config.lm import ADAPTER_NONE as NONE
-from mlx_gateway.supervisor.config.lm import DEFAULT_ADAPTER as DEFAULT_ID
+from mlx_gateway.supervisor.config.kinds.lm import ADAPTER_NONE as NONE
+from mlx_gateway.supervisor.config.kinds.lm import DEFAULT_ADAPTER as DEFAULT_ID
+from mlx_gateway.supervisor.config.kinds.lm import LmConfig
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,13 @@ class AdapterSet:
     def __init__(self, config: ModelConfig) -> None:
         self.model = config.served_model_name
         self._mounted: dict[str, Mounted] = {}
-        if config.adapter_path is not None:
-            self._mounted[DEFAULT_ID] = Mounted(DEFAULT_ID, config.adapter_path, "config")
-        for adapter_id, path in config.adapters.items():
-            self._mounted[adapter_id] = Mounted(adapter_id, path, "config")
-        self.default: str | None = DEFAULT_ID if config.adapter_path is not None else None
+        self.default: str | None = None
+        if isinstance(config, LmConfig):  # only language models take adapters
+            if config.adapter_path is not None:
+                self._mounted[DEFAULT_ID] = Mounted(DEFAULT_ID, config.adapter_path, "config")
+                self.default = DEFAULT_ID
+            for adapter_id, path in config.adapters.items():
+                self._mounted[adapter_id] = Mounted(adapter_id, path, "config")
         """Applied to requests that do not name an adapter (``adapter_path``)."""
         self.last_used: str | None = None
         """The adapters of the latest request (``a+b``; ``None``: the base model)."""

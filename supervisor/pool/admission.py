@@ -19,7 +19,7 @@ from mlx_gateway.protocol.messages import Generate
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.errors import ModelUnavailable, TooManyRequests, WorkerCrashed
 from mlx_gateway.supervisor.pool.calls import ReplyStream
-from mlx_gateway.supervisor.pool.keep_alive import lifetime
+from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.pool.owner_events import WorkerProcess, background
 from mlx_gateway.supervisor.pool.relay import Relay
 from mlx_gateway.supervisor.pool.room import Room
@@ -93,6 +93,7 @@ class Admission:
         stops that load."""
         if self.closing:
             raise self._closing_error()
+        request_started(self)  # its keep_alive, or none, is the model's lifetime now
         limit = self.config.max_concurrency + self.config.max_queue
         if self.inflight + self.waiting >= limit:
             # Counted whatever they wait for (a slot, the load, room in the budget):

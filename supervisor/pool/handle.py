@@ -35,6 +35,7 @@ from mlx_gateway.protocol.messages import (
     Reply,
     Request,
     Shutdown,
+    StepProgress,
 )
 from mlx_gateway.protocol.spec import SPAWNED_AT_ENV, WorkerSpec
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
@@ -47,6 +48,7 @@ from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.admission import Admission
 from mlx_gateway.supervisor.pool.auto_context import context_at_start
 from mlx_gateway.supervisor.pool.memory import KV_KINDS, Need, local_ranks, measured_need
+from mlx_gateway.supervisor.pool.needs import learns_from
 from mlx_gateway.supervisor.pool.owner_events import (
     EnsureReady,
     Exited,
@@ -69,6 +71,7 @@ from mlx_gateway.supervisor.pool.spawn import (
     WorkerCommand,
     start_process,
 )
+from mlx_gateway.supervisor.pool.stall import step_now
 from mlx_gateway.supervisor.pool.state import WorkerState, check_transition, failure_backoff
 from mlx_gateway.supervisor.pool.status import LoadProgress, ModelStatus, facts_fields
 from mlx_gateway.supervisor.pool.worker_spec import (
@@ -123,6 +126,11 @@ class WorkerHandle(Admission):
         self.closing = False  # the gateway shuts down: no new request, no new start
         self.ready_since: float | None = None
         self.last_heartbeat = 0.0
+        self.step: StepProgress | None = None  # as of the last heartbeat (see .stall)
+        self.stalls: dict[str, int] = {}  # workers killed for a stuck step, by its kind
+        self.prefill_tps: float | None = None
+        """The prefill speed its workers last measured (tokens per second; kept
+        across restarts of its worker: the same model on the same machine)."""
         self.measured_bytes = 0  # the most its workers reported (kept after a stop)
         self._slots = asyncio.Semaphore(config.max_concurrency)
         self._state_changed = asyncio.Event()
@@ -162,11 +170,11 @@ class WorkerHandle(Admission):
         self._inbox.put_nowait(StopCommand(future, reason, if_idle))
         await future
 
-    async def close(self) -> None:
-        """Stop the worker and end the owner task."""
+    async def close(self, reason: str = "gateway shutting down") -> None:
+        """Stop the worker (``reason`` is logged) and end the owner task."""
         if self._owner is None:
             return
-        await self.stop("gateway shutting down")
+        await self.stop(reason)
         if self._owner is not None:
             self._owner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -203,8 +211,11 @@ class WorkerHandle(Admission):
             load_progress=progress,
             pinned=self.pinned,
             draining=self.draining,
+            step=step_now(self.step, self.last_heartbeat) if memory else None,
             crashes=self.crashes,
+            stalls=sum(self.stalls.values()),
             evictions=self.evictions,
+            prefill_tps=self.prefill_tps,
             **facts_fields(extra),
         )
 
@@ -384,7 +395,7 @@ class WorkerHandle(Admission):
         match reply:
             case Ready(facts=facts, memory=memory):
                 if self.state is WorkerState.STARTING:
-                    self.facts, self.memory, self.progress = facts, memory, None
+                    self.facts, self.memory, self.progress, self.step = facts, memory, None, None
                     self._measured(memory)
                     self.failures, self.last_error = 0, None
                     self.last_used, self.last_used_wall = time.monotonic(), time.time()
@@ -394,10 +405,11 @@ class WorkerHandle(Admission):
                     self._ready_waiters.clear()
             case Progress():
                 self.progress = reply
-            case Heartbeat(memory=memory):
-                self.memory = memory
-                self.last_heartbeat = time.monotonic()
-                if self.state is WorkerState.READY:
+            case Heartbeat(memory=memory, step=step, prefill_tps=prefill_tps):
+                self.memory, self.step, self.last_heartbeat = memory, step, time.monotonic()
+                if prefill_tps > 0:
+                    self.prefill_tps = prefill_tps
+                if self.state is WorkerState.READY and learns_from(reply, self._proc):
                     self._measured(memory)
             case Error(message=message):
                 # A worker-level error: the model could not load; the exit follows.

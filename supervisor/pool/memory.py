@@ -244,7 +244,7 @@ def estimate(config: ModelConfig) -> Need:
         meta = text_config(directory)
         parts["kv"] = int(kv_working_set(meta, config) * kv_dtype_scale(directory, config))
         parts["activations"] += prefill_activations(meta, config)
-    if kind == "lm" and config.draft_model_path is not None:
+    if config.draft_model_path is not None:
         parts["draft"] = draft_need(config, profile.weight_factor)
     if config.distributed is not None:
         parts = _this_machines_share(parts, config)

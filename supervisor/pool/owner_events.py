@@ -74,6 +74,7 @@ class WorkerProcess:
     stop_reason: str = ""
     stop_requested: bool = False
     stop_error: GatewayError | None = None  # what its unfinished requests fail with
+    finished_seen: int = 0  # its heartbeats' ``finished`` count, as last learned from
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
 
@@ -83,14 +84,15 @@ def exit_reason(proc: WorkerProcess, returncode: int) -> str:
     if proc.load_error:
         return f"failed to load: {proc.load_error}"
     if proc.kill_reason:
-        return f"was killed: {proc.kill_reason}"
+        return f"was killed: {proc.kill_reason}" + _tail(proc)
     if proc.stop_requested:
         return f"was stopped ({proc.stop_reason})"
-    reason = describe_exit(returncode)
+    return describe_exit(returncode) + _tail(proc)
+
+
+def _tail(proc: WorkerProcess) -> str:
     tail = [line for line in proc.stderr if line.strip()][-5:]
-    if tail:
-        reason += "; last log lines:\n" + "\n".join(tail)
-    return reason
+    return "; last log lines:\n" + "\n".join(tail) if tail else ""
 
 
 _BACKGROUND: set[asyncio.Task[Any]] = set()

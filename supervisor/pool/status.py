@@ -35,8 +35,16 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     load_progress: LoadProgress | None = None
     pinned: bool = False
     draining: bool = False
+    step: str | None = None
+    """The step its worker runs now (``decode of 2 requests``) and how long it has
+    made no progress, as of the last heartbeat; ``None`` between steps."""
     crashes: int = 0
+    stalls: int = 0
+    """Workers killed for a step stuck past ``step_timeout``."""
     evictions: int = 0
+    prefill_tps: float | None = None
+    """Prompt tokens per second its worker measured reading long prompts (language
+    models; ``None`` until one was read)."""
     blas: str | None = None
     tool_prompt: str | None = None
     draft_model: str | None = None

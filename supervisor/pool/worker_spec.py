@@ -10,14 +10,6 @@ from typing import Any
 
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.config.image import IMAGE_KIND
-from mlx_gateway.supervisor.config.image import worker_options as image_options
-from mlx_gateway.supervisor.config.lm import LM_KIND, disk_tier_options
-from mlx_gateway.supervisor.config.lm import worker_options as lm_options
-from mlx_gateway.supervisor.config.tts import TTS_KIND
-from mlx_gateway.supervisor.config.tts import worker_options as tts_options
-from mlx_gateway.supervisor.config.vision import VISION_KIND
-from mlx_gateway.supervisor.config.vision import worker_options as vision_options
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.blas import openblas_for, with_preload
 from mlx_gateway.supervisor.pool.bytecode import (
@@ -65,22 +57,9 @@ def worker_environment(
 
 
 def kind_options(config: ModelConfig) -> dict[str, Any]:
-    """The kind-specific settings of ``config`` for ``WorkerSpec.options``; unset
-    ones are left out, so the worker applies its own defaults."""
-    options: dict[str, Any] = {}
-    if config.max_batch_tokens is not None:
-        options["max_batch_tokens"] = config.max_batch_tokens
-    if config.worker_kind == VISION_KIND:
-        options.update(vision_options(config))
-    if config.worker_kind == IMAGE_KIND:
-        options.update(image_options(config))
-    if config.worker_kind == LM_KIND:
-        options.update(lm_options(config))
-    if config.worker_kind == TTS_KIND:
-        options.update(tts_options(config))
-    if config.distributed is not None:
-        options["distributed"] = config.distributed.parallel
-    return options
+    """The kind-specific settings of ``config`` for ``WorkerSpec.options``
+    (``worker_options`` of its kind's Struct, ``config/kinds/<kind>.py``)."""
+    return config.worker_options()
 
 
 def start_options(
@@ -92,10 +71,7 @@ def start_options(
     options: dict[str, Any] = {}
     if kv_budget is not None:
         options["kv_budget_bytes"] = kv_budget  # per-request admission
-    if config.worker_kind == LM_KIND:
-        options.update(disk_tier_options(config, server))
-        if len(adapters):
-            options["adapters"] = adapters.paths()
+    options.update(config.start_options(server, adapters.paths() if len(adapters) else {}))
     return options
 
 

@@ -15,7 +15,8 @@ import pytest_asyncio
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 from ..fixtures.tiny_models import CONTEXT_LENGTH, build_tiny_lm
 
@@ -40,8 +41,8 @@ async def app(model_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=2),
         models=[
-            ModelConfig(model_path=str(model_path), served_model_name=GREEDY, idle_timeout=0),
-            ModelConfig(
+            model_entry(model_path=str(model_path), served_model_name=GREEDY, idle_timeout=0),
+            model_entry(
                 model_path=str(model_path),
                 served_model_name=SAMPLED,
                 idle_timeout=0,

@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -33,13 +34,14 @@ QUESTION = [{"role": "user", "content": "Count the steps, one by one."}]
 async def app(tiny_lm_path: Path) -> AsyncIterator[Starlette]:
     def entry(name: str, policy: str | None) -> ModelConfig:
         extra = {} if policy is None else {"max_tokens_overflow": policy}
-        return ModelConfig(
+        return model_entry(
+            "lm",
             model_path=str(tiny_lm_path),
             served_model_name=name,
             idle_timeout=0,
             context_length=LIMIT,
             temperature=0.0,
-            **extra,  # type: ignore[arg-type]
+            **extra,
         )
 
     config = GatewayConfig(

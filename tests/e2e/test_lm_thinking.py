@@ -18,7 +18,8 @@ import pytest_asyncio
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -31,7 +32,7 @@ async def app(tiny_thinking_lm_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=2),
         models=[
-            ModelConfig(
+            model_entry(
                 model_path=str(tiny_thinking_lm_path), served_model_name=THINKER, idle_timeout=0
             )
         ],

@@ -21,7 +21,8 @@ from PIL import Image
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -48,8 +49,8 @@ async def app(tiny_lm_path: Path, tiny_vlm_path: Path) -> AsyncIterator[Starlett
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=2),
         models=[
-            ModelConfig(model_path=str(tiny_lm_path), served_model_name=LM, idle_timeout=0),
-            ModelConfig(
+            model_entry(model_path=str(tiny_lm_path), served_model_name=LM, idle_timeout=0),
+            model_entry(
                 model_path=str(tiny_vlm_path),
                 served_model_name=VL,
                 model_type="vlm",

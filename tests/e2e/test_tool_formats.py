@@ -26,7 +26,8 @@ import pytest_asyncio
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -62,7 +63,7 @@ WEATHER: dict[str, Any] = {
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def app(tiny_lm_32k_path: Path) -> AsyncIterator[Starlette]:
     models = [
-        ModelConfig(
+        model_entry(
             model_path=str(tiny_lm_32k_path),
             served_model_name=name,
             tool_call_parser=parser,

@@ -25,6 +25,7 @@ from mlx_gateway.protocol.messages import (
     SamplingParams,
     Shutdown,
     Started,
+    StepProgress,
     Transcribe,
     Transcript,
     Usage,
@@ -53,6 +54,10 @@ REPLIES = [
     Ready(pid=42, facts=ModelFacts(context_length=4096, model_type="llama"), memory=Memory(rss=9)),
     Progress(stage="download", fraction=0.5, detail="3/6 files"),
     Heartbeat(inflight=2, queued=1, memory=Memory(rss=1, mlx_active=2, mlx_cache=3)),
+    Heartbeat(
+        inflight=1,
+        step=StepProgress(steps=7, current="decode of 1 request", stalled_for=3.5, longest=0.2),
+    ),
     Started(request_id="r1", prompt_tokens=12, cached_tokens=4),
     Chunk(request_id="r1", text="héllo ✓", tokens=2),
     Batch(chunks=[Chunk(request_id="a", text="x", tokens=1), Chunk(request_id="b", text="")]),

@@ -284,3 +284,64 @@ async def test_frozen_worker_is_killed_by_the_hang_watchdog() -> None:
             again = await stream_chat(http, MODELS[0], "thawed")
             assert answered(again, "thawed")
             assert victim.pid != pid
+
+
+async def test_stuck_step_is_killed_and_its_requests_end_with_a_clear_error() -> None:
+    """A step that makes no progress while the worker lives and heartbeats (the
+    fake's ``stuck``: its heartbeats report the step stalled): past step_timeout
+    (auto: hang_timeout) the worker is killed, every request on it ends with an
+    error naming the model and the step, in each API's shape, and it shows in the
+    log, /metrics and /v1/models; the next request starts it again."""
+    with LiveGateway({"model_path": MODELS[0]}, hang_timeout=2.0) as gw:
+        async with client(gw) as http:
+            await stream_chat(http, MODELS[0], "warm")
+            victim = gw.registry.resolve(MODELS[0])
+            pid = victim.pid
+            long_prompt = " ".join(f"w{i}" for i in range(300))
+            streams = [
+                asyncio.create_task(stream_chat(http, MODELS[0], long_prompt)) for _ in range(3)
+            ]
+            plain = asyncio.create_task(
+                http.post(
+                    "/v1/chat/completions",
+                    json={"model": MODELS[0], "messages": [{"role": "user", "content": "w " * 50}]},
+                )
+            )
+            ollama = asyncio.create_task(
+                http.post(
+                    "/api/chat",
+                    json={"model": MODELS[0], "messages": [{"role": "user", "content": "w " * 80}]},
+                )
+            )
+            await asyncio.sleep(0.3)
+            stuck = asyncio.create_task(stream_chat(http, MODELS[0], "stuck here"))
+            stuck_at = time.monotonic()
+            done = await asyncio.wait_for(asyncio.gather(*streams, stuck), 20)
+            ended = time.monotonic() - stuck_at
+            for out in done:
+                assert out.status == 200 and out.done and out.error is not None, out
+                message = out.error["message"]
+                assert f"model '{MODELS[0]}'" in message and "stuck" in message, message
+                assert "decode of" in message and "step_timeout" in message, message
+            assert ended < 12, ended  # the limit (2 s) + a heartbeat + a check, with slack
+            # A plain answer whose padding already went out is left unfinished (see
+            # reply/answer.py: clients read it as a broken connection and retry);
+            # one still before its headers gets the 503 body.
+            try:
+                answer = await asyncio.wait_for(plain, 10)
+            except httpx.RemoteProtocolError:
+                pass
+            else:
+                assert answer.status_code == 503, answer.text
+                assert "stuck" in answer.json()["error"]["message"], answer.text
+            line = (await asyncio.wait_for(ollama, 10)).text.strip().splitlines()[-1]
+            assert "stuck" in json.loads(line)["error"], line
+            status = (await http.get(f"/v1/models/{MODELS[0]}")).json()
+            assert status["stalls"] == 1 and "stuck" in status["error"], status
+            again = await stream_chat(http, MODELS[0], "back again")
+            assert answered(again, "back again")
+            assert victim.pid != pid and victim.crashes == 1
+            metrics = (await http.get("/metrics")).text
+            assert f'mlx_gateway_model_stalls_total{{model="{MODELS[0]}",step="decode"}} 1' in (
+                metrics
+            )

@@ -16,7 +16,8 @@ import pytest
 
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, SamplingParams
 from mlx_gateway.protocol.spec import WorkerSpec, encode_spec
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
 from mlx_gateway.supervisor.pool.registry import Registry
@@ -43,7 +44,7 @@ def fake_config(*models: dict[str, Any], **server: Any) -> GatewayConfig:
     server.setdefault("shutdown_grace", 1.0)
     return GatewayConfig(
         server=ServerConfig(**server),
-        models=[ModelConfig(**{"served_model_name": m["model_path"], **m}) for m in models],
+        models=[model_entry(**{"served_model_name": m["model_path"], **m}) for m in models],
     )
 
 

@@ -4,7 +4,7 @@ mflux has one class per model family, each with its own ``generate_image``
 arguments. A model entry names an mflux preset (``config_name``: ``schnell``,
 ``flux2-klein-4b``, ``qwen-image-edit``, … or any alias mflux accepts; the gateway
 has already translated mlx-openai-server's names, see
-``supervisor/config/image.py``); when it
+``supervisor/config/kinds/image.py``); when it
 does not, mflux infers the preset from ``model_path`` (``…/flux2-klein-4b-4bit``).
 The preset's registry key selects a :class:`Family` here, and the model entry's
 ``model_config`` mapping overrides fields of a copy of the preset's mflux

@@ -6,7 +6,8 @@ are what every kind must do, the others are optional hooks with their defaults h
 so the serve loop calls every hook directly and never probes for one.
 
 Every method runs on the MLX thread, except :meth:`Backend.counts` and
-:meth:`Backend.kv_bytes`, which the main thread reads for heartbeats. A backend only
+:meth:`Backend.kv_bytes` and :meth:`Backend.prefill_rate`, which the main thread reads
+for heartbeats. A backend only
 sees decoded requests and answers through an :class:`Emit`. It must end every
 request it accepted with exactly one ``Done`` or ``Error``.
 """
@@ -147,6 +148,11 @@ class Backend(ABC):
         Called from the main thread: plain reads only."""
         return 0, 0, 0
 
+    def prefill_rate(self) -> float:
+        """Measured prompt tokens per second of a long prefill (0.0: not measured, or
+        a kind without prompts). Called from the main thread: plain reads only."""
+        return 0.0
+
     def watch_inbox(self, inbox: Inbox) -> None:  # noqa: B027 (optional hook)
         """Given once, before serving: a backend whose one step is long (a whole
         diffusion) may peek at the inbox to stop inside a step for a ``Cancel``; the
@@ -158,6 +164,12 @@ class Backend(ABC):
     def idle_tick(self) -> None:  # noqa: B027 (optional hook)
         """Called while idle, every :attr:`idle_interval` seconds (rank 0 of a
         sharded model tells the other ranks it is alive)."""
+
+    def step_label(self) -> str:
+        """What the next :meth:`step` does, in a few words for a stall report
+        (``decode of 2 requests``); read on the MLX thread before each step."""
+        running, queued = self.counts()
+        return f"step ({running} running, {queued} queued)"
 
     def generation_stream(self) -> mx.Stream | None:
         """The MLX stream the backend generates on, where it made its own (collective

@@ -1,5 +1,8 @@
 """The worker's main thread: ZeroMQ I/O, heartbeats, signals and the parent watch.
 
+Each heartbeat carries the MLX thread's progress (:mod:`.step_clock`), so a step
+that never returns shows while this thread goes on beating.
+
 It never waits on generation. One ``zmq.Poller`` watches the DEALER socket to the
 gateway and the inproc PULL socket that carries the MLX thread's replies, waking
 at least every :data:`TICK` seconds for timers. Requests go to the MLX thread
@@ -208,7 +211,15 @@ def _malformed(dealer: zmq.Socket, frames: list[bytes], exc: Exception) -> None:
 def _heartbeat(dealer: zmq.Socket, mlx: MLXThread) -> None:
     running, queued = mlx.counts()
     memory = measure_memory(mlx.kv_bytes())
-    dealer.send_multipart(pack(Heartbeat(inflight=running, queued=queued, memory=memory)))
+    beat = Heartbeat(
+        inflight=running,
+        queued=queued,
+        memory=memory,
+        step=mlx.clock.snapshot(),
+        prefill_tps=round(mlx.prefill_rate(), 1),
+        finished=mlx.finished,
+    )
+    dealer.send_multipart(pack(beat))
     # While the MLX thread is inside a hub download, this thread reports its bytes.
     if moved := DOWNLOAD.take():
         fraction, detail = describe(*moved)

@@ -25,6 +25,7 @@ from mlx_gateway.protocol.frames import pack
 from mlx_gateway.protocol.messages import (
     Assign,
     Cancel,
+    Done,
     Error,
     Limits,
     ModelFacts,
@@ -52,6 +53,7 @@ from mlx_gateway.workers.runtime.memory import measure_memory
 from mlx_gateway.workers.runtime.prefetch import Prefetch, start_prefetch
 from mlx_gateway.workers.runtime.random_state import repair_random_state
 from mlx_gateway.workers.runtime.ring import Leader
+from mlx_gateway.workers.runtime.step_clock import StepClock
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,11 @@ class MLXThread(threading.Thread):
         self._replies_endpoint = replies_endpoint
         self._push: zmq.Socket | None = None
         self._spare_kind = spec.kind
+        self.clock = StepClock()
+        """The thread's progress, read by the main thread for heartbeats."""
+        self.finished = 0
+        """Requests that ended with ``Done`` (heartbeats: the gateway learns memory
+        needs only from requests that ran)."""
 
     def counts(self) -> tuple[int, int]:
         backend = self.backend
@@ -89,10 +96,24 @@ class MLXThread(threading.Thread):
             log.debug("reading the KV cache size failed", exc_info=True)
             return 0, 0, 0
 
+    def prefill_rate(self) -> float:
+        """The backend's measured prefill speed (tokens per second; 0.0: unknown)."""
+        backend = self.backend
+        if backend is None:
+            return 0.0
+        try:
+            return float(backend.prefill_rate())
+        except Exception:  # a figure for a heartbeat must never break the worker
+            log.debug("reading the prefill rate failed", exc_info=True)
+            return 0.0
+
     def emit(self, msg: Reply, payloads: Sequence[bytes | memoryview] = ()) -> None:
         """Send ``msg``, followed by binary ``payloads`` (e.g. an embedding matrix)."""
         assert self._push is not None
         self._push.send_multipart(pack(msg, payloads))
+        self.clock.progressed()
+        if isinstance(msg, Done):
+            self.finished += 1
 
     def run(self) -> None:
         # Sockets are not thread-safe: this one is made and used on this thread only.
@@ -147,7 +168,9 @@ class MLXThread(threading.Thread):
             if spec.options.get("distributed"):
                 backend = Leader(backend)
             loading = time.monotonic()
+            self.clock.begin("load", measured=False)
             facts = backend.load(spec, self.emit)
+            self.clock.end()
             phases["load"] = time.monotonic() - loading
         except LoadError as exc:
             return self._load_failed(str(exc))
@@ -168,7 +191,7 @@ class MLXThread(threading.Thread):
             ahead,
         )
         self.emit(Ready(pid=os.getpid(), facts=facts, memory=measure_memory()))
-        return serve(backend, self.inbox, self.emit)
+        return serve(backend, self.inbox, self.emit, self.clock)
 
     def _load_failed(self, reason: str) -> int:
         log.error("%s", reason)
@@ -212,7 +235,7 @@ def wait_for_assignment(inbox: Inbox, emit: Emit) -> WorkerSpec | None:
         emit(Error(message="this spare worker has no model yet", request_id=request_id, status=503))
 
 
-def serve(backend: Backend, inbox: Inbox, emit: Emit) -> int:
+def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = None) -> int:
     """Take requests between steps until told to stop; returns the exit code.
 
     Blocks on the inbox only while the backend is idle, so a cancel or a new
@@ -222,7 +245,11 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit) -> int:
     The backend's optional hooks: ``watch_inbox`` gets the inbox once, and a backend
     with an ``idle_interval`` (rank 0 of a sharded model) is not left blocked while
     idle: every that many seconds without a request its ``idle_tick`` runs.
+
+    ``clock`` (the heartbeats' :class:`StepClock`) marks each step and each
+    request's checks, so a step that never returns shows in the heartbeats.
     """
+    clock = clock if clock is not None else StepClock()
     backend.watch_inbox(inbox)
     interval = backend.idle_interval
     drain_until: float | None = None
@@ -253,17 +280,32 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit) -> int:
                     Error(message="the worker is shutting down", request_id=request_id, status=503)
                 )
             else:
-                _submit(backend, request, payloads, emit)
+                clock.begin(f"checks of a {type(request).__name__} request")
+                try:
+                    _submit(backend, request, payloads, emit)
+                finally:
+                    clock.end()
         if drain_until is not None and (not backend.has_work() or time.monotonic() >= drain_until):
             backend.cancel_all()
             return EXIT_OK
         if backend.has_work():
+            clock.begin(_label(backend))
             try:
                 backend.step()
             except Exception as exc:
                 log.exception("step failed")
                 backend.fail_active(f"generation failed: {type(exc).__name__}: {exc}")
                 repair_random_state()
+            finally:
+                clock.end()
+
+
+def _label(backend: Backend) -> str:
+    try:
+        return backend.step_label()
+    except Exception:  # a label for a stall report must never break the worker
+        log.debug("step_label failed", exc_info=True)
+        return "step"
 
 
 def _take(inbox: Inbox, block: bool, timeout: float | None = None) -> list[InboxItem]:

@@ -47,6 +47,7 @@ from mlx_vlm.vision_cache import VisionFeatureCache, processed_image_key
 from PIL import Image
 
 from mlx_gateway.protocol.messages import (
+    IMAGE_PART,
     Chunk,
     CountTokens,
     Detokenize,
@@ -345,7 +346,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                 where = f"messages[{i}].content[{j}]"
                 if kind in _TEXT_PARTS:
                     parts.append({"type": "text", "text": str(part.get("text", ""))})
-                elif kind == "image":
+                elif kind == IMAGE_PART:
                     payload = image_payload(request, payloads, len(images), where)
                     detail = str(part.get("detail") or "auto")
                     if detail not in DETAILS:
@@ -358,7 +359,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                             payload, where=f"{where}.image_url", detail=detail, limits=self.limits
                         )
                     )
-                    parts.append({"type": "image"})
+                    parts.append({"type": IMAGE_PART})
                 elif kind == "audio":
                     audio.append(self._audio(part, payloads, where, len(audio)))
                 else:

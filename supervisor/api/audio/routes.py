@@ -32,6 +32,8 @@ from mlx_gateway.supervisor.api.audio.formats import (
 )
 from mlx_gateway.supervisor.api.audio.transcription import Transcription
 from mlx_gateway.supervisor.api.audio.upload import UploadTooLarge, read_upload
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.engine.kinds import TRANSCRIPTION_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
@@ -60,11 +62,8 @@ async def create_translation(request: Request) -> Response:
 def _upload_limit(request: Request) -> float:
     """The largest upload (MiB) any speech model accepts: the model is named inside
     the form, so the body is bounded by this before the model is known."""
-    limits = [
-        handle.config.max_upload_mb
-        for handle in request.app.state.registry.handles
-        if handle.config.worker_kind in TRANSCRIPTION_KINDS
-    ]
+    configs = [handle.config for handle in request.app.state.registry.handles]
+    limits = [config.max_upload_mb for config in configs if isinstance(config, WhisperConfig)]
     return max(limits, default=DEFAULT_LIMIT_MB)
 
 
@@ -76,7 +75,7 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     check_options(form)
     handle = request.app.state.registry.resolve(form.model)
     require_kind(handle, TRANSCRIPTION_KINDS, f"/v1/audio/{ENDPOINTS[task]}")
-    config = handle.config
+    config = settings_as(handle.config, WhisperConfig)
     if not upload.file:
         raise BadRequest("The uploaded file is empty.", param="file")
     if len(upload.file) > config.max_upload_mb * MIB:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from uuid import uuid4
 
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.chat.inputs import chat_input
 from mlx_gateway.supervisor.api.chat.objects import (
     ChatChoiceOut,
@@ -22,6 +22,8 @@ from mlx_gateway.supervisor.api.chat.objects import (
     logprobs_out,
 )
 from mlx_gateway.supervisor.api.chat.stream import ChatStream, total_usage
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
@@ -102,7 +104,7 @@ async def create_chat_completion(request: Request) -> Response:
         images=inputs.frame_indices,
     )
     check_turn(handle, turn)
-    request_id = f"chatcmpl-{uuid4().hex}"
+    request_id = recorder.name_request("chatcmpl-")
     created = int(time.time())
     if req.stream:
         include_usage = req.stream_options is not None and req.stream_options.include_usage
@@ -145,7 +147,7 @@ def plain(turn: Turn) -> bool:
         and not request.tools.active
         and request.logprobs is None
         and resolve_reasoning(
-            turn.handle.config.reasoning_parser,
+            settings_as(turn.handle.config, TextModelConfig).reasoning_parser,
             turn.handle.facts.extra if turn.handle.facts is not None else None,
         )
         is None

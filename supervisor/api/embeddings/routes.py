@@ -28,6 +28,8 @@ from mlx_gateway.supervisor.api.embeddings.inputs import (
     EmbeddingUsage,
     split_input,
 )
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.embeddings import EmbeddingsConfig
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.errors import GatewayError, ModelUnavailable
@@ -53,7 +55,7 @@ async def create_embeddings(request: Request) -> Response:
         texts=texts,
         token_ids=token_ids,
         dimensions=req.dimensions,
-        truncate=handle.config.truncate,
+        truncate=settings_as(handle.config, EmbeddingsConfig).truncate,
     )
     header, matrix, prompt_tokens = await unless_disconnected(request, embed(handle, msg))
     usage = EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)

@@ -40,7 +40,8 @@ from mlx_gateway.supervisor.api.images.schemas import (
     parse_edit_form,
 )
 from mlx_gateway.supervisor.api.images.store import ImageStore
-from mlx_gateway.supervisor.config.image import is_edit_model
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.image import ImageConfig, is_edit_model
 from mlx_gateway.supervisor.config.schema import IMAGE_SIZE_MULTIPLE
 from mlx_gateway.supervisor.engine.kinds import IMAGE_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
@@ -91,7 +92,7 @@ async def create_image_edit(request: Request) -> Response:
             param="model",
             code="model_not_supported",
         )
-    form.check_sizes(int(handle.config.max_image_mb * MIB))
+    form.check_sizes(int(settings_as(handle.config, ImageConfig).max_image_mb * MIB))
     msg = _message(req, handle, images=len(form.images), mask=form.mask is not None)
     files = [*form.images, *([form.mask] if form.mask is not None else [])]
     return await _serve(request, handle, req, msg, files, edit=True)
@@ -130,16 +131,15 @@ def image_store(request: Request) -> ImageStore:
 def _upload_limit(request: Request) -> int:
     """The largest file any edit model accepts: the model is named inside the form,
     so the body is bounded by this before the model is known."""
-    limits = [
-        handle.config.max_image_mb
-        for handle in request.app.state.registry.handles
-        if is_edit_model(handle.config)
-    ]
+    configs = [handle.config for handle in request.app.state.registry.handles]
+    limits = [c.max_image_mb for c in configs if isinstance(c, ImageConfig) and c.edits]
     return int(max(limits, default=DEFAULT_IMAGE_MB) * MIB)
 
 
 def _message(req: ImageFields, handle: ModelHandle, *, images: int, mask: bool) -> GenerateImage:
-    size = check_fields(req, IMAGE_SIZE_MULTIPLE, handle.config.max_output_pixels)
+    size = check_fields(
+        req, IMAGE_SIZE_MULTIPLE, settings_as(handle.config, ImageConfig).max_output_pixels
+    )
     return GenerateImage(
         request_id=f"img-{uuid4().hex}",
         prompt=req.prompt,

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from mlx_gateway.supervisor.config.image import parse_size
+from mlx_gateway.supervisor.config.kinds.image import parse_size
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import validation_error
 

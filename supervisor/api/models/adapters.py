@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol.kinds import ADAPTERS
 from mlx_gateway.protocol.messages import MountAdapter, UnmountAdapter
-from mlx_gateway.supervisor.config.lm import (
+from mlx_gateway.supervisor.config.kinds.lm import (
     adapter_folder_problem,
     adapter_id_problem,
 )

@@ -83,6 +83,13 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         ),
     )
     yield from gauge(
+        "mlx_gateway_model_prefill_tokens_per_second",
+        "Prompt tokens per second the model's worker last measured reading a long "
+        "prompt (language models, once one was read).",
+        ("model",),
+        (((h.name,), tps) for h in handles if (tps := h.status().prefill_tps)),
+    )
+    yield from gauge(
         "mlx_gateway_model_last_used_timestamp_seconds",
         "Unix time at which the model's last request finished.",
         ("model",),
@@ -93,6 +100,20 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         "Worker exits the gateway did not ask for (the next request restarts it).",
         ("model",),
         each(lambda h: h.crashes),
+    )
+    yield from counter_of(
+        "mlx_gateway_model_stalls_total",
+        "Workers killed because a step made no progress past step_timeout while the "
+        "process lived, by the step's kind (decode, prefill, checks…).",
+        ("model", "step"),
+        (((h.name, phase), float(n)) for h in handles for phase, n in h.stalls.items()),
+    )
+    yield from gauge(
+        "mlx_gateway_model_step_stalled_seconds",
+        "Seconds the worker's current step has made no progress, as of its last "
+        "heartbeat (0 between steps).",
+        ("model",),
+        each(lambda h: h.step.stalled_for if h.step is not None else None),
     )
     yield from counter_of(
         "mlx_gateway_model_evictions_total",

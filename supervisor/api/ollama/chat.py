@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
-from uuid import uuid4
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Done, Generate
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.ollama.convert import (
     output_of,
     thinking_of,
@@ -33,6 +33,8 @@ from mlx_gateway.supervisor.api.ollama.replies import (
     ollama_errors,
 )
 from mlx_gateway.supervisor.api.ollama.schemas import ChatRequest, GenerateRequest
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive
@@ -54,7 +56,7 @@ from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.pool.keep_alive import lifetime
+from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.inputs import prepare_images
 
@@ -175,7 +177,9 @@ async def _answer(
     clock: Clock,
 ) -> Response:
     check_turn(handle, turn)
-    running = await unless_disconnected(request, Turn.start(handle, turn, f"ollama-{uuid4().hex}"))
+    running = await unless_disconnected(
+        request, Turn.start(handle, turn, recorder.name_request("ollama-"))
+    )
     clock.mark_accepted()
     return await _reply(request, handle, running, stream, chat, clock)
 
@@ -207,7 +211,9 @@ def _turn(
     thinking = thinking_of(req.think)
     return TurnRequest(
         messages=messages,
-        sampling=sampling_params(sampling_fields(req.model, options), handle.config),
+        sampling=sampling_params(
+            sampling_fields(req.model, options), settings_as(handle.config, TextModelConfig)
+        ),
         template_kwargs=template_kwargs(None, tools, thinking.enabled),
         thinking_budget=thinking.budget,
         tools=tools,
@@ -274,6 +280,7 @@ async def generate(request: Request) -> Response:
 async def _load_only(request: Request, handle: ModelHandle, stream: bool, chat: bool) -> Response:
     """An empty request: load the model (or unload it, with ``keep_alive: 0``)."""
     reason = "load"
+    request_started(handle)  # no session: its keep_alive applies here
     if lifetime(handle) == 0:
         reason = "unload"
         stop = getattr(handle, "stop", None)
@@ -317,9 +324,11 @@ async def _raw(
         raise BadRequest("'format' cannot be combined with raw: true.", param="format")
     options = read_options(req.options)
     msg = Generate(
-        request_id=f"ollama-{uuid4().hex}",
+        request_id=recorder.name_request("ollama-"),
         prompt=req.prompt or "",
-        sampling=sampling_params(sampling_fields(req.model, options), handle.config),
+        sampling=sampling_params(
+            sampling_fields(req.model, options), settings_as(handle.config, TextModelConfig)
+        ),
     )
     generation = await unless_disconnected(request, Generation.start(handle, msg))
     clock.mark_accepted()

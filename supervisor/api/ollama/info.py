@@ -19,6 +19,8 @@ from mlx_gateway.protocol import kinds
 from mlx_gateway.supervisor.api.ollama.names import listed, resolve
 from mlx_gateway.supervisor.api.ollama.replies import FOREVER, iso, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import ModelRequest
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
 from mlx_gateway.supervisor.http.body import read_json
@@ -98,7 +100,10 @@ def capabilities(handle: ModelHandle) -> list[str]:
     if serves(handle, kinds.IMAGE_INPUT):
         found.append("vision")
     extra = handle.facts.extra if handle.facts is not None else None
-    if resolve_reasoning(handle.config.reasoning_parser, extra) is not None:
+    if (
+        resolve_reasoning(settings_as(handle.config, TextModelConfig).reasoning_parser, extra)
+        is not None
+    ):
         found.append("thinking")
     return found
 

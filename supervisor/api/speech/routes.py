@@ -31,6 +31,8 @@ from mlx_gateway.supervisor.api.speech.schemas import (
     VoiceList,
 )
 from mlx_gateway.supervisor.api.speech.synthesis import Speech
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, kind_of, require_kind
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse
@@ -62,7 +64,7 @@ def synthesize_message(handle: ModelHandle, req: SpeechRequest) -> Synthesize:
     some text, within the model's ``max_input_chars``."""
     if not req.input.strip():
         raise BadRequest("The input is empty: give the text to speak.", param="input")
-    limit = handle.config.max_input_chars
+    limit = settings_as(handle.config, TtsConfig).max_input_chars
     if len(req.input) > limit:
         raise BadRequest(
             f"The input is {len(req.input)} characters; the model '{handle.name}' takes at "
@@ -155,7 +157,7 @@ async def _wait_ready(handle: ModelHandle) -> None:
 
 def _voices_of(handle: ModelHandle) -> list[str]:
     facts = handle.facts
-    if facts is None or facts.model_type != "tts":
+    if facts is None or "voices" not in facts.extra:  # reported by speech workers
         return []
     listed = facts.extra.get("voices", "")
     return [voice for voice in listed.split(",") if voice]

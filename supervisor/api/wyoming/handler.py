@@ -18,6 +18,7 @@ the work on the worker.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
@@ -52,6 +53,9 @@ from mlx_gateway.supervisor.api.audio.transcription import Transcription
 from mlx_gateway.supervisor.api.speech.synthesis import Speech
 from mlx_gateway.supervisor.api.wyoming.info import describe, offered
 from mlx_gateway.supervisor.api.wyoming.sentences import SentenceBuffer
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
+from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.config.schema import WyomingConfig
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, TRANSCRIPTION_KINDS, kind_of
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
@@ -83,6 +87,14 @@ class WyomingHandler(AsyncEventHandler):
         self._format = (16_000, 2, 1)
         self._stream: SynthesizeStart | None = None
         self._sentences = SentenceBuffer()
+
+    async def run(self) -> None:
+        """Serve the connection; a client that resets it (one that closes with our
+        answer unread does) ends it quietly, not as a task exception nobody reads."""
+        try:
+            await super().run()
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.debug("a Wyoming connection ended: %s", exc or type(exc).__name__)
 
     async def handle_event(self, event: Event) -> bool:
         try:
@@ -159,10 +171,9 @@ class WyomingHandler(AsyncEventHandler):
             raise BadRequest("No audio came between audio-start and audio-stop.")
         with self._recorded("wyoming transcribe"):
             handle = self._asr_model()
-            if len(audio) > handle.config.max_upload_mb * MIB:
-                raise BadRequest(
-                    f"The audio is over the model's max_upload_mb ({handle.config.max_upload_mb})."
-                )
+            limit_mb = settings_as(handle.config, WhisperConfig).max_upload_mb
+            if len(audio) > limit_mb * MIB:
+                raise BadRequest(f"The audio is over the model's max_upload_mb ({limit_mb}).")
             msg = Transcribe(
                 request_id=f"wyo-{uuid4().hex}",
                 filename="wyoming.wav",
@@ -201,7 +212,7 @@ class WyomingHandler(AsyncEventHandler):
             raise BadRequest("There is no text to speak.")
         with self._recorded("wyoming synthesize"):
             handle, voice_name = self._tts_model(voice)
-            limit = handle.config.max_input_chars
+            limit = settings_as(handle.config, TtsConfig).max_input_chars
             if len(text) > limit:
                 raise BadRequest(
                     f"The text is {len(text)} characters; the model '{handle.name}' takes at "

@@ -19,8 +19,9 @@ from wyoming.info import (
     TtsVoiceSpeaker,
 )
 
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.tts import OPENAI_VOICES, TtsConfig
 from mlx_gateway.supervisor.config.schema import WyomingConfig
-from mlx_gateway.supervisor.config.tts import OPENAI_VOICES
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, TRANSCRIPTION_KINDS, kind_of
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -48,10 +49,11 @@ def offered(handles: list[ModelHandle], config: WyomingConfig) -> list[ModelHand
 def speakers(handle: ModelHandle) -> list[str]:
     """The voices of a tts model, as far as the gateway knows them."""
     facts = handle.facts
-    if facts is not None and facts.model_type == "tts":
-        listed = [v for v in facts.extra.get("voices", "").split(",") if v]
-        return [v for v in listed if v not in OPENAI_VOICES or v in handle.config.voices]
-    return ["default", *handle.config.voices]
+    aliases = settings_as(handle.config, TtsConfig).voices
+    if facts is not None and "voices" in facts.extra:  # reported by its worker
+        listed = [v for v in facts.extra["voices"].split(",") if v]
+        return [v for v in listed if v not in OPENAI_VOICES or v in aliases]
+    return ["default", *aliases]
 
 
 def describe(handles: list[ModelHandle], config: WyomingConfig) -> Info:

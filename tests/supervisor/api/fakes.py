@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, ModelFacts, Started, Usage
 from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.status import ModelStatus
@@ -21,7 +22,7 @@ from mlx_gateway.supervisor.pool.status import ModelStatus
 
 def defaults(**values: Any) -> ModelConfig:
     """A real model entry (no sampling defaults of its own unless given)."""
-    return ModelConfig(model_path="fake", model_type="lm", **values)
+    return model_entry(model_path="fake", model_type="lm", **values)
 
 
 def text_of(msg: Generate) -> str:

@@ -18,7 +18,8 @@ import pytest_asyncio
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from tests.fixtures.whisper import FOX_CLIPS
 
 # One gateway (and so one worker process) for the whole module.
@@ -35,10 +36,10 @@ async def app(tiny_whisper_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(served_model_name=WHISPER, **model),
-            ModelConfig(served_model_name=SMALL, max_upload_mb=0.005, **model),
+            model_entry(served_model_name=WHISPER, **model),
+            model_entry(served_model_name=SMALL, max_upload_mb=0.005, **model),
             # Never started: requests naming it are refused before any worker runs.
-            ModelConfig(model_path="org/some-chat-model", served_model_name="chat"),
+            model_entry(model_path="org/some-chat-model", served_model_name="chat"),
         ],
     )
     app = create_app(config)

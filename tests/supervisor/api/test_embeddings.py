@@ -20,7 +20,8 @@ from starlette.applications import Starlette
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.api.embeddings import routes as embeddings_api
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.spawn import worker_command
 
 from ..fakes import fake_command
@@ -46,19 +47,19 @@ async def app(tiny_bert_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(
+            model_entry(
                 model_path=str(tiny_bert_path),
                 served_model_name=BERT,
                 model_type="embeddings",
                 max_batch_tokens=64,
             ),
-            ModelConfig(
+            model_entry(
                 model_path=str(tiny_bert_path),
                 served_model_name=CUT,
                 model_type="embeddings",
                 truncate=True,
             ),
-            ModelConfig(model_path=LM, served_model_name=LM),
+            model_entry(model_path=LM, served_model_name=LM),
         ],
     )
     app = create_app(config, command=command)

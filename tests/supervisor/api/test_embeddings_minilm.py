@@ -17,7 +17,8 @@ import pytest_asyncio
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -41,7 +42,7 @@ async def app(model_dir: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(model_path=str(model_dir), served_model_name=MODEL, model_type="embeddings")
+            model_entry(model_path=str(model_dir), served_model_name=MODEL, model_type="embeddings")
         ],
     )
     app = create_app(config)

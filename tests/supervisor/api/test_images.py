@@ -21,7 +21,8 @@ from PIL import Image
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from tests.fixtures.tiny_flux2 import CONFIG_NAME, MODEL_CONFIG
 
 # One gateway (and so one image worker) for the whole module.
@@ -46,15 +47,15 @@ async def app(tiny_flux2_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0, image_url_ttl=TTL),
         models=[
-            ModelConfig(served_model_name=FLUX, model_type="image-generation", **tiny),
+            model_entry(served_model_name=FLUX, model_type="image-generation", **tiny),
             # named as mlx-openai-server names the edit preset of the same weights
-            ModelConfig(
+            model_entry(
                 served_model_name=EDIT,
                 model_type="image-edit",
                 max_image_mb=0.01,
                 **{**tiny, "config_name": "flux2-klein-edit-4b"},
             ),
-            ModelConfig(model_path="org/some-chat-model", served_model_name="chat"),
+            model_entry(model_path="org/some-chat-model", served_model_name="chat"),
         ],
     )
     app = create_app(config)

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.metrics import Counter, Histogram, escape_label, format_value
 
 from ..fakes import fake_command, fake_config
@@ -164,13 +165,13 @@ def test_exposition_format() -> None:
 async def test_embeddings_are_counted_per_model(tiny_bert_path: Path) -> None:
     """An endpoint outside the chat/completions code (the real embeddings worker on
     a tiny BERT) notes its model and tokens too."""
-    from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+    from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
     from mlx_gateway.supervisor.pool.spawn import worker_command
 
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(
+            model_entry(
                 model_path=str(tiny_bert_path), served_model_name="bert", model_type="embeddings"
             )
         ],

@@ -18,7 +18,8 @@ from starlette.applications import Starlette
 
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.spawn import worker_command
 from tests.fixtures.tiny_cross_encoder import reference_scores
 
@@ -49,13 +50,13 @@ async def app(tiny_cross_encoder_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(
+            model_entry(
                 model_path=str(tiny_cross_encoder_path),
                 served_model_name=CE,
                 model_type="rerank",
                 max_batch_tokens=256,
             ),
-            ModelConfig(model_path=LM, served_model_name=LM),
+            model_entry(model_path=LM, served_model_name=LM),
         ],
     )
     app = create_app(config, command=command)

@@ -16,7 +16,8 @@ import pytest_asyncio
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from tests.fixtures.tiny_lm_reranker import reference_yes_probability
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -33,7 +34,7 @@ async def app(tiny_lm_reranker_path: Path) -> AsyncIterator[Starlette]:
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(
+            model_entry(
                 model_path=str(tiny_lm_reranker_path),
                 served_model_name=LMR,
                 model_type="rerank",

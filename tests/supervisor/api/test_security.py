@@ -14,7 +14,8 @@ from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.cli import serve
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.http.auth import KeyRing, exposure_warning, is_admin, is_loopback
 
 from ..fakes import fake_command, fake_config
@@ -223,7 +224,7 @@ async def test_launch_warns_when_public_without_keys(
 
     config = GatewayConfig(
         server=ServerConfig(host="0.0.0.0", port=unused_tcp_port),
-        models=[ModelConfig(model_path="fake/ok", served_model_name="fake/ok")],
+        models=[model_entry(model_path="fake/ok", served_model_name="fake/ok")],
     )
     caplog.set_level(logging.WARNING, logger="mlx_gateway")
     task = asyncio.create_task(serve(config))
@@ -242,10 +243,10 @@ def test_route_limits_follow_the_models_files() -> None:
 
     mib = 2**20
     models = [
-        ModelConfig(model_path="a", model_type="lm"),
-        ModelConfig(model_path="v", model_type="vlm", max_image_mb=3, max_images=2),
-        ModelConfig(model_path="w", model_type="whisper", max_upload_mb=50),
-        ModelConfig(model_path="i", model_type="image-edit", max_image_mb=10),
+        model_entry(model_path="a", model_type="lm"),
+        model_entry(model_path="v", model_type="vlm", max_image_mb=3, max_images=2),
+        model_entry(model_path="w", model_type="whisper", max_upload_mb=50),
+        model_entry(model_path="i", model_type="image-edit", max_image_mb=10),
     ]
     limits = route_limits(models)
     assert limits["/v1/chat/completions"] == 8 * mib + mib  # 2 x 3 MiB in base64, + text

@@ -21,7 +21,8 @@ from starlette.applications import Starlette
 
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.spawn import worker_command
 from tests.fixtures.image_server import ImageServer
 
@@ -98,13 +99,13 @@ async def app(tiny_vlm_path: Path, tiny_omni_path: Path) -> AsyncIterator[Starle
     config = GatewayConfig(
         server=ServerConfig(shutdown_grace=1.0),
         models=[
-            ModelConfig(**vlm, served_model_name=VL, allow_private_image_urls=True, max_images=3),
-            ModelConfig(**vlm, served_model_name=STRICT),
-            ModelConfig(
+            model_entry(**vlm, served_model_name=VL, allow_private_image_urls=True, max_images=3),
+            model_entry(**vlm, served_model_name=STRICT),
+            model_entry(
                 **vlm, served_model_name=SMALL, allow_private_image_urls=True, max_image_mb=0.01
             ),
-            ModelConfig(model_path=LM, served_model_name=LM),
-            ModelConfig(model_path=str(tiny_omni_path), model_type="vlm", served_model_name=OMNI),
+            model_entry(model_path=LM, served_model_name=LM),
+            model_entry(model_path=str(tiny_omni_path), model_type="vlm", served_model_name=OMNI),
         ],
     )
     app = create_app(config, command=command)

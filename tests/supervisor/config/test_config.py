@@ -11,13 +11,12 @@ import pytest
 
 from mlx_gateway.supervisor.config import (
     MODEL_TYPES,
-    SERVABLE_KINDS,
     ConfigError,
     GatewayConfig,
-    ModelConfig,
     ServerConfig,
     load_config,
 )
+from mlx_gateway.supervisor.config.kinds import model_entry
 
 DATA = Path(__file__).parent.parent / "data"
 REPO = Path(__file__).resolve().parents[3]
@@ -135,12 +134,11 @@ def test_full_config_of_our_own_keys(tmp_path: Path) -> None:
 def test_model_types_keep_their_worker_kinds() -> None:
     assert MODEL_TYPES["multimodal"] == MODEL_TYPES["vlm"] == "vlm"
     assert MODEL_TYPES["image-generation"] == MODEL_TYPES["image-edit"] == "image"
-    assert set(SERVABLE_KINDS) <= set(MODEL_TYPES.values())
-    assert ModelConfig(model_path="a/b", model_type="multimodal").worker_kind == "vlm"
+    assert model_entry(model_path="a/b", model_type="multimodal").worker_kind == "vlm"
 
 
 def test_structs_built_in_code_default_the_served_name() -> None:
-    model = ModelConfig(model_path="org/name", aliases=["x"])
+    model = model_entry(model_path="org/name", aliases=["x"])
     assert model.served_model_name == "org/name"
     assert model.names == ("org/name", "x")
     config = GatewayConfig(models=[model])
@@ -153,7 +151,7 @@ def test_example_config_loads() -> None:
     for model in config.models:
         assert model.on_demand is True
         assert model.model_path.startswith("mlx-community/")  # HF ids, kept as is
-        assert model.worker_kind in SERVABLE_KINDS
+        assert model.worker_kind in MODEL_TYPES.values()
     assert {"embeddings", "image", "vlm"} <= {model.worker_kind for model in config.models}
     names = [name for model in config.models for name in model.names]
     assert len(names) == len(set(names))

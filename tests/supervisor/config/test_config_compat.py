@@ -18,7 +18,6 @@ from mlx_gateway.supervisor.config import (
     load_config,
     override_server,
 )
-from mlx_gateway.supervisor.config.lm import worker_options as lm_worker_options
 
 from .test_config import DATA, HF_ID, error_of, load, write
 
@@ -61,7 +60,11 @@ def test_mlx_openai_server_file_loads_and_maps(caplog: pytest.LogCaptureFixture)
     ("entry", "key", "words"),
     [
         ("model_type: whisper\n    kv_bits: 8", "kv_bits", "applies to language and vision"),
-        ("model_type: vlm\n    max_kv_size: 4096", "max_kv_size", "no bounded KV cache"),
+        (
+            "model_type: vlm\n    max_kv_size: 4096",
+            "max_kv_size",
+            "language models (model_type lm)",
+        ),
         ("kv_bits: 8\n    max_kv_size: 4096", "kv_bits", "keep one of them"),
         ("kv_bits: 6", "kv_bits", ""),
     ],
@@ -96,11 +99,11 @@ def test_a_draft_model_reaches_the_worker(tmp_path: Path) -> None:
     config = load(tmp_path, "models:\n  - model_path: org/m\n    draft_model_path: draft\n")
     model = config.models[0]
     assert model.draft_model_path == str(tmp_path / "draft")  # from the file's folder
-    options = lm_worker_options(model)
+    options = model.worker_options()
     assert options["draft_model_path"] == str(tmp_path / "draft")
     assert options["num_draft_tokens"] == 3
-    assert "draft_model_path" not in lm_worker_options(
-        load(tmp_path, "models:\n  - model_path: org/m\n").models[0]
+    assert "draft_model_path" not in (
+        load(tmp_path, "models:\n  - model_path: org/m\n").models[0].worker_options()
     )
 
 
@@ -128,7 +131,7 @@ def test_adapters_resolve_from_the_config_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("entry", "words"),
     [
-        ("model_type: embeddings\n    adapters: {sql: sql}", "served for language models"),
+        ("model_type: embeddings\n    adapters: {sql: sql}", "applies to language models"),
         ("adapters: {a+b: sql}", "'+' stacks adapters"),
         ("adapters: {none: sql}", "'none' asks for the base model"),
         ("adapters: {sql: ./missing}", "has no adapter_config.json"),

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from mlx_gateway.supervisor.config import (
     MODEL_TYPES,
     ServerConfig,
 )
-from mlx_gateway.supervisor.config import checks as config_checks
 
 from .test_config import HF_ID, error_of, load, write
 
@@ -25,29 +22,6 @@ def test_unknown_model_type_lists_the_allowed_ones(tmp_path: Path) -> None:
     assert "unknown model_type 'lmm'" in str(err)
     for kind in MODEL_TYPES:
         assert kind in str(err)
-
-
-@pytest.mark.parametrize("model_type", ["image-generation", "image-edit"])
-def test_known_but_not_servable_model_type(
-    tmp_path: Path, model_type: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Every kind is servable now; a gateway built without one still says so clearly.
-    monkeypatch.setattr(config_checks, "SERVABLE_KINDS", ("lm",))
-    path = write(
-        tmp_path,
-        f"""
-        models:
-          - model_path: {HF_ID}
-          - model_path: mlx-community/whisper-large-v3-mlx
-            served_model_name: x
-            model_type: {model_type}
-        """,
-    )
-    err = error_of(path)
-    assert err.line == 5
-    assert err.model_index == 1
-    assert f"models[1].model_type at {path}:5 (model 'x'): " in str(err)
-    assert f"model_type '{model_type}' is not supported yet by this gateway" in str(err)
 
 
 # --------------------------------------------------------------------------- names

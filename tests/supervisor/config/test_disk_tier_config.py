@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, load_config
-from mlx_gateway.supervisor.config.lm import disk_tier_options
+from mlx_gateway.supervisor.config.kinds.lm import disk_tier_options
 
 
 def load(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.spec import decode_spec
-from mlx_gateway.supervisor.config import ConfigError, ModelConfig, load_config
+from mlx_gateway.supervisor.config import ConfigError, load_config
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.config.schema import DistributedConfig
 from mlx_gateway.supervisor.pool.memory import estimate
 from mlx_gateway.supervisor.pool.worker_spec import default_command, spec_for
@@ -101,12 +102,12 @@ def test_a_wrong_distributed_block_is_named(tmp_path: Path, model: str, message:
 
 def test_only_this_machines_share_counts_against_its_budget(tiny_lm_path: Path) -> None:
     model = str(tiny_lm_path)
-    whole = estimate(ModelConfig(model_path=model)).parts
+    whole = estimate(model_entry(model_path=model)).parts
     assert whole["weights"] > 0 and whole["runtime"] > 0
 
     def share(hosts: list[str], per_host: int = 1) -> dict[str, int]:
         spread = DistributedConfig(hosts=hosts, ranks_per_host=per_host)
-        return estimate(ModelConfig(model_path=model, distributed=spread)).parts
+        return estimate(model_entry(model_path=model, distributed=spread)).parts
 
     two = share(["mac-1", "mac-2"])
     assert two["weights"] == whole["weights"] // 2 and two["kv"] == whole["kv"] // 2

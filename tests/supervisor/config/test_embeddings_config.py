@@ -47,9 +47,10 @@ def test_embeddings_keys_reach_the_worker(tmp_path: Path) -> None:
     [
         (
             "max_batch_tokens: 512",
-            "max_batch_tokens applies to models of model_type embeddings, rerank only",
+            "max_batch_tokens applies to embeddings and rerank models (model_type embeddings, "
+            "rerank) only",
         ),
-        ("truncate: true", "truncate applies to embeddings models only"),
+        ("truncate: true", "truncate applies to embeddings models (model_type embeddings) only"),
     ],
 )
 def test_embeddings_keys_on_other_models_are_errors(

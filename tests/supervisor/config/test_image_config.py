@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, load_config
-from mlx_gateway.supervisor.config.image import is_edit_model, parse_size, worker_options
+from mlx_gateway.supervisor.config.kinds.image import is_edit_model, parse_size
 from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
 
@@ -69,7 +69,7 @@ def test_defaults_leave_the_choices_to_the_worker(tmp_path: Path) -> None:
     )
     (model,) = load_config(path).models
     assert not is_edit_model(model)
-    assert worker_options(model) == {
+    assert model.worker_options() == {
         "mode": "generate",
         "width": 1024,
         "height": 1024,
@@ -132,7 +132,7 @@ def test_mlx_openai_server_preset_names_reach_the_worker_as_mflux_keys(
     )
     (model,) = load_config(path).models
     assert model.config_name == name  # the entry keeps what was written
-    assert worker_options(model)["config_name"] == sent
+    assert model.worker_options()["config_name"] == sent
 
 
 @pytest.mark.parametrize("name", ["flux-kontext-dev", "flux2-klein-edit-4b", "qwen-image-edit"])

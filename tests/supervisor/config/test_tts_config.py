@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, load_config
-from mlx_gateway.supervisor.config.tts import OPENAI_VOICES, worker_options
+from mlx_gateway.supervisor.config.kinds.tts import OPENAI_VOICES
 from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
 KOKORO = "mlx-community/Kokoro-82M-bf16"
@@ -41,7 +41,7 @@ def test_a_tts_entry_and_what_its_worker_is_told(tmp_path: Path) -> None:
     (model,) = config.models
     assert (model.worker_kind, model.max_input_chars) == ("tts", 500)
     options = spec_for(model, "w1").options
-    assert options == worker_options(model)
+    assert options == model.worker_options()
     assert options["voice"] == "af_heart"
     assert options["generate_kwargs"] == {"lang_code": "b"}
     aliases = options["voice_aliases"]
@@ -53,7 +53,7 @@ def test_defaults(tmp_path: Path) -> None:
     path = write(tmp_path, f"models: [{{model_path: {KOKORO}, model_type: tts}}]")
     (model,) = load_config(path).models
     assert model.max_input_chars == 4096
-    assert worker_options(model) == {"voice_aliases": dict.fromkeys(OPENAI_VOICES)}
+    assert model.worker_options() == {"voice_aliases": dict.fromkeys(OPENAI_VOICES)}
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, config_from_model_path, load_config
-from mlx_gateway.supervisor.config.vision import worker_options
 from mlx_gateway.supervisor.engine.image_fetch import MIB
 from mlx_gateway.supervisor.engine.vision_input import image_policy
 from mlx_gateway.supervisor.pool.worker_spec import spec_for
@@ -58,7 +57,7 @@ def test_vision_keys(tmp_path: Path) -> None:
         "max_pixels": 1_000_000,
         "stream_interval": 0.02,
     }
-    assert worker_options(default) == {
+    assert default.worker_options() == {
         "prefix_cache": True,
         "resize_shape": [512, 512],
         "stream_interval": 0.02,
@@ -89,4 +88,4 @@ def test_bad_values_name_the_key(key: str, value: object, words: str) -> None:
 def test_vision_keys_on_other_models_are_errors(key: str, value: object) -> None:
     with pytest.raises(ConfigError) as caught:
         config_from_model_path(VLM, "lm", model_options={key: value})
-    assert f"{key} applies to vision models (model_type vlm) only" in str(caught.value)
+    assert f"{key} applies to vision models (model_type vlm, multimodal) only" in str(caught.value)

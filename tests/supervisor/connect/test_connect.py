@@ -6,6 +6,7 @@ tests/e2e/test_connect_agents.py."""
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,82 @@ def test_without_a_gateway_the_config_decides(
     assert "the model was chosen from the config" in capsys.readouterr().err
     assert connect(env, "opencode", "--url", "http://127.0.0.1:1") == 1
     assert "name the model with --model" in capsys.readouterr().err
+
+
+def config_file(tmp_path: Path, *models: dict[str, Any]) -> Path:
+    """A config whose gateway is not running (port 1): the config's numbers decide."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"server": {"port": 1}, "models": list(models)}))
+    return path
+
+
+def chat_model(name: str, context: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "model_path": f"a/{name}",
+        "served_model_name": name,
+        "context_length": context,
+        **extra,
+    }
+
+
+def test_coding_clients_get_a_context_that_holds_their_first_request(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    config = config_file(
+        tmp_path,
+        chat_model("short", 8192),
+        chat_model("toolless", 131072, tool_call_parser="none"),
+        chat_model("long", 32768),
+        chat_model("longer", 65536),
+    )
+    assert connect(env, "claude-code", "--config", str(config)) == 0
+    settings = json.loads((Path(env["HOME"]) / ".claude" / "settings.json").read_text())["env"]
+    # Tool-capable first, then the longest context: not the first entry, not toolless.
+    assert settings["ANTHROPIC_MODEL"] == "longer"
+    assert settings["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "65536"
+    assert settings["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "16384"
+
+    assert connect(env, "codex", "--config", str(config)) == 0
+    codex = tomllib.loads((Path(env["HOME"]) / ".codex" / "config.toml").read_text())
+    assert codex["model"] == "longer"
+    assert codex["model_context_window"] == 65536
+    assert codex["model_auto_compact_token_limit"] == 65536 - 16384
+
+    assert connect(env, "opencode", "--config", str(config)) == 0
+    opencode = json.loads((Path(env["XDG_CONFIG_HOME"]) / "opencode" / "opencode.json").read_text())
+    models = opencode["provider"]["mlx-gateway"]["models"]
+    assert models["long"]["limit"] == {"context": 32768, "output": 8192}
+    assert opencode["model"] == "mlx-gateway/short"  # no measured needs: the first, as before
+
+    assert connect(env, "continue", "--config", str(config), "--model", "long") == 0
+    entry = yaml.safe_load((Path(env["HOME"]) / ".continue" / "config.yaml").read_text())
+    assert entry["models"][0]["defaultCompletionOptions"] == {
+        "contextLength": 32768,
+        "maxTokens": 8192,
+    }
+
+
+def test_nothing_long_enough_is_an_error_that_writes_nothing(
+    tmp_path: Path, env: dict[str, str], capsys: Any
+) -> None:
+    config = config_file(tmp_path, chat_model("tiny", 2048), chat_model("smol", 8192))
+    settings = Path(env["HOME"]) / ".claude" / "settings.json"
+    assert connect(env, "claude-code", "--config", str(config)) == 1
+    err = capsys.readouterr().err
+    assert "Claude Code sends about 20,857 tokens in its first request" in err
+    assert "the longest context here is 8,192 (smol; all: tiny 2,048, smol 8,192)" in err
+    assert "--force" in err and "context_length" in err
+    assert not settings.exists()
+    assert connect(env, "codex", "--config", str(config)) == 1
+    assert "Codex sends about 9,643 tokens" in capsys.readouterr().err
+    assert not (Path(env["HOME"]) / ".codex").exists()
+
+    assert connect(env, "claude-code", "--config", str(config), "--force") == 0
+    out = capsys.readouterr()
+    assert "(--force: written anyway)" in out.err
+    assert json.loads(settings.read_text())["env"]["ANTHROPIC_MODEL"] == "smol"  # the longest
+
+    # --model overrides, with a warning.
+    assert connect(env, "claude-code", "--config", str(config), "--model", "tiny") == 0
+    assert "tiny has a 2,048-token context; Claude Code sends about" in capsys.readouterr().err
+    assert json.loads(settings.read_text())["env"]["ANTHROPIC_MODEL"] == "tiny"

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, ModelConfig, load_config
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.auto_context import decide
 from mlx_gateway.supervisor.pool.memory import compute_dtype_bytes
 
@@ -41,7 +42,7 @@ def folder(tmp_path: Path, meta: dict[str, Any], dtypes: dict[str, str]) -> Path
 
 
 def model(path: Path, **extra: Any) -> ModelConfig:
-    return ModelConfig(model_path=str(path), context_length="auto", **extra)
+    return model_entry(model_path=str(path), context_length="auto", **extra)
 
 
 def test_the_largest_multiple_of_1024_that_fits(tmp_path: Path) -> None:
@@ -92,8 +93,8 @@ def test_config_accepts_auto_only_where_there_is_a_kv_cache(tmp_path: Path) -> N
     )
     with pytest.raises(ConfigError) as info:
         load_config(config)
-    assert "context_length: auto sizes a KV cache" in str(info.value)
-    assert "model_type 'embeddings'; give a number or remove it" in str(info.value)
+    assert "context_length: 'auto' applies to language and vision models" in str(info.value)
+    assert "this entry's model_type is 'embeddings'" in str(info.value)
     config.write_text("models:\n  - model_path: org/m\n    context_length: lots\n")
     with pytest.raises(ConfigError, match="context_length"):
         load_config(config)

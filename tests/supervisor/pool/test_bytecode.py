@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.bytecode import NO_WRITE, PREFIX, with_bytecode_cache
 from mlx_gateway.supervisor.pool.worker_spec import worker_environment
 
@@ -44,14 +45,14 @@ def test_when_the_cache_is_used(
 def test_the_switch_and_another_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(NO_WRITE, "1")
     monkeypatch.delenv(PREFIX, raising=False)
-    model = ModelConfig(model_path="fake/ok", served_model_name="m")
+    model = model_entry(model_path="fake/ok", served_model_name="m")
     on = worker_environment(model, ServerConfig(preload_openblas=False), {})
     assert NO_WRITE not in on and on[PREFIX].endswith("bytecode")
     off = worker_environment(model, ServerConfig(bytecode_cache=False), {})
     assert off[NO_WRITE] == "1" and PREFIX not in off
     # Another interpreter's packages are not checked: only the variable decides.
     monkeypatch.delenv(NO_WRITE)
-    other = ModelConfig(model_path="fake/ok", served_model_name="o", python="/opt/py/bin/python")
+    other = model_entry(model_path="fake/ok", served_model_name="o", python="/opt/py/bin/python")
     assert PREFIX not in worker_environment(other, ServerConfig(), {})
 
 

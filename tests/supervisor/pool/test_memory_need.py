@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, load_config, override_server
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.eviction import Newcomer, Resident, decide
 from mlx_gateway.supervisor.pool.memory import KV_WORKING_TOKENS, estimate, format_size
 from mlx_gateway.supervisor.pool.needs import NeedBook
@@ -55,7 +56,7 @@ def example(budget: str) -> GatewayConfig:
 
 
 def entry(repo: str, **settings: Any) -> ModelConfig:
-    return ModelConfig(model_path=repo, served_model_name=repo.split("/")[-1], **settings)
+    return model_entry(model_path=repo, served_model_name=repo.split("/")[-1], **settings)
 
 
 def needs_of(config: GatewayConfig) -> dict[str, int]:

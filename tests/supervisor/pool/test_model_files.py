@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.model_files import (
     configured_context_window,
     generation_config,
@@ -53,7 +53,7 @@ def test_not_json_or_missing(tmp_path: Path) -> None:
 
 def test_yaml_keys_win(tmp_path: Path) -> None:
     path = folder(tmp_path, {"temperature": 0.6, "top_p": 0.8, "repetition_penalty": 1.1})
-    defaults = sampling_defaults(ModelConfig(model_path=str(path), temperature=1.0))
+    defaults = sampling_defaults(model_entry(model_path=str(path), temperature=1.0))
     assert defaults.temperature == 1.0  # YAML
     assert defaults.top_p == 0.8  # file
     assert defaults.repetition_penalty == 1.1
@@ -72,9 +72,9 @@ def test_a_changed_file_is_read_again(tmp_path: Path) -> None:
 
 def test_context_window(tmp_path: Path) -> None:
     path = folder(tmp_path, {}, {"max_position_embeddings": 40960})
-    assert configured_context_window(ModelConfig(model_path=str(path))) == 40960
-    assert configured_context_window(ModelConfig(model_path=str(path), context_length=8192)) == 8192
+    assert configured_context_window(model_entry(model_path=str(path))) == 40960
+    assert configured_context_window(model_entry(model_path=str(path), context_length=8192)) == 8192
     (tmp_path / "vlm").mkdir()
     nested = folder(tmp_path / "vlm", {}, {"text_config": {"max_position_embeddings": 32768}})
-    assert configured_context_window(ModelConfig(model_path=str(nested))) == 32768
-    assert configured_context_window(ModelConfig(model_path="org/not-downloaded")) is None
+    assert configured_context_window(model_entry(model_path=str(nested))) == 32768
+    assert configured_context_window(model_entry(model_path="org/not-downloaded")) is None

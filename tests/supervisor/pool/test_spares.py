@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig, ServerConfig
+from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool import spares as spares_module
 from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.spares import SparePool
@@ -30,7 +31,7 @@ async def make_spare_registry(tiny_lm_path: Path) -> AsyncIterator[MakeRegistry]
 
     async def make() -> Registry:
         models = [
-            ModelConfig(served_model_name=name, model_path=str(tiny_lm_path)) for name in "ab"
+            model_entry(served_model_name=name, model_path=str(tiny_lm_path)) for name in "ab"
         ]
         config = GatewayConfig(
             server=ServerConfig(spare_workers=True, shutdown_grace=1.0, preload_openblas=False),

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_gateway.supervisor.config import ModelConfig
-from mlx_gateway.supervisor.config.image import worker_options
+from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.workers.image.families import (
     FAMILIES,
     import_object,
@@ -110,10 +109,10 @@ MLX_OPENAI_SERVER_PRESETS = [
 def test_every_mlx_openai_server_preset_loads_its_model(
     name: str, model_type: str, repo: str, pipeline: str
 ) -> None:
-    # What the gateway tells the worker (supervisor/config/image.py), then what the
+    # What the gateway tells the worker (supervisor/config/kinds/image.py), then what the
     # worker makes of it with mflux's own registry.
-    entry = ModelConfig(model_path="/models/weights", model_type=model_type, config_name=name)
-    options = worker_options(entry)
+    entry = model_entry(model_path="/models/weights", model_type=model_type, config_name=name)
+    options = entry.worker_options()
     preset = resolve_preset(options["config_name"], "/models/weights", {})
     assert preset.model_config.model_name == repo
     assert pipeline_class(preset, options["mode"]).__name__ == pipeline

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Sequence
 
 from mlx_gateway.protocol.messages import (
@@ -27,6 +28,7 @@ from mlx_gateway.workers.runtime.contract import (
     RequestError,
 )
 from mlx_gateway.workers.runtime.serve import serve
+from mlx_gateway.workers.runtime.step_clock import StepClock
 
 
 class ScriptedBackend(Backend):
@@ -184,3 +186,60 @@ def test_an_idle_backend_with_idle_tick_is_ticked_and_still_served() -> None:
     assert code == EXIT_OK
     assert backend.ticks >= 3  # about 15 in 0.3 s; a loaded machine ticks fewer
     assert isinstance(ends(replies)["late"], Done)
+
+
+class BlockingBackend(ScriptedBackend):
+    """Its first step blocks until released (a forward pass that never returns)."""
+
+    def __init__(self, emit: Emit) -> None:
+        super().__init__(emit, steps=2)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def step_label(self) -> str:
+        return f"decode of {len(self.running)} requests"
+
+    def step(self) -> None:
+        self.entered.set()
+        self.release.wait(30)
+        super().step()
+
+
+def test_the_step_clock_shows_a_blocked_step_and_counts_finished_ones() -> None:
+    """What the heartbeats report while the MLX thread is inside a step: its label
+    and a growing time without progress; once it ends, the finished count."""
+    replies: list[Reply] = []
+    backend = BlockingBackend(replies.append)
+    inbox: queue.Queue[InboxItem] = queue.Queue()
+    clock = StepClock()
+    thread = threading.Thread(target=serve, args=(backend, inbox, replies.append, clock))
+    thread.start()
+    try:
+        inbox.put(gen("a"))
+        assert backend.entered.wait(10)
+        first = clock.snapshot()
+        assert first.current == "decode of 1 requests"
+        assert first.steps == 1  # the request's checks were one step
+        time.sleep(0.3)
+        later = clock.snapshot()
+        assert later.current == first.current and later.stalled_for >= 0.3
+    finally:
+        backend.release.set()
+        inbox.put(Abort())
+        thread.join(10)
+    done = clock.snapshot()
+    assert done.current == "" and done.stalled_for == 0 and done.steps >= 2
+    assert done.longest >= 0.3
+
+
+def test_a_reply_inside_a_step_is_progress() -> None:
+    clock = StepClock()
+    clock.begin("diffusion")
+    time.sleep(0.2)
+    clock.progressed()
+    assert clock.snapshot().stalled_for < 0.2
+    clock.end()
+    clock.begin("load", measured=False)
+    time.sleep(0.3)
+    clock.end()
+    assert 0.2 <= clock.longest < 0.3  # the load does not count

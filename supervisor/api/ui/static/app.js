@@ -139,9 +139,9 @@ function renderModels() {
       <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}${expiry(m)}</td>
       <td data-label="Memory">${bytes(need)}${m.memory == null && need != null ? ' <span class="muted">(est.)</span>' : ""}<div class="bar"><span style="width:${width}%"></span></div></td>
       <td data-label="Fits?">${fitText(m.fit)}</td>
-      <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div></td>
+      <td data-label="Requests">${m.inflight} in flight · ${m.waiting ?? 0} queued<div class="muted">${perMinute.toFixed(1)}/min · ${tokens.toFixed(1)} tok/s</div>${m.step ? `<div class="muted">step: ${escapeHtml(m.step)}</div>` : ""}</td>
       <td data-label="Activity">${sparkline(m.id)}</td>
-      <td data-label="Last error">${m.error ? escapeHtml(m.error) : '<span class="muted">–</span>'}${m.crashes ? `<div class="muted">${m.crashes} crash(es)</div>` : ""}</td>
+      <td data-label="Last error">${m.error ? escapeHtml(m.error) : '<span class="muted">–</span>'}${m.crashes ? `<div class="muted">${m.crashes} crash(es)${m.stalls ? `, ${m.stalls} stuck` : ""}</div>` : ""}</td>
       <td class="actions">
         <button data-action="load" ${m.state === "ready" || m.state === "loading" ? "disabled" : ""}>Load</button>
         <button data-action="unload" ${m.state === "unloaded" ? "disabled" : ""}>Unload</button>
@@ -150,7 +150,39 @@ function renderModels() {
   });
   $("#models tbody").innerHTML = rows.join("");
 }
+// The requests running now (GET /v1/requests, an admin endpoint: hidden without access).
+async function refreshRequests() {
+  const table = $("#requests");
+  let running;
+  try {
+    running = (await api("/v1/requests").then((r) => r.json())).data;
+  } catch (error) {
+    table.hidden = true;
+    return;
+  }
+  table.hidden = false;
+  $("#requests tbody").innerHTML = running.length ? running.map((r) => `<tr data-request="${escapeHtml(r.id)}">
+      <td data-label="Request"><code>${escapeHtml(r.id)}</code></td>
+      <td data-label="Model">${escapeHtml(r.model || "–")}</td>
+      <td data-label="Path">${escapeHtml(r.path)}</td>
+      <td data-label="Phase">${escapeHtml(r.phase)}</td>
+      <td data-label="Age">${Number(r.age).toFixed(1)} s</td>
+      <td data-label="Tokens">${r.prompt_tokens} in · ${r.completion_tokens} out</td>
+      <td data-label="Client">${escapeHtml(r.client || "–")}</td>
+      <td class="actions"><button data-action="cancel">Cancel</button></td></tr>`).join("")
+    : '<tr><td colspan="8" class="muted">No request running.</td></tr>';
+}
+async function cancelRequest(id) {
+  try {
+    await api(`/v1/requests/${encodeURIComponent(id)}/cancel`, { method: "POST" });
+    notice("");
+  } catch (error) {
+    notice(`cancel '${id}' refused: ${error.message}`);
+  }
+  refreshRequests();
+}
 async function refresh() {
+  refreshRequests();
   try {
     const [models, stats, health] = await Promise.all([
       api("/v1/models").then((r) => r.json()),
@@ -530,6 +562,10 @@ $("#models tbody").addEventListener("click", (event) => {
   const name = button.closest("tr").dataset.model;
   const model = state.models.find((m) => m.id === name);
   modelAction(name, button.dataset.action, model?.pinned);
+});
+$("#requests tbody").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-action=cancel]");
+  if (button) cancelRequest(button.closest("tr").dataset.request);
 });
 $("#log-model").addEventListener("change", startLogs);
 $("#log-clear").addEventListener("click", () => { $("#log-lines").textContent = ""; });

@@ -158,3 +158,26 @@ def test_a_lifetime_beyond_the_calendar(connect: Connect) -> None:
         client.chat(model=MODEL, messages=HELLO, keep_alive=1e300)  # found by the fuzz suite
         (entry,) = client.ps().models
         assert entry.expires_at is not None and entry.expires_at.year > 2200
+
+
+def test_keep_alive_applies_to_its_request_only(connect: Connect) -> None:
+    """As in Ollama: after one ``keep_alive: 0`` (what ``ollama stop`` sends), plain
+    chats (no keep_alive, as Open WebUI and LangChain send them) get the entry's
+    idle_timeout again: the model loads once for all ten."""
+    with LiveGateway({"model_path": MODEL, "idle_timeout": 300}) as gw:
+        client = connect(gw.url)
+        client.chat(model=MODEL, messages=HELLO, keep_alive=0)
+        assert wait_until(lambda: state(gw) == "unloaded", 10)
+        handle = gw.registry.resolve(MODEL)
+        pids = set()
+        for _ in range(10):
+            assert client.chat(model=MODEL, messages=HELLO).message.content == "hello"
+            assert state(gw) == "ready"
+            pids.add(handle.pid)
+        assert len(pids) == 1 and handle.crashes == 0
+        assert lifetime(handle) == 300
+        # and a later keep_alive still applies to its own request
+        client.chat(model=MODEL, messages=HELLO, keep_alive="1s")
+        assert lifetime(handle) == 1
+        client.chat(model=MODEL, messages=HELLO)
+        assert lifetime(handle) == 300
