@@ -195,7 +195,8 @@ class GenerateImage(Message, tag="generate_image"):
 class Synthesize(Message, tag="synthesize"):
     """Text to speech. ``voice`` is the name the client sent (the worker resolves it
     among the model's voices and the entry's aliases; ``None``: the default voice);
-    ``response_format`` is ``mp3``, ``opus``, ``aac``, ``flac``, ``wav`` or ``pcm``.
+    ``response_format`` is ``mp3``, ``opus``, ``aac``, ``flac``, ``wav``, ``pcm``, or the
+    Realtime API's ``g711_ulaw`` / ``g711_alaw`` (raw 8 kHz).
     :class:`Started` comes once the request passed its checks (an unknown voice gets
     ``Error(400)`` instead); then one :class:`SpeechChunk` per synthesized piece of
     the text, a last one with the file's final bytes, and :class:`Done`."""
@@ -361,6 +362,13 @@ class Heartbeat(Message, tag="heartbeat"):
     queued: int = 0
     memory: Memory = msgspec.field(default_factory=Memory)
     step: StepProgress = msgspec.field(default_factory=StepProgress)
+    prefill_tps: float = 0.0
+    """Measured prompt tokens per second of a long prefill (language models, once
+    they read a prompt; 0.0: not measured)."""
+    finished: int = 0
+    """Requests that ran and ended with ``Done`` since the worker started (a
+    request refused with an ``Error`` does not count): the gateway learns the
+    model's memory need only from heartbeats after requests that ran."""
 
 
 class Started(Message, tag="started"):

@@ -11,9 +11,12 @@ no handler needs to pass the record around.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import time
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mlx_gateway.supervisor.metrics import Counter, Histogram
@@ -27,6 +30,20 @@ class RequestRecord:
     """One HTTP request as seen by the gateway (times are ``time.monotonic()``)."""
 
     started: float
+    id: str = ""
+    """Its ``X-Request-Id`` (the chat completion's or message's id where it has one)."""
+    path: str = ""
+    client: str = ""
+    """The client's address (``host:port``)."""
+    phase: str = "queued"
+    """``queued`` (for a slot or the load), ``prefill d/t``, ``decode n`` (see
+    :mod:`.requests_live` for ``loading``)."""
+    task: asyncio.Task[object] | None = None
+    """The task answering it: cancelling it ends the request as a client's
+    disconnect would."""
+    aborts: list[Callable[[BaseException], bool]] = field(default_factory=list)
+    """Its worker calls' ``abort``: end them with an error the client sees in its
+    API's shape (see :func:`note_abort`)."""
     model: str | None = None
     first_token: float | None = None
     prompt_tokens: int = 0
@@ -48,9 +65,25 @@ _current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
 )
 
 
-def open_record() -> tuple[RequestRecord, contextvars.Token[RequestRecord | None]]:
-    record = RequestRecord(started=time.monotonic())
+def open_record(
+    path: str = "", client: str = ""
+) -> tuple[RequestRecord, contextvars.Token[RequestRecord | None]]:
+    record = RequestRecord(time.monotonic(), f"req-{uuid.uuid4().hex}", path, client)
+    try:
+        record.task = asyncio.current_task()
+    except RuntimeError:  # no running loop
+        record.task = None
     return record, _current.set(record)
+
+
+def name_request(prefix: str) -> str:
+    """A new id for the request's object (``chatcmpl-…``, ``msg_…``), which becomes
+    its ``X-Request-Id`` too (when named before the response starts)."""
+    name = f"{prefix}{uuid.uuid4().hex}"
+    record = _current.get()
+    if record is not None:
+        record.id = name
+    return name
 
 
 def close_record(token: contextvars.Token[RequestRecord | None]) -> None:
@@ -82,6 +115,21 @@ def note_started(prompt_tokens: int) -> None:
     record = _current.get()
     if record is not None:
         record.prompt_tokens = prompt_tokens
+        record.phase = f"prefill 0/{prompt_tokens}"
+
+
+def note_abort(abort: Callable[[BaseException], bool]) -> None:
+    """A worker call of the request that an admin's cancel may end with an error."""
+    record = _current.get()
+    if record is not None:
+        record.aborts.append(abort)
+
+
+def note_prefilled(done: int, total: int) -> None:
+    """The worker's ``Prefilled``: ``done`` of ``total`` prompt tokens read."""
+    record = _current.get()
+    if record is not None:
+        record.phase = f"prefill {done}/{total}"
 
 
 def note_output(tokens: int) -> None:
@@ -91,6 +139,7 @@ def note_output(tokens: int) -> None:
         if record.first_token is None:
             record.first_token = time.monotonic()
         record.completion_tokens += tokens
+        record.phase = f"decode {record.completion_tokens}"
 
 
 def note_speech(characters: int, seconds: float) -> None:
@@ -185,6 +234,8 @@ class Recorder:
         )
         self.in_flight = 0
         """HTTP requests being served now (streams included)."""
+        self.live: dict[int, RequestRecord] = {}
+        """Those requests' records (``GET /v1/requests``), by ``id()``."""
 
     def commit(self, record: RequestRecord, route: str, status: int, ended: float) -> None:
         code = str(status)

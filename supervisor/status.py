@@ -5,7 +5,8 @@ the gateway), and prints one row per model: name, state (with load progress),
 pid, in flight, waiting, memory (what the worker reports), need (what the memory
 budget counts, and whether it was measured, configured or estimated), whether a
 load would fit now (and which idle models it would evict), last used
-and the last error's first line; then the budget, what is reserved and what is free.
+and the last error's first line; then the budget, what is reserved and what is free;
+then the requests running now (``GET /v1/requests``, where the key may read it).
 """
 
 from __future__ import annotations
@@ -203,6 +204,32 @@ def table(models: Sequence[Mapping[str, Any]], now: float | None = None) -> str:
     return "\n".join(lines)
 
 
+def fetch_requests(url: str, key: str | None = None, timeout: float = 5.0) -> list[Any] | None:
+    """The ``data`` of ``GET {url}/v1/requests``; ``None`` when it cannot be read
+    (an admin endpoint: the key may not open it)."""
+    request = urllib.request.Request(url.rstrip("/") + "/v1/requests")
+    if key:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data = json.load(response).get("data")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    return data if isinstance(data, list) else None
+
+
+def requests_lines(running: list[Any]) -> list[str]:
+    """``requests: 2 running`` and one line per request."""
+    lines = [f"requests: {len(running)} running" if running else "requests: none running"]
+    for r in running:
+        tokens = f"{r.get('prompt_tokens', 0)} in, {r.get('completion_tokens', 0)} out"
+        lines.append(
+            f"  {r.get('id')}  {r.get('model') or '-'}  {r.get('path')}  {r.get('phase')}  "
+            f"{float(r.get('age') or 0):.1f} s  {tokens}  from {r.get('client') or '-'}"
+        )
+    return lines
+
+
 def add_parser(sub: Any) -> None:
     """Register ``status`` on the ``mlx-gateway`` subcommand parser ``sub``."""
     parser = sub.add_parser("status", help="show the models of a running gateway")
@@ -238,4 +265,6 @@ def run(args: Any) -> int:
         print(table(models))
         if line := budget_line(memory):
             print(line)
+        if (running := fetch_requests(url, key)) is not None:
+            print("\n".join(requests_lines(running)))
     return 0

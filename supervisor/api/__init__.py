@@ -6,7 +6,7 @@ the model registry at ``request.app.state.registry``.
 
 from __future__ import annotations
 
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from mlx_gateway.supervisor.api.anthropic.routes import count_tokens, create_message
 from mlx_gateway.supervisor.api.audio.routes import create_transcription, create_translation
@@ -27,6 +27,8 @@ from mlx_gateway.supervisor.api.models.metrics import metrics
 from mlx_gateway.supervisor.api.models.openapi import openapi
 from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
 from mlx_gateway.supervisor.api.ollama.routes import ollama_routes
+from mlx_gateway.supervisor.api.realtime.routes import realtime
+from mlx_gateway.supervisor.api.requests.routes import cancel_request, list_requests
 from mlx_gateway.supervisor.api.rerank.routes import rerank
 from mlx_gateway.supervisor.api.responses.routes import (
     count_input_tokens as response_input_tokens,
@@ -45,7 +47,7 @@ from mlx_gateway.supervisor.api.ui.routes import static_file as ui_static
 from mlx_gateway.supervisor.api.ui.routes import stats as ui_stats
 from mlx_gateway.supervisor.http.exceptions import exception_handlers
 
-routes: list[Route] = [
+routes: list[BaseRoute] = [
     Route("/v1/chat/completions", create_chat_completion, methods=["POST"]),
     Route("/v1/chat/completions/input_tokens", chat_input_tokens, methods=["POST"]),
     Route("/v1/completions", create_completion, methods=["POST"]),
@@ -57,6 +59,8 @@ routes: list[Route] = [
     Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
     Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
     Route("/v1/embeddings", create_embeddings, methods=["POST"]),
+    Route("/v1/requests", list_requests, methods=["GET"]),
+    Route("/v1/requests/{request_id}/cancel", cancel_request, methods=["POST"]),
     Route("/v1/rerank", rerank, methods=["POST"]),
     # Cohere's v2 path, and the path llama-server and Jina-style clients also use
     Route("/v2/rerank", rerank, methods=["POST"]),
@@ -65,6 +69,7 @@ routes: list[Route] = [
     Route("/v1/audio/translations", create_translation, methods=["POST"]),
     Route("/v1/audio/speech", create_speech, methods=["POST"]),
     Route("/v1/audio/voices", list_voices, methods=["GET"]),
+    WebSocketRoute("/v1/realtime", realtime),
     Route("/v1/images/generations", create_image, methods=["POST"]),
     Route("/v1/images/edits", create_image_edit, methods=["POST"]),
     Route("/v1/images/files/{name}", get_image_file, methods=["GET"]),

@@ -1,5 +1,5 @@
 """What types cannot express about the whole file: server sizes, peers, the Wyoming
-models, groups, unique names; each entry's own checks are its kind's
+and Realtime models, groups, unique names; each entry's own checks are its kind's
 (``ModelConfig.check``, ``config/kinds/<kind>.py``)."""
 
 from __future__ import annotations
@@ -64,8 +64,23 @@ def _check_wyoming(ctx: _Ctx, config: GatewayConfig) -> None:
             )
 
 
+def _check_realtime(ctx: _Ctx, config: GatewayConfig) -> None:
+    """``realtime:`` names a whisper and a tts model of this file."""
+    kinds = {name: model.worker_kind for model in config.models for name in model.names}
+    wanted = (
+        ("transcription_model", config.realtime.transcription_model, TRANSCRIPTION),
+        ("speech_model", config.realtime.speech_model, SPEECH),
+    )
+    for key, name, surface in wanted:
+        if name is not None and kinds.get(name) not in kinds_serving(surface):
+            offered = ", ".join(n for n, k in kinds.items() if k in kinds_serving(surface))
+            what = "is not a model of this file" if name not in kinds else f"serves no {surface}"
+            raise ctx.error(("realtime", key), f"{name!r} {what} (here: {offered or 'none'})")
+
+
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
+    _check_realtime(ctx, config)
     _check_peers(ctx, config)
     _check_wyoming(ctx, config)
     _check_groups(ctx, config)

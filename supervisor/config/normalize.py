@@ -26,6 +26,9 @@ log = logging.getLogger("mlx_gateway.supervisor.config")
 
 # --------------------------------------------------------------------------- normalize
 
+_SECTIONS = frozenset({"server", "models", "realtime"})
+"""The top-level sections."""
+
 
 def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
     """The raw document in our schema, ready for msgspec."""
@@ -44,7 +47,7 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
         )
     server_sources: list[tuple[_KeyPath, Any]] = []
     for key, value in root.items():
-        if key in ("server", "models"):
+        if key in _SECTIONS:
             continue
         if isinstance(key, str) and key.startswith("x-"):
             continue  # a place for YAML anchors, as in docker-compose files
@@ -54,7 +57,7 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
             # mlx-openai-server "hub" files put the server keys at the top level.
             server_sources.append(((key,), value))
         else:
-            raise unknown_key(ctx, (), key, frozenset({"server", "models"}) | _SERVER_ACCEPTED)
+            raise unknown_key(ctx, (), key, _SECTIONS | _SERVER_ACCEPTED)
 
     section = root.get("server")
     if section is not None and not isinstance(section, dict):
@@ -79,7 +82,10 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
             ("models",),
             f"expected a list of model entries ('- model_path: ...'), got {_show(models)}",
         )
-    return {"server": server, "models": [_normalize_model(ctx, i, m) for i, m in enumerate(models)]}
+    out = {"server": server, "models": [_normalize_model(ctx, i, m) for i, m in enumerate(models)]}
+    if "realtime" in root:  # checked as it is decoded (config/realtime.py)
+        out["realtime"] = root["realtime"]
+    return out
 
 
 def _normalize_server(ctx: _Ctx, sources: list[tuple[_KeyPath, Any]]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from mlx_gateway.supervisor.config.entry import ModelConfig
 from mlx_gateway.supervisor.config.errors import ConfigError
 from mlx_gateway.supervisor.config.kinds import ModelEntry
 from mlx_gateway.supervisor.config.kinds.image import IMAGE_SIZE_MULTIPLE
+from mlx_gateway.supervisor.config.realtime import RealtimeConfig
 from mlx_gateway.supervisor.config.server import (
     LOG_LEVELS,
     PeerConfig,
@@ -31,6 +32,7 @@ __all__ = [
     "GatewayConfig",
     "ModelConfig",
     "PeerConfig",
+    "RealtimeConfig",
     "ServerConfig",
     "WyomingConfig",
 ]
@@ -42,3 +44,5 @@ class GatewayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     models: Annotated[list[ModelEntry], msgspec.Meta(min_length=1)]
     """The served models, each decoded as its ``model_type``'s Struct (:mod:`.kinds`)."""
+    realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
+    """The speech models of ``/v1/realtime`` sessions (:mod:`.realtime`)."""

@@ -32,9 +32,21 @@ NEEDS = Needs(
     tokens=20_857,
     measured_on="Claude Code 2.1.197 (`claude -p`, 24 default tools)",
     default_max_tokens=32_000,
+    system_tokens=1_566,
+    tool_tokens=17_589,
+    tool_count=24,
+    watchdog=600.0,
+    watchdog_setting="API_TIMEOUT_MS, 600000 ms by default, in the env of settings.json",
+    api="anthropic",
 )
 """Its first request, captured: 1,566 tokens of system prompt, 17,589 of tool
-definitions, 1,702 of messages (GPT-2 BPE; SmolLM2's tokenizer: 20,328)."""
+definitions, 1,702 of messages (GPT-2 BPE; SmolLM2's tokenizer: 20,328).
+
+Its watchdog, from 2.1.197's own code: the Anthropic client's ``timeout`` is
+``parseInt(process.env.API_TIMEOUT_MS || "600000")``. (Its stream-idle watchdog,
+``CLAUDE_STREAM_IDLE_TIMEOUT_MS``, at least 300 s, ignores ``ping`` events; the
+gateway's Messages streams send a ``message_delta`` that changes nothing every 30 s
+of a long prefill, which it does count.)"""
 
 NO_KEY = "mlx-gateway"
 """Sent when the gateway has no keys: Claude Code wants a token of some kind."""

@@ -10,8 +10,10 @@ user's own profiles keep working.) The file is edited with tomlkit: its comments
 order and other tables stay as they were. When the model's context length is
 known, ``model_context_window`` and ``model_auto_compact_token_limit`` (the
 context less a completion's room) tell Codex when to compact. (Codex 0.169
-ignores ``model_max_output_tokens``, and its "Model metadata … not found" notice
-goes only with a full ``model_catalog_json`` entry, which is not written.)
+ignores ``model_max_output_tokens``. Its "Model metadata … not found" notice stays:
+only a ``model_catalog_json`` entry silences it, and such an entry must carry the
+instructions Codex sends, which its binary keeps to itself, and replaces Codex's
+whole bundled catalog; see docs/operations.md.)
 """
 
 from __future__ import annotations
@@ -32,9 +34,17 @@ NEEDS = Needs(
     "Codex",
     tokens=9_643,
     measured_on="Codex CLI 0.169.0 (`codex exec`, 9 default tools)",
+    system_tokens=5_269,
+    tool_tokens=4_374,
+    tool_count=9,
+    watchdog=300.0,
+    watchdog_setting="stream_idle_timeout_ms of [model_providers.mlx-gateway], "
+    "300000 ms by default",
 )
 """Its first request, captured: 5,269 tokens of instructions and input, 4,374 of
-tool definitions (GPT-2 BPE)."""
+tool definitions (GPT-2 BPE). Its watchdog: a provider's ``stream_idle_timeout_ms``
+(300,000 by default in 0.169.0's ``ModelProviderInfo``): the longest wait between
+two events of a Responses stream, the first one included."""
 
 
 def path(env: Mapping[str, str]) -> Path:

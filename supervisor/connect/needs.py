@@ -12,11 +12,18 @@ The choice, among the chat models that fit in memory: one whose context holds
 then the longest context, then the config's order. Models whose context is not
 known yet (``context_length: auto`` before their worker ran) come after those known
 to hold it. When none does, :class:`NoModelHolds` says so with the numbers.
+
+Each client also has a watchdog: how long it waits for an answer before it gives up
+(:attr:`Needs.watchdog`, read from the client's own source at the version measured).
+Where the gateway measured a model's prefill speed (``prefill_tps`` in
+``/v1/models``, from its worker's heartbeats), :func:`slow_note` warns when reading
+the first request would take longer than that.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from mlx_gateway.supervisor.connect.files import ConnectError
 
@@ -35,6 +42,18 @@ class Needs:
     """It calls tools, so a tool-capable model is preferred."""
     default_max_tokens: int | None = None
     """The completion budget it asks for unless told otherwise."""
+    system_tokens: int = 0
+    """Of ``tokens``: its system prompt (instructions)."""
+    tool_tokens: int = 0
+    """Of ``tokens``: its tool definitions."""
+    tool_count: int = 0
+    """How many tools it sends."""
+    watchdog: float = 0.0
+    """Seconds it waits for an answer before giving up (0: none known)."""
+    watchdog_setting: str = ""
+    """The setting that changes :attr:`watchdog`, as the client names it."""
+    api: Literal["anthropic", "responses"] = "responses"
+    """The API it talks: ``connect --check`` counts its request on that API's route."""
 
     @property
     def needed(self) -> int:
@@ -89,13 +108,17 @@ def too_short(candidates: list[Candidate], needs: Needs) -> str:
     )
 
 
-def fits_note(model: str, window: int | None, needs: Needs) -> str | None:
-    """A warning when ``model`` (named with --model) cannot hold the first request."""
-    if window is None or window >= needs.needed:
+def fits_note(
+    model: str, window: int | None, needs: Needs, tokens: int | None = None
+) -> str | None:
+    """A warning when ``model`` (named with --model) cannot hold the first request
+    (``tokens``: as the model counts it; default the measured figure)."""
+    tokens = needs.tokens if tokens is None else tokens
+    if window is None or window >= tokens + needs.room:
         return None
     return (
         f"{model} has a {_fmt(window)}-token context; {needs.label} sends about "
-        f"{_fmt(needs.tokens)} tokens in its first request and needs about "
+        f"{_fmt(tokens)} tokens in its first request and needs about "
         f"{_fmt(needs.room)} more to work"
     )
 
@@ -107,3 +130,29 @@ def output_cap(window: int, needs: Needs) -> int:
     if needs.default_max_tokens is not None:
         cap = min(cap, needs.default_max_tokens)
     return cap
+
+
+def prefill_seconds(tokens: int, rate: float) -> float:
+    """Seconds to read ``tokens`` of prompt at ``rate`` tokens per second."""
+    return tokens / rate
+
+
+def slow_note(
+    model: str, rate: float | None, needs: Needs, tokens: int | None = None
+) -> str | None:
+    """A warning when reading the first request (``tokens``, default the measured
+    figure) at ``model``'s measured prefill ``rate`` takes longer than the client's
+    watchdog; ``None`` when it does not, or when either is not known."""
+    if rate is None or rate <= 0 or needs.watchdog <= 0:
+        return None
+    tokens = needs.tokens if tokens is None else tokens
+    seconds = prefill_seconds(tokens, rate)
+    if seconds <= needs.watchdog:
+        return None
+    return (
+        f"{model} reads prompts at about {rate:,.0f} tokens/s (measured by its worker): "
+        f"{needs.label}'s first request of about {_fmt(tokens)} tokens takes about "
+        f"{seconds:,.0f} s to read, longer than the {needs.watchdog:,.0f} s {needs.label} "
+        f"waits ({needs.watchdog_setting}). Raise that setting, or choose a smaller or "
+        "faster model (--model)"
+    )

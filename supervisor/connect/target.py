@@ -8,6 +8,8 @@
   memory budget now (``GET /v1/models/{id}/fit`` of the running gateway; with no
   gateway to ask, the config's): for a coding client (one with :class:`Needs`),
   the one :func:`~.needs.choose` picks by context length; for others, the first.
+  A model whose measured prefill speed (``prefill_tps``) makes the client's first
+  request take longer than its watchdog gets a note (:func:`~.needs.slow_note`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from mlx_gateway.protocol.kinds import CHAT, MODEL_TYPES, kind_serves
 from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.connect.files import ConnectError
-from mlx_gateway.supervisor.connect.needs import Candidate, Needs, NoModelHolds, choose, fits_note
+from mlx_gateway.supervisor.connect.needs import (
+    Candidate,
+    Needs,
+    NoModelHolds,
+    choose,
+    fits_note,
+    slow_note,
+)
 from mlx_gateway.supervisor.status import StatusError, default_url, fetch_models
 
 
@@ -78,6 +87,11 @@ def _chat_entries(entries: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
     return [e for e in entries if is_chat(str(e.get("model_type", "lm"))) and e.get("id")]
 
 
+def _rate(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
+
+
 def _window(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -102,8 +116,10 @@ def resolve(
         names = [str(e["id"]) for e in chat]
         aliases = {str(a) for e in chat for a in e.get("aliases") or ()}
         windows = {str(e["id"]): w for e in chat if (w := _window(e.get("context_window")))}
+        rates = {str(e["id"]): r for e in chat if (r := _rate(e.get("prefill_tps")))}
         asked = True
     except StatusError as exc:
+        rates = {}
         if " answered 401" in str(exc) or " answered 403" in str(exc):
             raise ConnectError(f"{exc}; give a key it takes with --api-key (or --config)") from None
         if config is None:
@@ -142,6 +158,8 @@ def resolve(
         raise ConnectError(f"the gateway serves no chat model '{model}'; its chat models: {served}")
     elif needs is not None and (warning := fits_note(model, windows.get(model), needs)):
         notes.append(warning)
+    if needs is not None and (slow := slow_note(model, rates.get(model), needs)):
+        notes.append(slow)
     ordered = [model, *(n for n in names if n != model)]
     return Target(
         url=base, key=key, model=model, models=ordered, notes=notes, windows=windows, needs=needs

@@ -87,6 +87,7 @@ class Generation:
         model failed to load) with nothing left open."""
         recorder.note_model(handle.name)
         call = WorkerCall(handle, msg, payloads, prepare=prepare)
+        recorder.note_abort(call.abort)
         begun = time.monotonic()
         generation = cls(call, await call.first(), handle.name, msg.request_id, begun)
         if isinstance(handle.config, TextModelConfig):
@@ -149,6 +150,7 @@ class Generation:
                 return reply
             case Prefilled():
                 self.prefilled = reply
+                recorder.note_prefilled(reply.done, reply.total)
             case Done(usage=usage):
                 self._finished = True
                 recorder.note_done(

@@ -4,7 +4,11 @@ chat prompt that does not fit in the context becomes.
 * ``error``: the worker's 400 ``context_length_exceeded`` as it is;
 * ``truncate``: the oldest turns (a user message and what followed it) are dropped,
   system messages kept, until prompt + ``max_tokens`` fits (the last turn is always
-  kept); the response says so in the header ``X-Context-Overflow``;
+  kept); the response says so in the header ``X-Context-Overflow``. Where the model
+  cuts a budget the context cannot hold (``max_tokens_overflow: clamp``), the room
+  kept for the answer is the cut budget: ``max_tokens``, but at most
+  1/:data:`CLAMPED_SHARE` of the context (a request asking for 32,000 tokens of a
+  32k model keeps 8,192, not the whole context);
 * ``summarize``: the messages before the last :data:`KEEP_LAST` (system messages
   aside) are summarized by the same model, the summary joins the system message,
   and the turn is tried again.
@@ -30,6 +34,9 @@ from mlx_gateway.supervisor.pool.worker_call import WorkerCall
 HEADER = "X-Context-Overflow"
 KEEP_LAST = 6
 """Non-system messages that ``summarize`` keeps as they are."""
+CLAMPED_SHARE = 4
+"""With ``max_tokens_overflow: clamp``, truncation leaves at most this share of the
+context (a quarter) for the answer, whatever ``max_tokens`` asked."""
 SUMMARY_TOKENS = 256
 """Most tokens of a summary (less when the context is small)."""
 SUMMARY_PROMPT = (
@@ -82,20 +89,30 @@ def turns_of(messages: Messages) -> tuple[Messages, list[Messages]]:
     return systems, turns
 
 
-def _fits(tokens: int, exc: ContextLengthExceeded) -> bool:
-    return tokens + (exc.max_tokens or 1) <= exc.limit
+def answer_room(exc: ContextLengthExceeded, clamp: bool) -> int:
+    """The tokens a truncated prompt leaves for the answer: ``max_tokens`` (1 when
+    none was asked); with ``clamp``, at most 1/:data:`CLAMPED_SHARE` of the context,
+    since the worker cuts the budget to what the prompt leaves."""
+    room = exc.max_tokens or 1
+    return min(room, max(1, exc.limit // CLAMPED_SHARE)) if clamp else room
 
 
 async def truncate(
-    handle: ModelHandle, messages: Messages, kwargs: dict[str, Any], exc: ContextLengthExceeded
+    handle: ModelHandle,
+    messages: Messages,
+    kwargs: dict[str, Any],
+    exc: ContextLengthExceeded,
+    clamp: bool = False,
 ) -> Messages:
-    """``messages`` without their oldest turns, so that they fit; raises ``exc`` when
-    even the last turn (with the system messages) does not."""
+    """``messages`` without their oldest turns, so that they fit with
+    :func:`answer_room` to spare; raises ``exc`` when even the last turn (with the
+    system messages) does not."""
     systems, turns = turns_of(messages)
+    room = answer_room(exc, clamp)
     for dropped in range(1, len(turns)):
         kept = [m for turn in turns[dropped:] for m in turn]
         candidate = [*systems, *kept]
-        if _fits(await count_tokens(handle, candidate, kwargs), exc):
+        if await count_tokens(handle, candidate, kwargs) + room <= exc.limit:
             gone = sum(len(turn) for turn in turns[:dropped])
             add_header(HEADER, f"truncate; dropped_messages={gone}")
             return candidate

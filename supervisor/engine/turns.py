@@ -226,7 +226,10 @@ class Turn:
             return await cls._start(handle, turn, request_id)
         except ContextLengthExceeded as exc:
             if policy == "truncate":
-                messages = await overflow.truncate(handle, turn.messages, turn.template_kwargs, exc)
+                clamp = text_settings(handle).max_tokens_overflow == "clamp"
+                messages = await overflow.truncate(
+                    handle, turn.messages, turn.template_kwargs, exc, clamp
+                )
             else:
 
                 async def summarizer(request: list[dict[str, Any]], max_tokens: int) -> str:

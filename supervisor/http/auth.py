@@ -14,6 +14,13 @@ or as ``x-api-key: <key>`` (the Anthropic SDK's way). Rules:
 
 A missing or unknown key is a 401 ``authentication_error``; a valid client key on
 an admin endpoint that wants an admin key is a 403 ``permission_error``.
+
+WebSockets (``/v1/realtime``) follow the same rules at their handshake. A browser
+cannot set headers on one, so the key may also come as the subprotocol
+``openai-insecure-api-key.<key>`` (as OpenAI's own service takes it). A refused
+handshake is answered with the same HTTP error body (ASGI's WebSocket denial
+response), or, where the server lacks that extension, closed with code 1008 and
+the message as its reason.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import hmac
 import ipaddress
 from collections.abc import Iterable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.replies import error_response
@@ -56,6 +63,8 @@ def is_admin(method: str, path: str) -> bool:
     routes clients use there are ``GET`` only, so a model id that happens to end in
     ``/load`` cannot turn a client request into an admin one."""
     if path in ("/metrics", "/ui/logs") or path.startswith("/admin/"):
+        return True
+    if path == "/v1/requests" or path.startswith("/v1/requests/"):  # in flight, cancel
         return True
     if method == "POST" and path == "/unload":  # every idle model (mlx-vlm's route)
         return True
@@ -92,18 +101,29 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
+KEY_PROTOCOL = "openai-insecure-api-key."
+"""The WebSocket subprotocol prefix that carries a browser's key."""
+
+
 def presented_key(scope: Scope) -> str | None:
-    """The key a request carries: the Bearer token, else ``x-api-key``."""
+    """The key a request carries: the Bearer token, else ``x-api-key``, else (a
+    WebSocket) the ``openai-insecure-api-key.`` subprotocol."""
     bearer = None
     api_key = None
+    protocol_key = None
     for name, value in scope.get("headers", ()):
+        if name == b"sec-websocket-protocol" and scope["type"] == "websocket":
+            for offered in value.decode("latin-1").split(","):
+                offered = offered.strip()
+                if offered.startswith(KEY_PROTOCOL) and protocol_key is None:
+                    protocol_key = offered[len(KEY_PROTOCOL) :] or None
         if name == b"authorization" and bearer is None:
             scheme, _, token = value.decode("latin-1").strip().partition(" ")
             if scheme.lower() == "bearer" and token.strip():
                 bearer = token.strip()
         elif name == b"x-api-key" and api_key is None:
             api_key = value.decode("latin-1").strip() or None
-    return bearer or api_key
+    return bearer or api_key or protocol_key
 
 
 class AuthMiddleware:
@@ -119,6 +139,13 @@ class AuthMiddleware:
         self.any_key = KeyRing([*api_keys, *admin_keys])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            error = self.check("GET", scope["path"], presented_key(scope))
+            if error is None:
+                await self.app(scope, receive, send)
+            else:
+                await _deny_websocket(error, scope, receive, send)
+            return
         if scope["type"] != "http" or _open(scope):
             await self.app(scope, receive, send)
             return
@@ -146,6 +173,19 @@ class AuthMiddleware:
         if not self.client_keys or key in self.any_key:
             return None
         return _unauthenticated(key)
+
+
+async def _deny_websocket(error: GatewayError, scope: Scope, receive: Receive, send: Send) -> None:
+    """Refuse a WebSocket handshake with ``error``'s HTTP answer where the server can
+    send one, else with a close whose reason is the message."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
+        return
+
+    async def as_websocket(message: Message) -> None:
+        await send({**message, "type": "websocket." + message["type"]})
+
+    await error_response(error)({**scope, "type": "http"}, receive, as_websocket)
 
 
 def _open(scope: Scope) -> bool:

@@ -1,6 +1,8 @@
 """The observing middleware: times every HTTP request, counts it by route and
 status, and commits what the request code noted (:mod:`.recorder`) when the
-response ends — for a stream, after its last event or the client's departure."""
+response ends — for a stream, after its last event or the client's departure.
+Every answer carries the request's id in ``X-Request-Id``, and the request is
+listed in ``GET /v1/requests`` while it runs."""
 
 from __future__ import annotations
 
@@ -36,13 +38,20 @@ class ObserveMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", record.id.encode()))
+                message = {**message, "headers": headers}
             await send(message)
 
-        record, token = open_record()
+        client = scope.get("client")
+        address = f"{client[0]}:{client[1]}" if client else ""
+        record, token = open_record(scope.get("path", ""), address)
         self.recorder.in_flight += 1
+        self.recorder.live[id(record)] = record
         try:
             await self.app(scope, receive, send_status)
         finally:
             self.recorder.in_flight -= 1
+            self.recorder.live.pop(id(record), None)
             close_record(token)
             self.recorder.commit(record, route_label(scope), status, time.monotonic())

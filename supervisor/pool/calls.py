@@ -85,6 +85,16 @@ class ReplyStream:
     async def aclose(self) -> None:
         self._end()
 
+    def abort(self, reason: BaseException) -> bool:
+        """Stop the request on the worker and end the stream with ``reason`` (raised
+        at the next read, so the client gets its API's error); ``False`` when
+        there is nothing to abort (not sent yet, or ended)."""
+        if self._ended or self._queue is None:
+            return False
+        self._relay.post(self._worker_id, Cancel(request_id=self._request_id))
+        self._queue.put_nowait(reason)
+        return True
+
     async def _send(self) -> None:
         # The opener checks the worker is ready and registers the queue, with no
         # await in between: the owner cannot detach the worker before it is open.

@@ -51,6 +51,7 @@ from mlx_gateway.supervisor.pool.admission import Admission, Session
 from mlx_gateway.supervisor.pool.failures import Failures
 from mlx_gateway.supervisor.pool.lifecycle import Lifecycle
 from mlx_gateway.supervisor.pool.memory import KV_KINDS
+from mlx_gateway.supervisor.pool.needs import learns_from
 from mlx_gateway.supervisor.pool.owner_events import (
     EnsureReady,
     Exited,
@@ -120,6 +121,9 @@ class WorkerHandle:
         self.last_heartbeat = 0.0
         self.step: StepProgress | None = None  # as of the last heartbeat (see .stall)
         self.stalls: dict[str, int] = {}  # workers killed for a stuck step, by its kind
+        self.prefill_tps: float | None = None
+        """The prefill speed its workers last measured (tokens per second; kept
+        across restarts of its worker: the same model on the same machine)."""
         self.evictions = 0  # stops to make room for another model
         self.adapters = AdapterSet(config)
         """The LoRA adapters it serves (language models); its worker gets them at start."""
@@ -155,11 +159,11 @@ class WorkerHandle:
         """SIGKILL the worker now (it hung); its requests fail with ``reason``."""
         self._inbox.put_nowait(Kill(reason))
 
-    async def close(self) -> None:
-        """Stop the worker and end the owner task."""
+    async def close(self, reason: str = "gateway shutting down") -> None:
+        """Stop the worker (``reason`` is logged) and end the owner task."""
         if self._owner is None:
             return
-        await self.stop("gateway shutting down")
+        await self.stop(reason)
         if self._owner is not None:
             self._owner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -254,10 +258,6 @@ class WorkerHandle:
         return self.process.pid
 
     @property
-    def killed(self) -> bool:  # sent SIGKILL, not exited yet
-        return self.process.killed
-
-    @property
     def pinned(self) -> bool:
         """Never evicted: the config's ``pinned``, or what an admin set at run time."""
         return self.config.pinned if self._pinned is None else self._pinned
@@ -320,6 +320,7 @@ class WorkerHandle:
             crashes=self.crashes,
             stalls=sum(self.stalls.values()),
             evictions=self.evictions,
+            prefill_tps=self.prefill_tps,
             **facts_fields(extra),
         )
 
@@ -423,9 +424,11 @@ class WorkerHandle:
                     self._ready_waiters.clear()
             case Progress():
                 self.progress = reply
-            case Heartbeat(memory=memory, step=step):
+            case Heartbeat(memory=memory, step=step, prefill_tps=prefill_tps):
                 self.memory, self.step, self.last_heartbeat = memory, step, time.monotonic()
-                if self.state is WorkerState.READY:
+                if prefill_tps > 0:
+                    self.prefill_tps = prefill_tps
+                if self.state is WorkerState.READY and learns_from(reply, self.process.current):
                     self.seat.measured(memory)
             case Error(message=message):
                 # A worker-level error: the model could not load; the exit follows.

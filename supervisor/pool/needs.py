@@ -5,6 +5,8 @@ any estimate, so it is kept in ``$MLX_GATEWAY_CACHE_DIR/needs.json`` (default
 ``$XDG_CACHE_HOME/mlx-gateway``, i.e. ``~/.cache/mlx-gateway``). An entry is keyed
 by the model's path and the settings that change its memory (kind, context, slots,
 KV cache settings), so changing one of them starts from the estimate again.
+Only heartbeats of a worker that runs requests, or ran more of them since, are
+learned from (:func:`learns_from`): a refused request teaches nothing.
 A file that cannot be read or written only costs the memory of the figures: the
 gateway logs it and goes on.
 """
@@ -17,14 +19,31 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mlx_gateway.protocol.messages import Heartbeat
 from mlx_gateway.supervisor.config import ModelConfig
+
+if TYPE_CHECKING:
+    from mlx_gateway.supervisor.pool.owner_events import WorkerProcess
 
 log = logging.getLogger("mlx_gateway.placement")
 
 FILE_NAME = "needs.json"
 GROWTH_TO_WRITE = 1.05
 """A measured need is written again once it grew by this factor."""
+
+
+def learns_from(beat: Heartbeat, proc: WorkerProcess | None) -> bool:
+    """Whether the memory of ``beat`` may raise the model's measured need: only
+    while requests run or after more of them ran to their ``Done``. A request
+    refused before it ran (a prompt over the context, tokenized to find out) may
+    leave the process larger, but says nothing of what the model needs."""
+    if proc is None:
+        return False
+    ran = beat.finished > proc.finished_seen
+    proc.finished_seen = max(proc.finished_seen, beat.finished)
+    return ran or beat.inflight > 0
 
 
 def default_path() -> Path:

@@ -74,6 +74,7 @@ class WorkerProcess:
     stop_reason: str = ""
     stop_requested: bool = False
     stop_error: GatewayError | None = None  # what its unfinished requests fail with
+    finished_seen: int = 0  # its heartbeats' ``finished`` count, as last learned from
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
 

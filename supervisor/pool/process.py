@@ -101,10 +101,6 @@ class Process:
     def worker_id(self) -> str | None:
         return self.current.worker_id if self.current else None
 
-    @property
-    def killed(self) -> bool:  # sent SIGKILL, not exited yet
-        return self.current is not None and bool(self.current.kill_reason)
-
     def is_current(self, generation: int) -> bool:
         return self.current is not None and self.current.generation == generation
 

@@ -57,11 +57,14 @@ async def housekeeping_forever(
 ) -> None:
     """Run the checks every few seconds; ``handles`` is read anew each round (a
     config reload may change the list)."""
+    killed: set[int] = set()  # pids sent SIGKILL (their exit may take a moment)
     while True:
         await asyncio.sleep(check_interval(handles(), server))
         now = time.monotonic()
+        live = {h.pid for h in handles()}
+        killed &= live
         for handle in handles():
-            if handle.killed:
+            if handle.pid in killed:
                 continue
             if hung(handle, now, server.hang_timeout):
                 silent = now - handle.last_heartbeat
@@ -73,6 +76,7 @@ async def housekeeping_forever(
                 stall := stalled(handle.step, handle.last_heartbeat, now, server)
             ):
                 handle.stalls[stall.phase] = handle.stalls.get(stall.phase, 0) + 1
+                killed.add(handle.pid or 0)
                 await handle.kill(stall.describe(handle.inflight))
             elif handle.draining and handle.idle and handle.state is WorkerState.READY:
                 await handle.stop("drained for a waiting model", if_idle=True)

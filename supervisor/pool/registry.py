@@ -162,12 +162,12 @@ class Registry:
                 report["added"].append(handle.name)
             else:
                 report["changed"].append(handle.name)
-                self._retire(current)
+                self._retire(current, "its config entry changed (reload, pull, copy or delete)")
             if not model.on_demand:
                 self._preload(handle)
         for gone in old.values():
             report["removed"].append(gone.name)
-            self._retire(gone)
+            self._retire(gone, "its config entry was removed (reload or delete)")
         # The server section (ports, budget…) needs a restart; only models reload.
         self.config = GatewayConfig(server=self.config.server, models=new.models)
         self.handles[:] = handles
@@ -180,13 +180,13 @@ class Registry:
         )
         return report
 
-    def _retire(self, handle: WorkerHandle) -> None:
+    def _retire(self, handle: WorkerHandle, reason: str) -> None:
         """Stop routing to ``handle``; stop it once its in-flight requests are done."""
 
         async def run() -> None:
             while not handle.idle:
                 await asyncio.sleep(0.1)
-            await handle.close()
+            await handle.close(reason)
 
         def done(task: asyncio.Task[None]) -> None:
             self._retiring.discard(task)

@@ -42,6 +42,9 @@ class ModelStatus(msgspec.Struct, kw_only=True):
     stalls: int = 0
     """Workers killed for a step stuck past ``step_timeout``."""
     evictions: int = 0
+    prefill_tps: float | None = None
+    """Prompt tokens per second its worker measured reading long prompts (language
+    models; ``None`` until one was read)."""
     blas: str | None = None
     tool_prompt: str | None = None
     draft_model: str | None = None

@@ -133,6 +133,12 @@ class WorkerCall(Generic[M]):
         take = getattr(self._replies, "take_ready", None)
         return _checked(take()) if take is not None else None
 
+    def abort(self, reason: BaseException) -> bool:
+        """Stop the request and end its replies with ``reason`` (see
+        ``ReplyStream.abort``); ``False`` when it was not sent or has ended."""
+        abort = getattr(self._replies, "abort", None)
+        return bool(abort(reason)) if abort is not None and not self._closed else False
+
     async def aclose(self) -> None:
         """Leave the session (idempotent); cancels the request if it did not finish.
         Shielded, so that it completes inside a cancelled task too."""

@@ -176,3 +176,42 @@ async def test_truncate_on_the_responses_and_messages_apis(
             model="strict", max_tokens=MAX_TOKENS, system=SYSTEM["content"], messages=items
         )
     assert "prompt is too long" in str(caught.value)  # Anthropic's wording
+
+
+async def test_truncate_with_a_clamped_budget_keeps_room_for_the_cut_answer(
+    app: Starlette, sdk: openai.AsyncOpenAI
+) -> None:
+    """Claude Code asks for 32,000 tokens whatever the context: with ``clamp`` the
+    truncation keeps a quarter of the context for the answer (the budget the worker
+    cuts to), instead of needing room for all 32,000 and answering 400."""
+    room = LIMIT // 4
+    reply = await sdk.chat.completions.with_raw_response.create(
+        model="truncating", messages=conversation(), max_completion_tokens=32000
+    )
+    header = reply.headers["x-context-overflow"]
+    assert header.startswith("truncate; dropped_messages=")
+    dropped = int(header.split("=")[1])
+    usage = reply.parse().usage
+    assert usage is not None and usage.prompt_tokens + room <= LIMIT
+    assert usage.prompt_tokens + usage.completion_tokens <= LIMIT
+    # No more was dropped than needed: one turn more leaves less than that room.
+    longer = [SYSTEM, *conversation()[dropped - 1 :]]
+    counted = await sdk.chat.completions.create(model="strict", messages=longer, max_tokens=1)
+    assert counted.usage is not None and counted.usage.prompt_tokens + room > LIMIT
+
+    # The same through Claude Code's route, streamed as it asks.
+    client = anthropic.AsyncAnthropic(
+        base_url="http://gw",
+        api_key="unused",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app), base_url="http://gw"),
+        max_retries=0,
+        _strict_response_validation=True,
+    )
+    items = [m for m in conversation() if m["role"] != "system"]
+    async with client.messages.stream(
+        model="truncating", max_tokens=32000, system=SYSTEM["content"], messages=items
+    ) as stream:
+        assert stream.response.headers["x-context-overflow"] == header
+        message = await stream.get_final_message()
+    assert message.usage.input_tokens == usage.prompt_tokens
+    assert message.usage.output_tokens > 0

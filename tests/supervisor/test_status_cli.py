@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -102,3 +105,28 @@ def test_table_cells() -> None:
     assert human_bytes(None) == "-" and human_bytes(512) == "512 B"
     assert human_bytes(1536 * 2**20) == "1.5 GiB"
     assert ago(None, now) == "-" and ago(now - 3 * 86400, now) == "3d ago"
+
+
+def test_status_lists_the_running_requests(capsys: pytest.CaptureFixture[str]) -> None:
+    with LiveGateway({"model_path": "fake/ok"}) as gw:
+        body = {"model": "fake/ok", "messages": [{"role": "user", "content": "hang"}]}
+        with httpx.Client(base_url=gw.url, timeout=30) as http:
+
+            def post() -> None:
+                with contextlib.suppress(httpx.HTTPError):  # cancelled below
+                    http.post("/v1/chat/completions", json={**body, "stream": True})
+
+            pending = threading.Thread(target=post)
+            pending.start()
+            deadline = time.monotonic() + 10
+            while not httpx.get(f"{gw.url}/v1/requests").json()["data"]:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert main(["status", "--url", gw.url]) == 0
+            out = capsys.readouterr().out.splitlines()
+            (running,) = httpx.get(f"{gw.url}/v1/requests").json()["data"]
+            assert "requests: 1 running" in out
+            line = next(line for line in out if running["id"] in line)
+            assert "fake/ok" in line and "/v1/chat/completions" in line
+            httpx.post(f"{gw.url}/v1/requests/{running['id']}/cancel")
+            pending.join(20)

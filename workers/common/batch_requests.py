@@ -123,6 +123,7 @@ class BatchRequests(Backend, Generic[A, G]):
             self._queue.remove(active)
         else:
             self._leave_batch(active)
+        log.info("generation %s cancelled after %d tokens", request_id, active.generated)
         self._finish(active, "cancelled")
 
     def cancel_all(self) -> None:

@@ -51,6 +51,7 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.encoder_limits import max_input_length, read_json
 from mlx_gateway.workers.common.length_batches import pad_right, shortest_first
 from mlx_gateway.workers.common.row_batches import RowBatches
+from mlx_gateway.workers.common.token_bound import TokenBound
 from mlx_gateway.workers.common.tokenize import answer_tokenize
 from mlx_gateway.workers.embeddings.pooling import (
     MODEL_POOLING,
@@ -119,6 +120,8 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         self.model: Any = None
         self.tokenizer: Any = None
         self.info: _Model | None = None
+        self.token_bound = TokenBound(None)
+        """Refuses an input that cannot fit before it is tokenized (truncate false)."""
 
     # ------------------------------------------------------------ loading
 
@@ -139,6 +142,7 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             raise LoadError(f"load failed: {spec.model_path}: {exc}") from None
         self.model = model
         self.tokenizer = _hf_tokenizer(tokenizer)
+        self.token_bound = TokenBound.of(self.tokenizer)
         config = read_json(path / "config.json")
         self.info = self._describe(path, config, spec)
         info = self.info
@@ -220,6 +224,8 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         if request.texts and request.token_ids:
             raise RequestError("give either texts or token ids, not both", param="input")
         if request.texts:
+            if not request.truncate:
+                self._refuse_unfittable(request.texts, info.max_length)
             encoded = self.tokenizer(
                 request.texts, add_special_tokens=True, truncation=False, verbose=False
             )
@@ -252,6 +258,21 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
                 )
             tokens[i] = self._truncated(request, i, ids)
         return tokens
+
+    def _refuse_unfittable(self, texts: list[str], limit: int) -> None:
+        """An input that cannot fit, refused before the inputs are tokenized (see
+        :mod:`...common.token_bound`)."""
+        for i, text in enumerate(texts):
+            tokens = self.token_bound.at_least([text])
+            if tokens > limit:
+                raise RequestError(
+                    f"input[{i}] is at least {tokens} tokens long "
+                    f"({self.token_bound.reason(len(text))}), over this model's maximum "
+                    f"input length of {limit} tokens; shorten it (or set truncate: true "
+                    "for the model to cut inputs to the limit)",
+                    param=f"input[{i}]",
+                    code="context_length_exceeded",
+                )
 
     def _truncated(self, request: Embed, i: int, ids: list[int]) -> list[int]:
         """``ids`` cut to the limit; text is re-tokenized so it keeps its end token."""

@@ -49,6 +49,7 @@ from mlx_lm import load as load_model_and_tokenizer
 from mlx_lm.generate import BatchGenerator
 
 from mlx_gateway.protocol.messages import (
+    ContextOverflow,
     CountTokens,
     Detokenize,
     Done,
@@ -74,6 +75,7 @@ from mlx_gateway.workers.common.sampling import (
     make_request_processors,
     make_request_sampler,
 )
+from mlx_gateway.workers.common.token_bound import TokenBound, chat_texts
 from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
 from mlx_gateway.workers.lm import batch_filter, ssm_lengths
@@ -117,6 +119,9 @@ def create_backend() -> LmBackend:
 class LmBackend(LmScheduling):
     """The ``lm`` backend (see the module docstring for the reply sequence)."""
 
+    token_bound = TokenBound(None)
+    """Refuses a prompt that cannot fit before it is tokenized (set at load)."""
+
     # ------------------------------------------------------------ loading
 
     def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
@@ -145,6 +150,7 @@ class LmBackend(LmScheduling):
                 ),
             )
         self.model, self.tokenizer = model, tokenizer
+        self.token_bound = TokenBound.of(tokenizer)
         self.detokenizers = Detokenizers(tokenizer)
         self.kv = KvSettings.from_spec(spec)
         self.kv.check_model(config)
@@ -317,6 +323,7 @@ class LmBackend(LmScheduling):
         params = request.sampling
         check_sampling(params)
         adapters = self._adapter_ids(request.adapters)
+        self._refuse_unfittable(request, params.max_tokens)
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where, params.fit_max_tokens)
         max_tokens = self.kv_admission.admit(len(prompt), max_tokens, params.max_tokens is not None)
@@ -447,6 +454,31 @@ class LmBackend(LmScheduling):
             reply = tokens_reply(tokenizer, request, text_tokens(tokenizer, request))
         self._emit(reply)
         self._emit(Done(request_id=request.request_id, finish_reason="stop"))
+
+    def _refuse_unfittable(self, request: Generate, max_tokens: int | None) -> None:
+        """A prompt that cannot fit the context, refused before it is tokenized
+        whole (see :mod:`...common.token_bound`)."""
+        limit = self.context_length
+        if limit is None:
+            return
+        if request.messages is not None:
+            texts, where = list(chat_texts(request.messages)), "messages"
+        elif isinstance(request.prompt, str):
+            texts, where = [request.prompt], "prompt"
+        else:
+            return
+        tokens = self.token_bound.at_least(texts)
+        if tokens < limit:
+            return
+        reason = self.token_bound.reason(sum(map(len, texts)))
+        raise RequestError(
+            f"This model's maximum context length is {limit} tokens. However, your "
+            f"{where} hold at least {tokens} tokens ({reason}). Please reduce the length "
+            f"of the {where}.",
+            param=where,
+            code="context_length_exceeded",
+            overflow=ContextOverflow(tokens, max_tokens, limit),
+        )
 
     def _prompt_tokens(self, request: Generate) -> tuple[list[int], str]:
         """The prompt as token ids, and the field it came from (for error params)."""

@@ -97,6 +97,15 @@ class PrefillPace:
         self.fixed, per_token = fit(self._steps)
         self.rate = 1.0 / per_token
 
+    def tokens_per_second(self) -> float:
+        """The measured prefill speed of a long prompt, read in slices of
+        ``prefill_step_size`` tokens (each paying the fixed part once); 0.0 before
+        anything was measured. Read from the worker's main thread for heartbeats."""
+        rate, fixed = self.rate, self.fixed
+        if rate is None or rate <= 0:
+            return 0.0
+        return self.most / (fixed + self.most / rate)
+
 
 def fit(steps: deque[tuple[int, float]] | list[tuple[int, float]]) -> tuple[float, float]:
     """``(fixed seconds, seconds per token)`` of ``seconds = fixed + tokens *

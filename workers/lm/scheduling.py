@@ -154,6 +154,9 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
     def counts(self) -> tuple[int, int]:
         return len(self._by_uid) + (self._solo is not None), len(self._queue)
 
+    def prefill_rate(self) -> float:
+        return self.pace.tokens_per_second()
+
     def generation_stream(self) -> mx.Stream | None:
         return self._stream
 

@@ -6,7 +6,8 @@ are what every kind must do, the others are optional hooks with their defaults h
 so the serve loop calls every hook directly and never probes for one.
 
 Every method runs on the MLX thread, except :meth:`Backend.counts` and
-:meth:`Backend.kv_bytes`, which the main thread reads for heartbeats. A backend only
+:meth:`Backend.kv_bytes` and :meth:`Backend.prefill_rate`, which the main thread reads
+for heartbeats. A backend only
 sees decoded requests and answers through an :class:`Emit`. It must end every
 request it accepted with exactly one ``Done`` or ``Error``.
 """
@@ -146,6 +147,11 @@ class Backend(ABC):
         """KV cache bytes: running requests, prompt cache, admission limit (KV kinds).
         Called from the main thread: plain reads only."""
         return 0, 0, 0
+
+    def prefill_rate(self) -> float:
+        """Measured prompt tokens per second of a long prefill (0.0: not measured, or
+        a kind without prompts). Called from the main thread: plain reads only."""
+        return 0.0
 
     def watch_inbox(self, inbox: Inbox) -> None:  # noqa: B027 (optional hook)
         """Given once, before serving: a backend whose one step is long (a whole

@@ -211,7 +211,14 @@ def _malformed(dealer: zmq.Socket, frames: list[bytes], exc: Exception) -> None:
 def _heartbeat(dealer: zmq.Socket, mlx: MLXThread) -> None:
     running, queued = mlx.counts()
     memory = measure_memory(mlx.kv_bytes())
-    beat = Heartbeat(inflight=running, queued=queued, memory=memory, step=mlx.clock.snapshot())
+    beat = Heartbeat(
+        inflight=running,
+        queued=queued,
+        memory=memory,
+        step=mlx.clock.snapshot(),
+        prefill_tps=round(mlx.prefill_rate(), 1),
+        finished=mlx.finished,
+    )
     dealer.send_multipart(pack(beat))
     # While the MLX thread is inside a hub download, this thread reports its bytes.
     if moved := DOWNLOAD.take():

@@ -147,6 +147,9 @@ class Leader(Backend):
     def kv_bytes(self) -> tuple[int, int, int]:
         return self.backend.kv_bytes()
 
+    def prefill_rate(self) -> float:
+        return self.backend.prefill_rate()
+
     def generation_stream(self) -> mx.Stream | None:
         return self.backend.generation_stream()
 

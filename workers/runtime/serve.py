@@ -25,6 +25,7 @@ from mlx_gateway.protocol.frames import pack
 from mlx_gateway.protocol.messages import (
     Assign,
     Cancel,
+    Done,
     Error,
     Limits,
     ModelFacts,
@@ -74,6 +75,9 @@ class MLXThread(threading.Thread):
         self._spare_kind = spec.kind
         self.clock = StepClock()
         """The thread's progress, read by the main thread for heartbeats."""
+        self.finished = 0
+        """Requests that ended with ``Done`` (heartbeats: the gateway learns memory
+        needs only from requests that ran)."""
 
     def counts(self) -> tuple[int, int]:
         backend = self.backend
@@ -92,11 +96,24 @@ class MLXThread(threading.Thread):
             log.debug("reading the KV cache size failed", exc_info=True)
             return 0, 0, 0
 
+    def prefill_rate(self) -> float:
+        """The backend's measured prefill speed (tokens per second; 0.0: unknown)."""
+        backend = self.backend
+        if backend is None:
+            return 0.0
+        try:
+            return float(backend.prefill_rate())
+        except Exception:  # a figure for a heartbeat must never break the worker
+            log.debug("reading the prefill rate failed", exc_info=True)
+            return 0.0
+
     def emit(self, msg: Reply, payloads: Sequence[bytes | memoryview] = ()) -> None:
         """Send ``msg``, followed by binary ``payloads`` (e.g. an embedding matrix)."""
         assert self._push is not None
         self._push.send_multipart(pack(msg, payloads))
         self.clock.progressed()
+        if isinstance(msg, Done):
+            self.finished += 1
 
     def run(self) -> None:
         # Sockets are not thread-safe: this one is made and used on this thread only.

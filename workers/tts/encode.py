@@ -6,7 +6,8 @@ after each block of samples go to the client at once, and nothing is patched
 afterwards (a streamed wav or flac header carries no total length, which players
 and FFmpeg read to the end of the data).
 
-``pcm`` is what OpenAI's is: raw 24 kHz mono 16-bit little-endian samples.
+``pcm`` is what OpenAI's is: raw 24 kHz mono 16-bit little-endian samples;
+``g711_ulaw`` and ``g711_alaw`` (the Realtime API's) raw 8 kHz G.711 bytes.
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ FORMATS: dict[str, Format] = {
     "flac": Format("flac", "flac", media_type="audio/flac"),
     "wav": Format("wav", "pcm_s16le", media_type="audio/wav"),
     "pcm": Format("", "pcm_s16le", rate=24_000, media_type="audio/pcm"),
+    # the Realtime API's G.711 output (/v1/realtime only): raw 8 kHz bytes
+    "g711_ulaw": Format("mulaw", "pcm_mulaw", rate=8_000, media_type="audio/basic"),
+    "g711_alaw": Format("alaw", "pcm_alaw", rate=8_000, media_type="audio/basic"),
 }
-"""The OpenAI ``response_format`` values."""
+"""The OpenAI ``response_format`` values, and the Realtime API's G.711 formats."""
 
 PCM_RATE = 24_000
 

@@ -10,11 +10,11 @@ can say which one matched. Errors are Anthropic-shaped:
 from __future__ import annotations
 
 import logging
-from uuid import uuid4
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import thinking_of, to_chat, tool_spec
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
@@ -135,7 +135,7 @@ async def create_message(request: Request) -> Response:
         call_id_prefix="toolu_",
     )
     check_turn(handle, turn)
-    message_id = f"msg_{uuid4().hex}"
+    message_id = recorder.name_request("msg_")
     builder = MessageBuilder(message_id, handle.name, stream=req.stream)
 
     def opening(running: Turn) -> bytes:

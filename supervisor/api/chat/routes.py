@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from uuid import uuid4
 
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.chat.inputs import chat_input
 from mlx_gateway.supervisor.api.chat.objects import (
     ChatChoiceOut,
@@ -104,7 +104,7 @@ async def create_chat_completion(request: Request) -> Response:
         images=inputs.frame_indices,
     )
     check_turn(handle, turn)
-    request_id = f"chatcmpl-{uuid4().hex}"
+    request_id = recorder.name_request("chatcmpl-")
     created = int(time.time())
     if req.stream:
         include_usage = req.stream_options is not None and req.stream_options.include_usage

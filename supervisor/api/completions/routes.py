@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from uuid import uuid4
 
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Generate
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
@@ -105,7 +105,7 @@ async def create_completion(request: Request) -> Response:
     client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
     require_kind(handle, COMPLETION_KINDS, "/v1/completions")
     msg = Generate(
-        request_id=f"cmpl-{uuid4().hex}",
+        request_id=recorder.name_request("cmpl-"),
         prompt=prompt,
         sampling=sampling_params(req, handle.config),
         adapters=adapters_for(handle, req.adapter),

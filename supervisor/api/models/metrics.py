@@ -83,6 +83,13 @@ def model_lines(handles: Iterable[Any]) -> Iterator[str]:
         ),
     )
     yield from gauge(
+        "mlx_gateway_model_prefill_tokens_per_second",
+        "Prompt tokens per second the model's worker last measured reading a long "
+        "prompt (language models, once one was read).",
+        ("model",),
+        (((h.name,), tps) for h in handles if (tps := h.status().prefill_tps)),
+    )
+    yield from gauge(
         "mlx_gateway_model_last_used_timestamp_seconds",
         "Unix time at which the model's last request finished.",
         ("model",),

@@ -240,6 +240,19 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
         extra={"application/json": {"schema": _MODEL}},
         statuses=(404,),
     ),
+    ("GET", "/v1/requests"): Operation(
+        "listRequests",
+        "The requests being answered or queued now: id (X-Request-Id), model, path, "
+        "client, age, phase, tokens (an admin endpoint).",
+        extra={"application/json": {"schema": {"type": "object"}}},
+        statuses=(),
+    ),
+    ("POST", "/v1/requests/{request_id}/cancel"): Operation(
+        "cancelRequest",
+        "End a running request as a client's disconnect would (an admin endpoint).",
+        extra={"application/json": {"schema": {"type": "object"}}},
+        statuses=(404,),
+    ),
     ("GET", "/health"): Operation(
         "health",
         "The gateway answers; each model's state. Never needs a key.",

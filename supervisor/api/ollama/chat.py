@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
-from uuid import uuid4
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Done, Generate
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.ollama.convert import (
     output_of,
     thinking_of,
@@ -177,7 +177,9 @@ async def _answer(
     clock: Clock,
 ) -> Response:
     check_turn(handle, turn)
-    running = await unless_disconnected(request, Turn.start(handle, turn, f"ollama-{uuid4().hex}"))
+    running = await unless_disconnected(
+        request, Turn.start(handle, turn, recorder.name_request("ollama-"))
+    )
     clock.mark_accepted()
     return await _reply(request, handle, running, stream, chat, clock)
 
@@ -322,7 +324,7 @@ async def _raw(
         raise BadRequest("'format' cannot be combined with raw: true.", param="format")
     options = read_options(req.options)
     msg = Generate(
-        request_id=f"ollama-{uuid4().hex}",
+        request_id=recorder.name_request("ollama-"),
         prompt=req.prompt or "",
         sampling=sampling_params(
             sampling_fields(req.model, options), settings_as(handle.config, TextModelConfig)

@@ -44,10 +44,15 @@ def iso(timestamp: float) -> str:
 
 def error_message(exc: GatewayError) -> str:
     if isinstance(exc, ContextLengthExceeded):
+        if exc.max_tokens is None or exc.prompt_tokens >= exc.limit:
+            return (
+                f"the prompt ({exc.prompt_tokens} tokens) does not fit the model's context "
+                f"of {exc.limit} tokens; shorten the conversation"
+            )
         return (
-            f"the prompt ({exc.prompt_tokens} tokens) with the answer's limit does not fit "
-            f"the model's context of {exc.limit} tokens; shorten the conversation or lower "
-            "options.num_predict"
+            f"the prompt ({exc.prompt_tokens} tokens) with the answer's limit "
+            f"({exc.max_tokens} tokens) does not fit the model's context of {exc.limit} "
+            "tokens; shorten the conversation or lower options.num_predict"
         )
     if exc.param and exc.param not in exc.message:
         return f"{exc.message} (field: {exc.param})"

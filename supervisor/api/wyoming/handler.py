@@ -18,6 +18,7 @@ the work on the worker.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import logging
@@ -49,12 +50,12 @@ from wyoming.tts import (
 from mlx_gateway.protocol.messages import Synthesize, Transcribe
 from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.wyoming.info import describe, offered
-from mlx_gateway.supervisor.api.wyoming.sentences import SentenceBuffer
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.config.schema import WyomingConfig
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, TRANSCRIPTION_KINDS, kind_of
+from mlx_gateway.supervisor.engine.sentences import SentenceBuffer
 from mlx_gateway.supervisor.engine.synthesis import Speech
 from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
@@ -86,6 +87,14 @@ class WyomingHandler(AsyncEventHandler):
         self._format = (16_000, 2, 1)
         self._stream: SynthesizeStart | None = None
         self._sentences = SentenceBuffer()
+
+    async def run(self) -> None:
+        """Serve the connection; a client that resets it (one that closes with our
+        answer unread does) ends it quietly, not as a task exception nobody reads."""
+        try:
+            await super().run()
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.debug("a Wyoming connection ended: %s", exc or type(exc).__name__)
 
     async def handle_event(self, event: Event) -> bool:
         try:

@@ -7,7 +7,9 @@ Screenshots of each view at desktop and phone width are written to
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 
 from tests.fixtures.browser import DESKTOP, browser, shoot
 
+from ..fakes import worker_output
 from ..live import LiveGateway
 
 pytestmark = pytest.mark.slow
@@ -176,3 +179,30 @@ def test_ui_files_are_open_and_the_data_is_not(gateway: LiveGateway) -> None:
     stats = httpx.get(gateway.url + "/ui/stats", headers=client)
     assert stats.status_code == 200 and "models" in stats.json()
     assert httpx.get(gateway.url + "/ui/logs", headers=client).status_code == 403
+
+
+def test_ui_lists_running_requests_and_cancels_one(browser: Any, gateway: LiveGateway) -> None:
+    """The models view lists the requests running (an admin endpoint: shown with
+    the admin key) and its Cancel button ends one as a client's disconnect would."""
+    body = {"model": "chat-model", "messages": [{"role": "user", "content": "hang"}]}
+    headers = {"Authorization": f"Bearer {CLIENT_KEY}"}
+
+    def post() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # cut by the cancel
+            httpx.post(gateway.url + "/v1/chat/completions", json=body, headers=headers, timeout=60)
+
+    pending = threading.Thread(target=post)
+    pending.start()
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(gateway.url + "/ui")
+    _use_key(page, ADMIN_KEY)
+    row = page.locator("#requests tr[data-request]")
+    row.wait_for(timeout=20_000)
+    assert "chat-model" in row.inner_text() and "/v1/chat/completions" in row.inner_text()
+    shoot(page, "requests")
+    row.locator("button[data-action=cancel]").click()
+    pending.join(20)
+    assert not pending.is_alive()
+    handle = gateway.registry.resolve("chat-model")
+    page.wait_for_function("!document.querySelector('#requests tr[data-request]')", timeout=20_000)
+    assert any(line.startswith("cancelled ") for line in worker_output(handle))

@@ -30,7 +30,10 @@ Per request, the last message's text (or the prompt) decides:
 * ``stuck``: as a model whose forward pass blocks: after Started nothing more
   happens on any request (cancels included), while the heartbeats go on and report
   the step ``decode of N requests`` stalled since then.
-* ``reject``: an Error 400 before Started (like a context overflow).
+* ``reject``: an Error 400 before Started (like a context overflow); ``reject
+  bloat``: the same, and the memory it reports grows eightfold (as a real worker's
+  after tokenizing a huge prompt only to refuse it).
+* ``grow``: answers like any echo; the memory it reports doubles at its end.
 * ``overflow <limit> …``: a context overflow in a context of ``<limit>`` tokens, as
   the real worker reports it (with ``Error.overflow``: the message's words as the
   prompt's tokens, ``max_tokens``, the limit).
@@ -188,6 +191,7 @@ def main() -> None:
     shutting_down_at: float | None = None
     last_beat = time.monotonic()
     steps = 0
+    finished = 0  # requests that ended with Done (heartbeats report it)
     stuck_since: float | None = None
 
     def progress() -> StepProgress:
@@ -219,6 +223,8 @@ def main() -> None:
                     text = text_of(request)
                     behaviour = text.strip().split()[0] if text.strip() else ""
                     if behaviour == "reject":
+                        if "bloat" in text:
+                            rss *= 8
                         send(
                             Error(
                                 request_id=request.request_id,
@@ -304,7 +310,9 @@ def main() -> None:
                     until = time.monotonic() + max(grace, 0.0)
                     shutting_down_at = min(shutting_down_at or until, until)
                 case Ping():
-                    send(Heartbeat(inflight=len(active), step=progress()))
+                    beat = Heartbeat(len(active), memory=Memory(rss=rss), step=progress())
+                    beat.finished = finished
+                    send(beat)
                 case _:
                     pass
         if shutting_down_at is not None and (not active or time.monotonic() >= shutting_down_at):
@@ -318,7 +326,7 @@ def main() -> None:
                 )
             print("shutdown", flush=True)
             return
-        chunks, finished = [], []
+        chunks, ended = [], []
         if active and stuck_since is None:
             steps += 1
         for item in active.values() if stuck_since is None else ():
@@ -341,13 +349,16 @@ def main() -> None:
                 chunk.tool_calls = item.calls
             chunks.append(chunk)
             if item.max_tokens is not None and item.sent >= item.max_tokens:
-                finished.append((item, "length"))
+                ended.append((item, "length"))
             elif item.behaviour != "crash" and item.sent >= len(item.words):
-                finished.append((item, "stop"))
+                ended.append((item, "stop"))
         if chunks:
             send(Batch(chunks=chunks))
-        for item, reason in finished:
+        for item, reason in ended:
             del active[item.request_id]
+            finished += 1
+            if item.behaviour == "grow":
+                rss *= 2
             send(
                 Done(
                     request_id=item.request_id,
@@ -357,7 +368,9 @@ def main() -> None:
             )
         if time.monotonic() - last_beat > spec.heartbeat_interval:
             last_beat = time.monotonic()
-            send(Heartbeat(inflight=len(active), memory=Memory(rss=rss), step=progress()))
+            beat = Heartbeat(len(active), memory=Memory(rss=rss), step=progress())
+            beat.finished = finished
+            send(beat)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,10 @@ def test_a_step_s_fixed_cost_does_not_shrink_the_slices() -> None:
     aimed = FIXED_SHARE * fixed / per_token  # the prompt work is 3x the fixed part
     assert sum(read[-4:]) / 4 == pytest.approx(aimed, rel=0.1)
     assert max(read) < 2 * aimed  # no step far past it
+    # What the heartbeat reports: a long prompt read in 2,048-token steps, each
+    # paying the fixed part once (not the 250 tokens/s of the cost per token alone).
+    assert pace.tokens_per_second() == pytest.approx(2048 / (fixed + 2048 * per_token))
+    assert PrefillPace(2048).tokens_per_second() == 0.0  # nothing measured yet
 
 
 def test_the_fit_tells_a_fixed_cost_from_a_cost_per_token() -> None:

@@ -150,7 +150,39 @@ function renderModels() {
   });
   $("#models tbody").innerHTML = rows.join("");
 }
+// The requests running now (GET /v1/requests, an admin endpoint: hidden without access).
+async function refreshRequests() {
+  const table = $("#requests");
+  let running;
+  try {
+    running = (await api("/v1/requests").then((r) => r.json())).data;
+  } catch (error) {
+    table.hidden = true;
+    return;
+  }
+  table.hidden = false;
+  $("#requests tbody").innerHTML = running.length ? running.map((r) => `<tr data-request="${escapeHtml(r.id)}">
+      <td data-label="Request"><code>${escapeHtml(r.id)}</code></td>
+      <td data-label="Model">${escapeHtml(r.model || "–")}</td>
+      <td data-label="Path">${escapeHtml(r.path)}</td>
+      <td data-label="Phase">${escapeHtml(r.phase)}</td>
+      <td data-label="Age">${Number(r.age).toFixed(1)} s</td>
+      <td data-label="Tokens">${r.prompt_tokens} in · ${r.completion_tokens} out</td>
+      <td data-label="Client">${escapeHtml(r.client || "–")}</td>
+      <td class="actions"><button data-action="cancel">Cancel</button></td></tr>`).join("")
+    : '<tr><td colspan="8" class="muted">No request running.</td></tr>';
+}
+async function cancelRequest(id) {
+  try {
+    await api(`/v1/requests/${encodeURIComponent(id)}/cancel`, { method: "POST" });
+    notice("");
+  } catch (error) {
+    notice(`cancel '${id}' refused: ${error.message}`);
+  }
+  refreshRequests();
+}
 async function refresh() {
+  refreshRequests();
   try {
     const [models, stats, health] = await Promise.all([
       api("/v1/models").then((r) => r.json()),
@@ -530,6 +562,10 @@ $("#models tbody").addEventListener("click", (event) => {
   const name = button.closest("tr").dataset.model;
   const model = state.models.find((m) => m.id === name);
   modelAction(name, button.dataset.action, model?.pinned);
+});
+$("#requests tbody").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-action=cancel]");
+  if (button) cancelRequest(button.closest("tr").dataset.request);
 });
 $("#log-model").addEventListener("change", startLogs);
 $("#log-clear").addEventListener("click", () => { $("#log-lines").textContent = ""; });

@@ -6,6 +6,9 @@ is scripted and the gateway's parsing is what is tested)."""
 from __future__ import annotations
 
 import json
+import logging
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,7 +254,10 @@ def test_pull_of_a_model_in_a_local_folder(tmp_path: Path, connect: Connect) -> 
         assert [p.status for p in c.pull("local", stream=True)] == ["success"]
 
 
-def test_copy_then_delete_the_copy(client: ollama.Client, gateway: LiveGateway) -> None:
+def test_copy_then_delete_the_copy(
+    client: ollama.Client, gateway: LiveGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mlx_gateway.worker")
     assert client.copy(PLAIN, "plain-copy").status == "success"
     assert "plain-copy:latest" in {m.model for m in client.list().models}
     reply = client.chat(model="plain-copy", messages=[{"role": "user", "content": "say copied"}])
@@ -264,6 +270,16 @@ def test_copy_then_delete_the_copy(client: ollama.Client, gateway: LiveGateway) 
     assert configured.value.status_code == 400 and "config file" in configured.value.error
     assert client.delete("plain-copy:latest").status == "success"
     assert "plain-copy:latest" not in {m.model for m in client.list().models}
+    # A copy or delete changes the entries (a copy is an alias of the original's):
+    # a worker stopped for it says so, not that the gateway is shutting down.
+    stopped = re.compile(r"\[.*\] stopping: (.*)")
+    reasons: list[str] = []
+    deadline = time.monotonic() + 10
+    while not reasons and time.monotonic() < deadline:
+        reasons = [m[1] for r in caplog.records if (m := stopped.match(r.getMessage()))]
+        time.sleep(0.05)
+    assert reasons and all("config entry" in r for r in reasons), reasons
+    assert not any("shutting down" in r.getMessage() for r in caplog.records)
     assert f"{PLAIN}:latest" in {m.model for m in client.list().models}
     with pytest.raises(ollama.ResponseError) as unknown:
         client.delete("never-there")
@@ -311,3 +327,17 @@ def test_a_client_that_leaves_a_stream_stops_its_request(gateway: LiveGateway) -
         assert json.loads(next(lines))["done"] is False
         assert handle.inflight == 1
     assert wait_until(lambda: handle.inflight == 0, 10)
+
+
+def test_the_context_error_names_num_predict_only_when_it_matters(client: ollama.Client) -> None:
+    """A prompt that alone overflows the context says so; num_predict is named only
+    when the answer's limit is what does not fit."""
+    prompt = [{"role": "user", "content": "overflow 8 " + "w " * 20}]
+    with pytest.raises(ollama.ResponseError) as alone:
+        client.chat(model=PLAIN, messages=prompt)
+    assert alone.value.status_code == 400
+    assert "22 tokens" in alone.value.error and "num_predict" not in alone.value.error
+    short = [{"role": "user", "content": "overflow 30 w w w"}]
+    with pytest.raises(ollama.ResponseError) as with_limit:
+        client.chat(model=PLAIN, messages=short, options={"num_predict": 40})
+    assert "40 tokens" in with_limit.value.error and "num_predict" in with_limit.value.error

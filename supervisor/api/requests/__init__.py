@@ -1,0 +1,1 @@
+"""``GET /v1/requests`` and ``POST /v1/requests/{id}/cancel``."""
