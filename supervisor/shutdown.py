@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from mlx_gateway.supervisor.config import ServerConfig
-from mlx_gateway.supervisor.pool.handle import KILL_WAIT
+from mlx_gateway.supervisor.pool.process import KILL_WAIT
 
 if TYPE_CHECKING:
     import asyncio

@@ -1,6 +1,7 @@
 """The import direction of the packages: api → reply → engine | http → pool → config →
 protocol,
-and on the worker side kind packages → common → runtime → protocol.
+and on the worker side kind packages → common → runtime → protocol. No API surface
+(``api/<surface>``) imports another, and no worker kind another.
 
 Each rule lists the packages a layer must never import (at module level or inside a
 function), checked on the source with ``ast`` so that a lazy import cannot hide a cycle;
@@ -27,6 +28,10 @@ PACKAGES = {
 S = "mlx_gateway.supervisor"
 W = "mlx_gateway.workers"
 KIND_PACKAGES = tuple(f"{W}.{kind}" for kind in KINDS)
+SURFACES = tuple(
+    sorted(f"{S}.api.{p.name}" for p in (ROOT / "supervisor" / "api").iterdir() if p.is_dir())
+)
+"""One package per API surface (chat, ollama, wyoming …): each an adapter over the engine."""
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     # the wire vocabulary depends on nothing of ours
     "mlx_gateway.protocol": ("mlx_gateway.supervisor", "mlx_gateway.workers"),
@@ -50,6 +55,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     f"{W}.runtime": (f"{W}.common", *KIND_PACKAGES),
     # what several kinds share belongs to none of them
     f"{W}.common": KIND_PACKAGES,
+    # an API surface never imports another: what two share lives below them (engine/,
+    # reply/, http/), so each surface is one adapter over the engine
+    **{surface: tuple(other for other in SURFACES if other != surface) for surface in SURFACES},
     # a kind never imports another kind
     **{
         package: tuple(other for other in KIND_PACKAGES if other != package)

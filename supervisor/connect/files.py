@@ -88,12 +88,13 @@ class Ledger:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.dir = state_dir(env)
 
-    def _file(self, client: str) -> Path:
+    def file(self, client: str) -> Path:
+        """The record of ``client``'s connection."""
         return self.dir / f"{client}.json"
 
     def get(self, client: str) -> Edit | None:
         try:
-            raw = json.loads(self._file(client).read_text(encoding="utf-8"))
+            raw = json.loads(self.file(client).read_text(encoding="utf-8"))
             return Edit(
                 client,
                 Path(raw["path"]),
@@ -104,7 +105,7 @@ class Ledger:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConnectError(f"the record {self._file(client)} is unreadable: {exc}") from None
+            raise ConnectError(f"the record {self.file(client)} is unreadable: {exc}") from None
 
     def put(self, edit: Edit) -> None:
         record = {
@@ -113,10 +114,10 @@ class Ledger:
             "written": edit.written,
             "edited": edit.edited,
         }
-        write_atomically(self._file(edit.client), json.dumps(record).encode() + b"\n", 0o600)
+        write_atomically(self.file(edit.client), json.dumps(record).encode() + b"\n", 0o600)
 
     def drop(self, client: str) -> None:
-        self._file(client).unlink(missing_ok=True)
+        self.file(client).unlink(missing_ok=True)
 
 
 def apply(ledger: Ledger, client: str, path: Path, text: str) -> Edit:
@@ -158,7 +159,7 @@ def undo(ledger: Ledger, client: str) -> list[str]:
         if not edit.backup.exists():
             raise ConnectError(
                 f"the backup {edit.backup} is gone: cannot restore {edit.path}; "
-                f"remove {ledger._file(client)} to forget this connection"
+                f"remove {ledger.file(client)} to forget this connection"
             )
         os.replace(edit.backup, edit.path)
         notes.append(f"restored {edit.path}")

@@ -1,7 +1,8 @@
 """Server-sent events framing for OpenAI streams.
 
 Each event is one ``data:`` line holding compact JSON (which never contains a raw
-newline), ended by a blank line. Streams end with ``data: [DONE]``.
+newline), ended by a blank line, maybe after an ``event:`` line naming it
+(:func:`named`). OpenAI's chat streams end with ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class Template:
 
     def fill(self, text: str) -> bytes:
         return self._head + _encoder.encode(text) + self._tail
+
+
+def named(kind: str, obj: Any) -> bytes:
+    """One event with its ``event:`` name (the Responses and Anthropic streams)."""
+    return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(obj) + b"\n\n"
 
 
 def comment(text: str = "") -> bytes:

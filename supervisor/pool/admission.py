@@ -1,9 +1,12 @@
-"""Request admission of a model's handle: the slots (``max_concurrency``), the queue
+"""The admission part of a model's handle: the slots (``max_concurrency``), the queue
 (``max_queue``, ``queue_timeout``), a drain, the memory budget, the load; and the
 :class:`Session` one admitted request uses to reach the worker.
 
-:class:`Admission` is the part of :class:`~.handle.WorkerHandle` that requests go
-through; the handle's owner task (``handle.py``) starts and stops the process.
+:class:`Admission` counts the requests (in flight, waiting, held back by a drain)
+and stamps the model's last use; it starts and stops nothing itself but asks the
+handle's owner task through :class:`Control` (the handle), reads the state from the
+:class:`~.lifecycle.Lifecycle`, the backoff from the :class:`~.failures.Failures` and
+asks the :class:`~.seat.Seat` for room.
 """
 
 from __future__ import annotations
@@ -11,72 +14,77 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
 
 from mlx_gateway.protocol.frames import Frame
 from mlx_gateway.protocol.messages import Generate
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.errors import ModelUnavailable, TooManyRequests, WorkerCrashed
+from mlx_gateway.supervisor.errors import ModelUnavailable, TooManyRequests
 from mlx_gateway.supervisor.pool.calls import ReplyStream
+from mlx_gateway.supervisor.pool.failures import Failures
 from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
-from mlx_gateway.supervisor.pool.owner_events import WorkerProcess, background
+from mlx_gateway.supervisor.pool.lifecycle import Lifecycle
+from mlx_gateway.supervisor.pool.owner_events import background
 from mlx_gateway.supervisor.pool.relay import Relay
-from mlx_gateway.supervisor.pool.room import Room
+from mlx_gateway.supervisor.pool.seat import Seat
 from mlx_gateway.supervisor.pool.state import WorkerState
 
-if TYPE_CHECKING:
-    pass
+
+class Control(Protocol):
+    """The commands of a model's owner task that admission uses."""
+
+    async def ensure_ready(self) -> None: ...
+
+    async def stop(self, reason: str = "requested", *, if_idle: bool = False) -> None: ...
 
 
 class Admission:
-    """Admission of requests to one model (mixed into the handle, whose state it reads)."""
+    """Admission of requests to one model (see module doc).
 
-    config: ModelConfig
-    name: str
-    state: WorkerState
-    inflight: int
-    waiting: int
-    held_back: int
-    last_used: float | None
-    last_used_wall: float | None
-    failures: int
-    closing: bool
-    last_error: str | None
-    placement: Room | None
-    _server: ServerConfig
-    _relay: Relay
-    _slots: asyncio.Semaphore
-    _state_changed: asyncio.Event
-    _recent_crashes: list[float]
-    _proc: WorkerProcess | None
+    ``model`` is the handle: a client's ``keep_alive`` is kept by it
+    (:mod:`.keep_alive`); ``open_worker`` names the ready worker a session sends to."""
 
-    # provided by the handle
-    async def ensure_ready(self) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        model: Any,
+        config: ModelConfig,
+        server: ServerConfig,
+        *,
+        control: Control,
+        lifecycle: Lifecycle,
+        failures: Failures,
+        seat: Seat,
+        relay: Relay,
+        open_worker: Callable[[], str],
+    ) -> None:
+        self.name = config.served_model_name
+        self._model = model
+        self._config = config
+        self._server = server
+        self._control = control
+        self._lifecycle = lifecycle
+        self._failures = failures
+        self._seat = seat
+        self._relay = relay
+        self._open_worker = open_worker
+        self._slots = asyncio.Semaphore(config.max_concurrency)
+        self.inflight = 0
+        self.waiting = 0  # requests waiting in the gateway for a slot or the load
+        self.held_back = 0  # of those, the ones held back by a drain (they pin nothing)
+        self.last_used: float | None = None  # time.monotonic() of the last request's end
+        self.last_used_wall: float | None = None
+        self.closing = False  # the gateway shuts down: no new request, no new start
 
-    async def stop(self, reason: str = "requested", *, if_idle: bool = False) -> None:
-        raise NotImplementedError
+    def closing_error(self) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"model '{self.name}' cannot take requests: the gateway is shutting down",
+            code="shutting_down",
+        )
 
-    @property
-    def reserved(self) -> bool:
-        raise NotImplementedError
-
-    @property
-    def draining(self) -> bool:
-        raise NotImplementedError
-
-    def _changed(self) -> None:
-        raise NotImplementedError
-
-    def _closing_error(self) -> ModelUnavailable:
-        raise NotImplementedError
-
-    def _backoff_left(self) -> float:
-        raise NotImplementedError
-
-    def _unavailable(self, suffix: str = "") -> ModelUnavailable:
-        raise NotImplementedError
+    def used_now(self) -> None:
+        """Stamp the last use (a worker became ready: its idle time starts now)."""
+        self.last_used, self.last_used_wall = time.monotonic(), time.time()
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[Session]:
@@ -92,14 +100,14 @@ class Admission:
         streams included. A client that leaves while a load runs only for it
         stops that load."""
         if self.closing:
-            raise self._closing_error()
-        request_started(self)  # its keep_alive, or none, is the model's lifetime now
-        limit = self.config.max_concurrency + self.config.max_queue
-        if self.inflight + self.waiting >= limit:
+            raise self.closing_error()
+        request_started(self._model)  # its keep_alive, or none, is the model's lifetime now
+        config = self._config
+        if self.inflight + self.waiting >= config.max_concurrency + config.max_queue:
             # Counted whatever they wait for (a slot, the load, room in the budget):
             # a burst at a model that is still loading is held to the same bound.
-            raise TooManyRequests(self.name, self.config.max_concurrency, self.config.max_queue)
-        timeout = self.config.effective_queue_timeout(self._server)
+            raise TooManyRequests(self.name, config.max_concurrency, config.max_queue)
+        timeout = config.effective_queue_timeout(self._server)
         self.waiting += 1
         acquired = admitted = False
         deadline = time.monotonic() + timeout
@@ -110,84 +118,78 @@ class Admission:
                 acquired = True
                 # The worker may have crashed while this request waited for the slot:
                 # then wait for the restart (within the same deadline), don't fail.
-                while self.state is not WorkerState.READY:
+                while not self._lifecycle.ready:
                     await self._admit(deadline)
                 admitted = True
         except TimeoutError:
-            if (
-                self.placement is not None
-                and not self.reserved
-                and self.state
-                in (
-                    WorkerState.STOPPED,
-                    WorkerState.FAILED,
-                )
-            ):
-                raise self.placement.blocked(self) from None
+            free = self._lifecycle.down and not self._seat.reserved
+            if free and (blocked := self._seat.blocked()) is not None:
+                raise blocked from None  # 503 naming the busy models
+            waited_for = "a free slot" if self._lifecycle.ready else "the model to load"
             raise ModelUnavailable(
                 f"model '{self.name}': the request waited {timeout:g} s (queue_timeout) "
-                f"for {'a free slot' if self.state is WorkerState.READY else 'the model to load'}",
+                f"for {waited_for}",
                 code="queue_timeout",
             ) from None
         except asyncio.CancelledError:
             if (
-                self.config.on_demand
+                config.on_demand
                 and self.waiting == 1
                 and self.inflight == 0
-                and self.state is WorkerState.STARTING
+                and self._lifecycle.state is WorkerState.STARTING
             ):
-                background(self.stop("the only client waiting for the load left", if_idle=True))
+                stop = self._control.stop("the only client waiting for the load left", if_idle=True)
+                background(stop)
             raise
         finally:
             self.waiting -= 1
             if not admitted:
                 if acquired:
                     self._slots.release()
-                self._changed()
+                self._seat.notify()
         self.inflight += 1
         try:
-            yield Session(self)
+            yield Session(self.name, self._relay, self._open_worker)
         finally:
             self.inflight -= 1
             self._slots.release()
-            self.last_used = time.monotonic()
-            self.last_used_wall = time.time()
-            self._changed()
-            if self.idle and lifetime(self) == 0:  # a client's keep_alive 0
-                background(self.stop("keep_alive 0: unloaded after its request", if_idle=True))
+            self.used_now()
+            self._seat.notify()
+            if self.idle and lifetime(self._model) == 0:  # a client's keep_alive 0
+                stop = self._control.stop("keep_alive 0: unloaded after its request", if_idle=True)
+                background(stop)
 
     async def _admit(self, deadline: float) -> None:
         """Wait out a drain, reserve room in the memory budget, start, await Ready."""
-        if self.draining:
+        if self._seat.draining:
             self.held_back += 1
             try:
-                while self.draining:
-                    await self._state_changed.wait()
+                while self._seat.draining:
+                    await self._lifecycle.changed()
             finally:
                 self.held_back -= 1
-        if self.state is WorkerState.FAILED and (wait := self._backoff_left()) > 0:
+        if (
+            self._lifecycle.state is WorkerState.FAILED
+            and (wait := self._failures.backoff_left()) > 0
+        ):
             # Refused before the placement: a start that cannot happen claims no
             # room and evicts nobody (a reservation would hold the group).
-            raise self._unavailable(f" (next attempt in {wait:.0f} s)")
-        if self.placement is not None and self.state in (WorkerState.STOPPED, WorkerState.FAILED):
-            await self.placement.make_room(self, deadline)
-        await self.ensure_ready()
+            raise self._failures.unavailable(f" (next attempt in {wait:.0f} s)")
+        if self._lifecycle.down:
+            await self._seat.make_room(deadline)
+        await self._control.ensure_ready()
 
     async def load(self) -> None:
         """Admin: start the model now (through the memory budget), clearing a
         failure backoff."""
-        self.failures = 0
-        self._recent_crashes.clear()
-        timeout = self.config.effective_queue_timeout(self._server)
+        self._failures.forgive()
+        timeout = self._config.effective_queue_timeout(self._server)
         try:
             async with asyncio.timeout(timeout):
                 await self._admit(time.monotonic() + timeout)
         except TimeoutError:
-            if self.placement is not None and self.state in (
-                WorkerState.STOPPED,
-                WorkerState.FAILED,
-            ):
-                raise self.placement.blocked(self) from None  # 503 naming the busy models
+            if self._lifecycle.down and (blocked := self._seat.blocked()) is not None:
+                raise blocked from None  # 503 naming the busy models
             raise ModelUnavailable(
                 f"model '{self.name}' did not load within its queue_timeout ({timeout:g} s)",
                 code="queue_timeout",
@@ -204,10 +206,12 @@ class Admission:
 
 
 class Session:
-    """One request's access to a READY worker (see :meth:`WorkerHandle.session`)."""
+    """One request's access to a READY worker (see :meth:`Admission.session`)."""
 
-    def __init__(self, handle: Admission) -> None:
-        self._handle = handle
+    def __init__(self, name: str, relay: Relay, open_worker: Callable[[], str]) -> None:
+        self._name = name
+        self._relay = relay
+        self._open_worker = open_worker
 
     def generate(self, msg: Generate) -> ReplyStream:
         """Send ``msg`` and yield the worker's Started and Chunks, ending with Done.
@@ -221,14 +225,4 @@ class Session:
         to and including ``Done``; a reply that came with frames is yielded as
         :class:`~.relay.WithPayloads`. Errors and leaving early as for :meth:`generate`.
         Nothing is sent before the first iteration."""
-        handle = self._handle
-
-        def opener() -> str:
-            proc = handle._proc
-            if handle.state is not WorkerState.READY or proc is None:
-                raise WorkerCrashed(
-                    f"model '{handle.name}' worker {handle.last_error or 'is gone'}"
-                )
-            return proc.worker_id
-
-        return ReplyStream(handle._relay, opener, msg, request_id, payloads, handle.name)
+        return ReplyStream(self._relay, self._open_worker, msg, request_id, payloads, self._name)

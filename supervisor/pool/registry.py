@@ -210,7 +210,7 @@ class Registry:
         )
         everyone = list(self._placed)  # retiring handles too
         for handle in everyone:
-            handle.closing = True
+            handle.begin_closing()
         self._stopping = asyncio.gather(
             *(handle.stop(SHUTDOWN_REASON) for handle in everyone), return_exceptions=True
         )

@@ -114,8 +114,7 @@ async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
 
 def worker_output(handle: WorkerHandle) -> list[str]:
     """The fake worker's output lines so far, as the gateway read them."""
-    assert handle._proc is not None
-    return list(handle._proc.stderr)
+    return handle.process.output()
 
 
 async def reached_worker(handle: WorkerHandle, request_id: str) -> None:

@@ -2,11 +2,11 @@
 
 A request's images arrive as binary frames (see ``Generate.images``); its message
 parts refer to them as ``{"type": "image", "detail": …}``. On :meth:`VlmBackend.submit`
-(on the MLX thread, so other requests pause for it) the images are decoded
-(:mod:`.vlm_images`), the chat template and the model's processor turn messages and
-images into prompt tokens and pixels, and the vision tower runs: the request then
-holds its prompt as input embeddings, and every check (images, template, context
-length) has passed before ``Started``.
+(on the MLX thread, so other requests pause for it) :mod:`.prompt` builds its
+prompt: the images are decoded (:mod:`.images`), the chat template and the model's
+processor turn messages and images into prompt tokens and pixels, and the vision
+tower runs: the request then holds its prompt as input embeddings, and every check
+(images, template, context length) has passed before ``Started``.
 
 Concurrency: every accepted request shares one mlx-vlm ``BatchGenerator``
 (continuous batching): up to ``spec.max_concurrency`` requests generate together,
@@ -40,14 +40,9 @@ import mlx.core as mx
 from mlx_vlm import apc
 from mlx_vlm import load as load_vlm
 from mlx_vlm.generate.ar import BatchGenerator
-from mlx_vlm.prompt_utils import apply_chat_template
 from mlx_vlm.tokenizer_utils import make_streaming_detokenizer
-from mlx_vlm.utils import prepare_inputs, should_add_special_tokens
-from mlx_vlm.vision_cache import VisionFeatureCache, processed_image_key
-from PIL import Image
 
 from mlx_gateway.protocol.messages import (
-    IMAGE_PART,
     Chunk,
     CountTokens,
     Detokenize,
@@ -62,7 +57,6 @@ from mlx_gateway.protocol.messages import (
     Usage,
 )
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.workers.common import system_turns
 from mlx_gateway.workers.common.batch_requests import (
     Active,
     BatchRequests,
@@ -71,46 +65,21 @@ from mlx_gateway.workers.common.batch_requests import (
 )
 from mlx_gateway.workers.common.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, compute_dtype_bytes
-from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
-from mlx_gateway.workers.common.tool_prompt import ToolPrompt, probe_tool_prompt
+from mlx_gateway.workers.common.tokenize import detokenized, tokens_reply
+from mlx_gateway.workers.common.tool_prompt import ToolPrompt
 from mlx_gateway.workers.runtime.contract import Emit, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
-from mlx_gateway.workers.vlm.audio_input import decode_input_audio, sampling_rate, takes_audio
-from mlx_gateway.workers.vlm.images import DETAILS, ImageLimits, decode_image, image_payload
+from mlx_gateway.workers.vlm.images import ImageLimits
 from mlx_gateway.workers.vlm.model_settings import (
     config_dict,
     context_length_of,
     image_limits,
     set_chat_template,
 )
+from mlx_gateway.workers.vlm.prompt import Prompt, Prompts
 from mlx_gateway.workers.vlm.row_sampler import argmax_sampler, row_processors
 
 log = logging.getLogger(__name__)
-
-VISION_CACHE_SIZE = 16
-"""Encoded images kept for models whose mlx-vlm code reuses them (Gemma 4, Qwen 3.5…)."""
-_TEXT_PARTS = ("text", "input_text")
-_RESERVED_TEMPLATE_KWARGS = {
-    "processor",
-    "config",
-    "prompt",
-    "add_generation_prompt",
-    "return_messages",
-    "num_images",
-    "num_audios",
-    "tokenize",
-}
-
-
-@dataclass
-class Prompt:
-    """A request's prompt, ready for the batch: token ids and the keyword arguments
-    mlx-vlm's batch takes for it (input embeddings, position ids…)."""
-
-    tokens: list[int]
-    kwargs: dict[str, Any]
-    where: str
-    """The request field the prompt came from (``messages`` or ``prompt``)."""
 
 
 @dataclass(kw_only=True)
@@ -147,9 +116,18 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         self._spec: WorkerSpec | None = None
         self._stream: mx.Stream | None = None
         self._prefix_cache: apc.APCManager | None = None
-        self._vision_cache = VisionFeatureCache(max_size=VISION_CACHE_SIZE)
-        self.tool_prompt = ToolPrompt()
+        self._prompts: Prompts | None = None
+
+    @property
+    def prompts(self) -> Prompts:
+        """What turns the loaded model's requests into prompts."""
+        assert self._prompts is not None, "the model is not loaded"
+        return self._prompts
+
+    @property
+    def tool_prompt(self) -> ToolPrompt:
         """Whether the chat template renders tools (see :mod:`.tool_prompt`)."""
+        return self._prompts.tool_prompt if self._prompts is not None else ToolPrompt()
 
     # ------------------------------------------------------------ loading
 
@@ -177,7 +155,13 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             # In memory only: mlx-vlm's disk tier would write under ~/.cache.
             self._prefix_cache = apc.from_env(overrides={"enabled": True, "disk_enabled": False})
         self._generator = self._new_generator()
-        self.tool_prompt = probe_tool_prompt(self._render, spec.served_model_name)
+        self._prompts = Prompts(
+            self.model,
+            self.processor,
+            name=spec.served_model_name,
+            limits=self.limits,
+            prefix_cache=self._prefix_cache,
+        )
         return ModelFacts(
             context_length=self.context_length,
             model_type=config.get("model_type"),
@@ -245,7 +229,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
             )
         assert self._stream is not None
         with mx.stream(self._stream):
-            prompt = self._prompt(request, payloads)
+            prompt = self.prompts.prompt(request, payloads)
         max_tokens = self._max_tokens(
             len(prompt.tokens), params.max_tokens, prompt.where, params.fit_max_tokens
         )
@@ -265,233 +249,11 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         self._by_id[active.request_id] = active
         self._emit(Started(request_id=active.request_id, prompt_tokens=len(prompt.tokens)))
 
-    def _prompt(self, request: Generate, payloads: Sequence[bytes]) -> Prompt:
-        """Template, images and tokens → the prompt with its input embeddings."""
-        raw, where, has_images, has_audio = self._inputs(request, payloads)
-        tokens = raw["input_ids"].squeeze(0).tolist()
-        kwargs = self._embed(raw, has_images, has_audio=has_audio)
-        return Prompt(tokens=tokens, kwargs=kwargs, where=where)
-
-    def _inputs(
-        self, request: Generate, payloads: Sequence[bytes]
-    ) -> tuple[dict[str, Any], str, bool, bool]:
-        """The processor's output for the request (token ids with the image tokens
-        expanded, pixels…), the field it came from, and whether it has images and
-        audio. The vision tower does not run here."""
-        images: list[Image.Image] = []
-        audio: list[Any] = []
-        if request.messages is not None:
-            messages = self._template_messages(request, payloads, images, audio)
-            text = self._apply_template(
-                messages, len(images), request.chat_template_kwargs, audios=len(audio)
-            )
-            raw = self._processed(text, images, audio)
-            where = "messages"
-        elif isinstance(request.prompt, str):
-            raw = self._processed(request.prompt, [])
-            where = "prompt"
-        elif isinstance(request.prompt, list):
-            vocab = len(self.processor.tokenizer)
-            bad = next((t for t in request.prompt if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise RequestError(
-                    f"token id {bad} in the prompt is outside the vocabulary (0..{vocab - 1})",
-                    param="prompt",
-                )
-            raw = {"input_ids": mx.array([request.prompt])}
-            where = "prompt"
-        else:
-            raise RequestError("either messages or prompt is required", param="messages")
-        if raw["input_ids"].size == 0:
-            raise RequestError(f"the {where} is empty", param=where)
-        return raw, where, bool(images), bool(audio)
-
     def _count(self, request: CountTokens | Tokenize, payloads: Sequence[bytes]) -> list[int]:
         """The prompt tokens a ``Generate`` of the same messages (or text) would have."""
-        if isinstance(request, Tokenize) and request.messages is None:
-            return text_tokens(self.processor.tokenizer, request)
-        as_generate = Generate(
-            request_id=request.request_id,
-            messages=request.messages,
-            prompt=request.prompt if isinstance(request, CountTokens) else None,
-            chat_template_kwargs=request.chat_template_kwargs,
-            images=request.images if isinstance(request, CountTokens) else [],
-        )
         assert self._stream is not None
         with mx.stream(self._stream):
-            raw, _, _, _ = self._inputs(as_generate, payloads)
-        return [int(t) for t in raw["input_ids"].squeeze(0).tolist()]
-
-    def _template_messages(
-        self,
-        request: Generate,
-        payloads: Sequence[bytes],
-        images: list[Image.Image],
-        audio: list[Any],
-    ) -> list[dict[str, Any]]:
-        """The messages as mlx-vlm's templates take them; decodes each image part's
-        payload into ``images`` and each audio part's into ``audio``, in order. Audio
-        parts leave the messages: mlx-vlm's templates put the audio markers at the end
-        of the last user message (``num_audios``)."""
-        assert request.messages is not None
-        out: list[dict[str, Any]] = []
-        for i, message in enumerate(request.messages):
-            content = message.get("content")
-            if not isinstance(content, list):
-                out.append({**message, "content": "" if content is None else content})
-                continue
-            parts: list[dict[str, Any]] = []
-            for j, part in enumerate(content):
-                kind = part.get("type") if isinstance(part, dict) else None
-                where = f"messages[{i}].content[{j}]"
-                if kind in _TEXT_PARTS:
-                    parts.append({"type": "text", "text": str(part.get("text", ""))})
-                elif kind == IMAGE_PART:
-                    payload = image_payload(request, payloads, len(images), where)
-                    detail = str(part.get("detail") or "auto")
-                    if detail not in DETAILS:
-                        raise RequestError(
-                            f"detail must be one of {', '.join(DETAILS)}, not '{detail}'",
-                            param=f"{where}.image_url.detail",
-                        )
-                    images.append(
-                        decode_image(
-                            payload, where=f"{where}.image_url", detail=detail, limits=self.limits
-                        )
-                    )
-                    parts.append({"type": IMAGE_PART})
-                elif kind == "audio":
-                    audio.append(self._audio(part, payloads, where, len(audio)))
-                else:
-                    raise RequestError(
-                        f"content parts of type '{kind}' are not supported by this model",
-                        param=f"{where}.type",
-                    )
-            out.append({**message, "content": parts})
-        if len(images) != len(request.images):
-            raise RequestError(
-                f"the request names {len(request.images)} image payload(s) but its messages "
-                f"have {len(images)} image part(s)",
-                param="messages",
-            )
-        return out
-
-    def _audio(self, part: dict[str, Any], payloads: Sequence[bytes], where: str, k: int) -> Any:
-        """The samples of an audio part; a 400 naming the model when it takes no audio."""
-        name = self._spec.served_model_name if self._spec else "this model"
-        if not takes_audio(self.model):
-            raise RequestError(
-                f"The model '{name}' does not accept audio; send input_audio parts to a "
-                "vision model with an audio encoder (an omni model such as Gemma 3n), or "
-                "transcribe the audio first with /v1/audio/transcriptions.",
-                param=f"{where}.input_audio",
-                code="audio_not_supported",
-            )
-        if k >= 1 and not getattr(self.processor, "supports_multiple_audio", False):
-            raise RequestError(
-                f"The model '{name}' takes one audio clip per request; this one has more.",
-                param=f"{where}.input_audio",
-                code="too_many_audio_clips",
-            )
-        frame = part.get("payload")
-        if not isinstance(frame, int) or not 0 <= frame < len(payloads):
-            raise RequestError(f"{where}: audio payload {frame} is missing", param=where)
-        rate = sampling_rate(self.processor)
-        return decode_input_audio(payloads[frame], where=f"{where}.input_audio", rate=rate)
-
-    def _apply_template(
-        self,
-        messages: list[dict[str, Any]],
-        images: int,
-        kwargs: dict[str, Any],
-        audios: int = 0,
-    ) -> str:
-        extra = {k: v for k, v in kwargs.items() if k not in _RESERVED_TEMPLATE_KWARGS}
-        if self.tool_prompt.fallback and extra.get("tools"):
-            tools = extra.pop("tools")
-            messages = self.tool_prompt.messages(
-                messages, tools if isinstance(tools, list) else [tools]
-            )
-
-        def render(conversation: list[dict[str, Any]]) -> str:
-            text = self._render(conversation, num_images=images, num_audios=audios, **extra)
-            return text if isinstance(text, str) else ""
-
-        messages = system_turns.for_template(messages, render)
-        try:
-            text = self._render(messages, num_images=images, num_audios=audios, **extra)
-        except Exception as exc:
-            # Jinja templates reject conversations with raise_exception(…): a client error.
-            raise RequestError(
-                f"the chat template rejected the messages: {exc}", param="messages"
-            ) from None
-        if not isinstance(text, str):  # a few model types return the message itself
-            raise RequestError(
-                f"model type '{self.model.config.model_type}' has no text chat template",
-                param="messages",
-            )
-        return text
-
-    def _render(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-        """mlx-vlm's chat template (with the generation prompt) applied to ``messages``."""
-        return apply_chat_template(self.processor, self.model.config, messages, **kwargs)
-
-    def _processed(
-        self, text: str, images: list[Image.Image], audio: list[Any] | None = None
-    ) -> dict[str, Any]:
-        """The processor's output: token ids, pixels when there are images, audio
-        features when there is audio."""
-        config = self.model.config
-        try:
-            return prepare_inputs(
-                self.processor,
-                images=images or None,
-                audio=audio or None,
-                prompts=text,
-                image_token_index=getattr(config, "image_token_index", None),
-                add_special_tokens=should_add_special_tokens(config.model_type, self.processor),
-            )
-        except Exception as exc:  # e.g. a processor that takes one image per prompt
-            raise RequestError(
-                f"the model's processor rejected the input: {exc}", param="messages"
-            ) from None
-
-    def _embed(
-        self, raw: dict[str, Any], has_images: bool, *, has_audio: bool = False
-    ) -> dict[str, Any]:
-        """Run the vision tower and the token embedding now, so a failure is this
-        request's error, not a failed batch step."""
-        input_ids = raw["input_ids"]
-        pixel_values = raw.get("pixel_values")
-        data = {
-            k: v for k, v in raw.items() if k not in ("input_ids", "pixel_values", "attention_mask")
-        }
-        cache_args: dict[str, Any] = {}
-        if has_images and pixel_values is not None:
-            cache_args = {
-                "vision_cache": self._vision_cache,
-                "_image_key": processed_image_key(pixel_values, **data),
-            }
-        embedded = self.model.get_input_embeddings(
-            input_ids, pixel_values, mask=raw.get("attention_mask"), **data, **cache_args
-        )
-        kwargs = {**data, **{k: v for k, v in embedded.to_dict().items() if v is not None}}
-        mx.eval([v for v in kwargs.values() if isinstance(v, mx.array)])
-        if self._prefix_cache is not None:
-            # The cache keys blocks by their tokens plus this salt; images and audio
-            # (the processor's features: its markers are the same for every clip)
-            # change it.
-            image_hash = apc.hash_image_payload(pixel_values=pixel_values) if has_images else 0
-            media = (
-                {k: v for k, v in data.items() if isinstance(v, mx.array)} if has_audio else None
-            )
-            kwargs["_apc_semantic_hash"] = apc.semantic_extra_hash(
-                image_hash=image_hash,
-                media=media,
-                model=self.model.language_model,
-                processor=self.processor,
-            )
-        return kwargs
+            return self.prompts.count(request, payloads)
 
     def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str, fit: bool) -> int:
         """The completion budget; raises OpenAI's context_length_exceeded error

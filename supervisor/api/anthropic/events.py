@@ -27,7 +27,6 @@ import json
 from typing import Any
 
 from mlx_gateway.protocol.messages import Usage as WireUsage
-from mlx_gateway.supervisor.api.responses.events import named_event
 from mlx_gateway.supervisor.engine.turns import (
     Finished,
     ReasoningDelta,
@@ -35,6 +34,7 @@ from mlx_gateway.supervisor.engine.turns import (
     ToolCallMade,
     TurnEvent,
 )
+from mlx_gateway.supervisor.http import sse
 
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -82,7 +82,7 @@ class MessageBuilder:
         self._opened = False
 
     def _event(self, kind: str, **data: Any) -> bytes:
-        return named_event(kind, {"type": kind, **data}) if self.stream else b""
+        return sse.named(kind, {"type": kind, **data}) if self.stream else b""
 
     def opening(self, prompt_tokens: int) -> bytes:
         self.message["usage"]["input_tokens"] = prompt_tokens

@@ -30,11 +30,11 @@ from mlx_gateway.supervisor.api.audio.formats import (
     usage_of,
     verbose_body,
 )
-from mlx_gateway.supervisor.api.audio.transcription import Transcription
 from mlx_gateway.supervisor.api.audio.upload import UploadTooLarge, read_upload
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.engine.kinds import TRANSCRIPTION_KINDS, require_kind
+from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected

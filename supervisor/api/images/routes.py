@@ -26,7 +26,6 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import GenerateImage, ImageStep
 from mlx_gateway.supervisor.api.images.form import MIB, read_edit_form
-from mlx_gateway.supervisor.api.images.job import ImageJob, Picture
 from mlx_gateway.supervisor.api.images.schemas import (
     MEDIA_TYPES,
     CompletedImageEvent,
@@ -43,6 +42,7 @@ from mlx_gateway.supervisor.api.images.store import ImageStore
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.image import ImageConfig, is_edit_model
 from mlx_gateway.supervisor.config.schema import IMAGE_SIZE_MULTIPLE
+from mlx_gateway.supervisor.engine.image_jobs import ImageJob, Picture
 from mlx_gateway.supervisor.engine.kinds import IMAGE_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse

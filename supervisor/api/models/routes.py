@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.kinds import ADAPTERS, PROGRESS
-from mlx_gateway.supervisor.api.images.job import progress_of
+from mlx_gateway.supervisor.engine.image_jobs import progress_of
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import ModelNotFound
 from mlx_gateway.supervisor.http.replies import JSONResponse

@@ -15,7 +15,6 @@ import contextlib
 from uuid import uuid4
 
 from mlx_gateway.protocol.messages import Transcribe
-from mlx_gateway.supervisor.api.audio.transcription import Transcription
 from mlx_gateway.supervisor.api.realtime.audio import AudioFormat, wav_file
 from mlx_gateway.supervisor.api.realtime.conversation import Item
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
@@ -29,6 +28,7 @@ from mlx_gateway.supervisor.api.realtime.vad import (
 )
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
+from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.multipart import MIB
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle

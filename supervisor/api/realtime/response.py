@@ -29,14 +29,14 @@ from mlx_gateway.protocol.messages import Synthesize, Usage
 from mlx_gateway.supervisor.api.realtime.audio import AudioFormat
 from mlx_gateway.supervisor.api.realtime.conversation import Conversation, Item, new_id
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
-from mlx_gateway.supervisor.api.speech.synthesis import Speech
-from mlx_gateway.supervisor.api.wyoming.sentences import SentenceBuffer
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
 from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
+from mlx_gateway.supervisor.engine.sentences import SentenceBuffer
+from mlx_gateway.supervisor.engine.synthesis import Speech
 from mlx_gateway.supervisor.engine.tools import ToolSpec
 from mlx_gateway.supervisor.engine.turns import (
     Finished,

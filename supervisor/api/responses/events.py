@@ -26,8 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from mlx_gateway.protocol.messages import TokenLogprob
 from mlx_gateway.protocol.messages import Usage as WireUsage
 from mlx_gateway.supervisor.api.responses.convert import new_id
@@ -38,13 +36,7 @@ from mlx_gateway.supervisor.engine.turns import (
     ToolCallMade,
     TurnEvent,
 )
-
-_encoder = msgspec.json.Encoder()
-
-
-def named_event(kind: str, data: dict[str, Any]) -> bytes:
-    """One SSE event with its ``event:`` name."""
-    return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(data) + b"\n\n"
+from mlx_gateway.supervisor.http import sse
 
 
 def _logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -99,7 +91,7 @@ class ResponseBuilder:
             return b""
         event = {"type": kind, "sequence_number": self._sequence, **data}
         self._sequence += 1
-        return named_event(kind, event)
+        return sse.named(kind, event)
 
     def opening(self) -> bytes:
         snapshot = {**self.response, "output": []}

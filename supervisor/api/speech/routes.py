@@ -30,10 +30,10 @@ from mlx_gateway.supervisor.api.speech.schemas import (
     Voice,
     VoiceList,
 )
-from mlx_gateway.supervisor.api.speech.synthesis import Speech
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, kind_of, require_kind
+from mlx_gateway.supervisor.engine.synthesis import Speech
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json

@@ -49,15 +49,15 @@ from wyoming.tts import (
 
 from mlx_gateway.protocol.messages import Synthesize, Transcribe
 from mlx_gateway.supervisor import recorder
-from mlx_gateway.supervisor.api.audio.transcription import Transcription
-from mlx_gateway.supervisor.api.speech.synthesis import Speech
 from mlx_gateway.supervisor.api.wyoming.info import describe, offered
-from mlx_gateway.supervisor.api.wyoming.sentences import SentenceBuffer
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.config.schema import WyomingConfig
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, TRANSCRIPTION_KINDS, kind_of
+from mlx_gateway.supervisor.engine.sentences import SentenceBuffer
+from mlx_gateway.supervisor.engine.synthesis import Speech
+from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.multipart import MIB
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle

@@ -59,4 +59,5 @@ class WyomingServer:
     async def stop(self) -> None:
         await self._server.stop()
         if self._zeroconf is not None:
-            await asyncio.shield(self._zeroconf._aiozc.async_close())
+            # wyoming's HomeAssistantZeroconf has no close(): close the zeroconf it holds
+            await asyncio.shield(self._zeroconf._aiozc.async_close())  # noqa: SLF001

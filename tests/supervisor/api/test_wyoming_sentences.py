@@ -6,7 +6,7 @@ import io
 import wave
 
 from mlx_gateway.supervisor.api.wyoming.handler import wav_file
-from mlx_gateway.supervisor.api.wyoming.sentences import SentenceBuffer
+from mlx_gateway.supervisor.engine.sentences import SentenceBuffer
 
 
 def test_sentences_come_out_once_complete() -> None:

@@ -225,7 +225,7 @@ async def test_admin_unload_and_load(make_registry: Any) -> None:
         await registry.load("fake/load-error")
     with pytest.raises(ModelUnavailable, match="download failed"):
         await registry.load("fake/load-error")
-    assert broken._generation == 2
+    assert broken.process.generation == 2
 
 
 async def test_reload_keeps_replaces_adds_and_removes(make_registry: Any) -> None:
@@ -377,7 +377,7 @@ def watch_group(handles: list[Any]) -> list[str]:
             overlaps.append(f"{handle.name} {old.public}→{new.public}: {resident}")
 
     for handle in handles:
-        handle._on_state = on_state
+        handle.on_state = on_state
     return overlaps
 
 

@@ -59,7 +59,7 @@ async def test_concurrent_callers_share_one_start(make_registry: Any) -> None:
     )
     await task
     assert [text for text, _ in results] == [f"w{i} " for i in range(5)]
-    assert handle._generation == 1  # exactly one process was started
+    assert handle.process.generation == 1  # exactly one process was started
 
 
 async def test_max_tokens_gives_length(make_registry: Any) -> None:
@@ -82,7 +82,7 @@ async def test_load_error_is_reported_and_backs_off(make_registry: Any) -> None:
     with pytest.raises(ModelUnavailable, match="next attempt"):
         await handle.ensure_ready()
     assert time.monotonic() - started < 0.5
-    assert handle._generation == 1
+    assert handle.process.generation == 1
 
 
 async def test_death_during_load_names_signal_and_log(make_registry: Any) -> None:
@@ -156,7 +156,7 @@ async def test_leaving_early_cancels_in_the_worker(make_registry: Any) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert handle.inflight == 0
-    await wait_for(lambda: "cancelled to-cancel" in handle._proc.stderr)  # type: ignore[union-attr]
+    await wait_for(lambda: "cancelled to-cancel" in handle.process.output())
     text, _ = await run(handle, chat("still serving"))
     assert text == "still serving "
 

@@ -242,7 +242,7 @@ def test_edit_follows_the_input_size_and_checks_the_mask(tiny_flux2_path: Path) 
         assert png(picture[1]).size == (16, 32)
         assert isinstance(sent[-1][0], Done) and sent[-1][0].finish_reason == "stop"
         # Uploads live as files only while their request does, rejected ones never.
-        assert list(backend._tmp.iterdir()) == []
+        assert list(backend.scratch_dir.iterdir()) == []
     finally:
         backend.close()
-    assert not backend._tmp.exists()
+    assert not backend.scratch_dir.exists()

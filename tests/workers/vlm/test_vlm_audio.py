@@ -114,7 +114,7 @@ def test_an_omni_model_hears_the_audio(tiny_omni_path: Path) -> None:
     for name, clip in (("tone", tone), ("again", tone), ("silence", _silence())):
         audio = {"type": "audio", "format": "wav", "payload": 0}
         messages = [{"role": "user", "content": [audio, {"type": "text", "text": "hi"}]}]
-        prompt = run.backend._prompt(Generate(request_id=name, messages=messages), [clip])
+        prompt = run.backend.prompts.prompt(Generate(request_id=name, messages=messages), [clip])
         embeds[name] = np.array(prompt.kwargs["inputs_embeds"])
     assert np.array_equal(embeds["tone"], embeds["again"])
     assert not np.allclose(embeds["tone"], embeds["silence"])

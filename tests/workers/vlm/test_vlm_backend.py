@@ -358,7 +358,7 @@ def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> N
         {"role": "system", "content": "Be brief."},
     ]
     # The tiny Qwen2-VL template renders any role: the system turn stays in place.
-    assert run.backend._apply_template(messages, 0, {}) == (
+    assert run.backend.prompts.apply_template(messages, 0, {}) == (
         "<|im_start|>user\nhello<|im_end|>\n<|im_start|>system\nBe brief.<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
@@ -370,7 +370,7 @@ def test_a_late_system_message_is_kept_or_joins_the_system_prompt(run: Run) -> N
         "{% else %}{% for c in m['content'] %}{{ c['text'] }}{% endfor %}{% endif %}"
         "<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
     )
-    assert run.backend._apply_template(messages, 0, {}).startswith(
+    assert run.backend.prompts.apply_template(messages, 0, {}).startswith(
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n"
     )
 
@@ -390,7 +390,7 @@ def test_tools_reach_a_template_that_ignores_them(run: Run) -> None:
     )
     run.drain()
     assert run.started("tools").prompt_tokens > run.started("plain").prompt_tokens + 50
-    text = run.backend._apply_template(plain.messages or [], 0, {"tools": [tool]})
+    text = run.backend.prompts.apply_template(plain.messages or [], 0, {"tools": [tool]})
     section = TOOL_SECTION.format(tools=json.dumps(tool))
     assert text.startswith(f"<|im_start|>system\n{section}<|im_end|>\n<|im_start|>user\nweather?")
 

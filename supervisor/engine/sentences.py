@@ -1,8 +1,9 @@
 """Complete sentences out of text that arrives in pieces (a language model's stream).
 
-Wyoming's streaming synthesis (``synthesize-chunk`` events) hands over text as an
-assistant writes it; a sentence is spoken as soon as it is complete, so the answer
-starts playing long before it is written to the end.
+Wyoming's streaming synthesis (``synthesize-chunk`` events) and a Realtime session's
+spoken response hand over text as an assistant writes it; a sentence is spoken as
+soon as it is complete, so the answer starts playing long before it is written to
+the end.
 """
 
 from __future__ import annotations
