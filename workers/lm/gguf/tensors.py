@@ -32,15 +32,15 @@ from mlx_gateway.workers.runtime.gguf_header import GROUP_SIZE
 log = logging.getLogger(__name__)
 
 T = GGMLQuantizationType
-KEPT_BITS = {T[name]: bits for name, bits in header.KEPT_BITS.items()}
+KEPT_BITS = {T.__members__[name]: bits for name, bits in header.KEPT_BITS.items()}
 """Types ``mx.load`` returns as MLX quantized arrays: kept bit for bit."""
-REQUANT_BITS = {T[name]: bits for name, bits in header.REQUANT_BITS.items()}
+REQUANT_BITS = {T.__members__[name]: bits for name, bits in header.REQUANT_BITS.items()}
 """Block types dequantized and quantized again, and to how many bits
 (:data:`...runtime.gguf_header.REQUANT_BITS` says why those)."""
 
 SYMMETRIC_OFFSET = {T.Q4_0: 8, T.Q8_0: 128}
 """Q4_0 and Q8_0 hold ``d * (q - offset)``: MLX's bias is ``-offset * d``."""
-FLOAT_TYPES = tuple(T[name] for name in header.FLOAT_TYPES)
+FLOAT_TYPES = tuple(T.__members__[name] for name in header.FLOAT_TYPES)
 MX_LOAD_TYPES = (T.F32, T.F16, *KEPT_BITS)
 """A file of only these types is read by ``mx.load``."""
 
