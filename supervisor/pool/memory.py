@@ -266,7 +266,7 @@ def _model_files(config: ModelConfig, kv: bool) -> tuple[int, dict[str, Any], fl
         meta = text_config(directory) if kv else {}
         scale = kv_dtype_scale(directory, config) if kv else 1.0
         return weights_on_disk(directory), meta, scale
-    gguf = gguf_size(config.model_path) if config.worker_kind == "lm" else None
+    gguf = gguf_size(config.model_path)  # only language models can be GGUF (config/paths.py)
     if gguf is None:
         return None
     return gguf.weights, gguf.meta, 1.0
