@@ -103,7 +103,7 @@ def entry_for(repo_id: str, kind: str) -> ModelConfig:
     served = repo_id
     if repo_id.startswith(OLLAMA_PREFIX):
         served = OllamaName.parse(repo_id).served
-    return model_entry(kind, model_path=repo_id, served_model_name=served)
+    return model_entry(kind, model_path=repo_id, served_model_name=served, source="pulled")
 
 
 def with_pulled(config: GatewayConfig, pulled: PulledModels | None = None) -> GatewayConfig:
