@@ -280,6 +280,7 @@ function fillModelSelects() {
     if (sel === "#pg-model") choosePlayground();
   }
   chooseAdapters(state.models.find((m) => m.id === $("#pg-model").value));
+  window.fillTalk?.(); // talk.js
 }
 function stopLogs() {
   if (state.logAbort) state.logAbort.abort();
@@ -581,6 +582,6 @@ $("#img-run").addEventListener("click", generateImage);
 $("#speak-run").addEventListener("click", speak);
 refresh();
 setInterval(refresh, 2000);
-const VIEWS = ["models", "logs", "playground"];
+const VIEWS = ["models", "logs", "playground", "talk"];
 const wanted = (location.hash || "").slice(1);
 show(VIEWS.includes(wanted) ? wanted : "models");

@@ -1,0 +1,124 @@
+"""The web UI's talk tab against the real ``mlx-gateway`` command and real workers
+(Whisper tiny.en, the tiny random llama, the tiny random Soprano), in Debian's
+chromium with a fake microphone: chromium plays the espeak-ng fox clip (a WAV, with
+silence around it) as the microphone's input. The page streams it to ``/v1/realtime``
+(the key in the browser's subprotocol), the gateway's VAD finds the turn, and the page
+shows the transcript, the assistant's text and the audio it played."""
+
+from __future__ import annotations
+
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mlx_gateway.workers.common.audio import decode_audio
+from tests.fixtures.browser import CHROMIUM, CHROMIUM_ARGS, DESKTOP, shoot
+from tests.fixtures.whisper import FOX_CLIPS
+
+from .gateway import Gateway
+
+pytestmark = pytest.mark.slow
+
+ASR, LM, TTS = "whisper-tiny.en", "tiny-lm", "tiny-tts"
+KEY = "sk-talk-test"
+TIMEOUT = 240_000
+"""Milliseconds: three cold workers on a busy 2-core machine."""
+
+
+def microphone_wav(path: Path, rate: int = 16_000) -> Path:
+    """The fox clip as a 16-bit mono WAV, 1 s of silence before and 8 s after (the
+    VAD's end of turn, then quiet while the answer plays)."""
+    samples = np.concatenate(list(decode_audio(FOX_CLIPS[0].read_bytes())))
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
+    audio = np.concatenate([np.zeros(rate, "<i2"), pcm, np.zeros(8 * rate, "<i2")])
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(audio.tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """chromium whose microphone is the fox clip, played once (``%noloop``)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    wav = microphone_wav(tmp_path_factory.mktemp("mic") / "fox.wav")
+    args = [
+        *CHROMIUM_ARGS,
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={wav}%noloop",
+        "--autoplay-policy=no-user-gesture-required",
+    ]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    tiny_en_path: Path,
+    tiny_lm_path: Path,
+    tiny_soprano_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    gw = Gateway(
+        tmp_path_factory.mktemp("talk"),
+        [
+            {"served_model_name": ASR, "model_path": str(tiny_en_path), "model_type": "whisper"},
+            {"served_model_name": LM, "model_path": str(tiny_lm_path)},
+            {
+                "served_model_name": TTS,
+                "model_path": str(tiny_soprano_path),
+                "model_type": "tts",
+                "generate_kwargs": {"max_tokens": 6},
+            },
+        ],
+        api_keys=[KEY],
+    )
+    yield gw
+    gw.stop()
+
+
+def test_talk_hears_the_microphone_and_plays_the_answer(browser: Any, gateway: Gateway) -> None:
+    page = browser.new_page(viewport=DESKTOP)
+    page.goto(gateway.base_url + "/ui#talk")
+    page.fill("#key", KEY)
+    page.press("#key", "Enter")
+    # only lm entries are offered; the voice field shows since a tts entry exists
+    page.wait_for_function("document.querySelector('#talk-model').options.length > 0")
+    assert page.eval_on_selector_all("#talk-model option", "os => os.map(o => o.value)") == [LM]
+    assert page.is_visible("#talk-voice")
+    page.click("#talk-start")
+    page.wait_for_function(
+        "[...document.querySelectorAll('#talk-log .msg.user')]"
+        ".some(m => m.textContent.toLowerCase().includes('lazy dog'))",
+        timeout=TIMEOUT,
+    )
+    page.wait_for_function(
+        "document.querySelector('#talk-log .msg.assistant')?.textContent.trim().length > 0",
+        timeout=TIMEOUT,
+    )
+    # the answer's audio arrived as deltas and the page played it to its end
+    page.wait_for_function(
+        "Number(document.querySelector('#talk-stats').dataset.playedMs) > 0", timeout=TIMEOUT
+    )
+    stats = page.eval_on_selector("#talk-stats", "s => ({...s.dataset})")
+    assert int(stats["chunks"]) > 0
+    assert page.is_hidden("#notice"), page.inner_text("#notice")
+    user = page.locator("#talk-log .msg").first
+    assert "user" in (user.get_attribute("class") or "")
+    shoot(page, "talk")
+    page.click("#talk-stop")
+    page.wait_for_function("document.querySelector('#view-talk').dataset.state === 'stopped'")
+    assert page.is_enabled("#talk-start") and page.is_disabled("#talk-stop")
+    page.close()
