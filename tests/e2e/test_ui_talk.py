@@ -114,6 +114,7 @@ def test_talk_hears_the_microphone_and_plays_the_answer(browser: Any, gateway: G
     )
     stats = page.eval_on_selector("#talk-stats", "s => ({...s.dataset})")
     assert int(stats["chunks"]) > 0
+    assert int(stats["receivedMs"]) >= int(stats["playedMs"]) > 0
     assert page.is_hidden("#notice"), page.inner_text("#notice")
     user = page.locator("#talk-log .msg").first
     assert "user" in (user.get_attribute("class") or "")

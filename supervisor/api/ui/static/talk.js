@@ -34,7 +34,8 @@ function talkState(text) {
 }
 function talkStats() {
   const s = $("#talk-stats");
-  s.textContent = `audio out: ${s.dataset.chunks} chunks, ${(s.dataset.playedMs / 1000).toFixed(1)} s played` +
+  s.textContent = `audio out: ${s.dataset.chunks} chunks, ${(s.dataset.receivedMs / 1000).toFixed(1)} s received, ` +
+    `${(s.dataset.playedMs / 1000).toFixed(1)} s played` +
     (Number(s.dataset.bargeIns) ? ` · ${s.dataset.bargeIns} barge-in(s)` : "");
 }
 function count(field, by) {
@@ -95,6 +96,7 @@ function play(b64) {
   source.connect(talk.ctx.destination);
   talk.playAt = Math.max(talk.playAt, talk.ctx.currentTime);
   source.start(talk.playAt);
+  source.at = talk.playAt;
   talk.playAt += buffer.duration;
   talk.sources.push(source);
   source.onended = () => {
@@ -102,9 +104,16 @@ function play(b64) {
     if (!source.stopped) count("playedMs", Math.round(buffer.duration * 1000));
   };
   count("chunks", 1);
+  count("receivedMs", Math.round(buffer.duration * 1000));
 }
+// Barge-in or Stop: what is playing stops, what is scheduled never plays.
 function stopPlayback() {
-  for (const source of talk.sources) { source.stopped = true; source.stop(); }
+  const now = talk.ctx?.currentTime || 0;
+  for (const source of talk.sources) {
+    source.stopped = true;
+    source.stop();
+    if (now > source.at) count("playedMs", Math.round(Math.min(source.buffer.duration, now - source.at) * 1000));
+  }
   talk.sources = [];
   talk.playAt = 0;
 }
