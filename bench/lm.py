@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from .lm_report import machine, report
+from .lm_workload import SERVED_NAME, build_model, long_message, messages_for, tokens_for
 from .servers import reexec_with_openblas, yaml_pairs
 
 
@@ -116,57 +117,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-# ---------------------------------------------------------------- the model
-
-SENTENCES = [
-    "hello world, this is a tiny test corpus.",
-    "The quick brown fox jumps over the lazy dog.",
-    "Models stream tokens; the gateway relays them to every client.",
-    "One, two, three: count the steps and stop when done!",
-]
-SERVED_NAME = "tiny"
-
-
-def build_model(out: Path) -> Path:
-    """The tests' tiny llama, with the EOS row of its output layer zeroed: EOS then
-    has logit 0, below the best of the other tokens, so greedy decoding never stops
-    before ``max_tokens`` and every setup generates the same number of tokens."""
-    import mlx.core as mx
-
-    from tests.fixtures.tiny_models import build_tiny_lm
-
-    build_tiny_lm(out)
-    eos = json.loads((out / "config.json").read_text())["eos_token_id"]
-    weights = mx.load(str(out / "model.safetensors"))
-    head = weights["lm_head.weight"]
-    weights["lm_head.weight"] = head * (mx.arange(head.shape[0]) != eos)[:, None]
-    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    return out
-
-
-def messages_for(i: int, story: bool = False) -> list[dict[str, str]]:
-    """The ``i``-th prompt; ``story`` (a real model, ``--model``): one that asks for an
-    answer that runs to ``--max-tokens``."""
-    sentence = SENTENCES[i % len(SENTENCES)]
-    if story:
-        return [{"role": "user", "content": f"Tell a long story ({i}) that begins: {sentence}"}]
-    return [{"role": "user", "content": f"Request {i}: {sentence}"}]
-
-
-def long_message(tokenizer: Any, index: int, tokens: int) -> str:
-    """A user message of about ``tokens`` tokens (after the chat template)."""
-    words = " ".join(SENTENCES).split()
-    text = f"Conversation {index}:"
-    step = 0
-    while True:
-        chunk = " ".join(f"{words[(step + k) % len(words)]}" for k in range(40))
-        candidate = f"{text} {chunk} ({step})"
-        count = len(tokenizer.apply_chat_template([{"role": "user", "content": candidate}]))
-        if count > tokens:
-            return text
-        text, step = candidate, step + 40
-
-
 # ---------------------------------------------------------------- measuring
 
 
@@ -207,15 +157,6 @@ def http_run(
 
     count = args.requests_per_stream if requests is None else requests
     return asyncio.run(closed_loop(server.port, streams, count, body))
-
-
-def tokens_for(args: argparse.Namespace, i: int, streams: int) -> int:
-    """The ``i``-th request's ``max_tokens`` in a run of ``streams`` streams: spread
-    by ``--vary-tokens`` at several streams, ``--max-tokens`` at one."""
-    if not args.vary_tokens or streams == 1:
-        return int(args.max_tokens)
-    spread = ((i * 2654435761) % 2**32) / 2**32 * 2 - 1  # evenly over [-1, 1)
-    return max(1, round(args.max_tokens * (1 + args.vary_tokens * spread)))
 
 
 def record_http(figures: Figures, label: str, streams: int, run: Any) -> None:

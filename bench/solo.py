@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
     from mlx_gateway.workers.lm.backend import LmBackend
 
     from .inprocess import batch_generator_run
-    from .lm import tokens_for
+    from .lm_workload import tokens_for
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-solo-")
     path = args.model or build(Path(tmp.name) / "model", 64, 2, 0, seed=0)

@@ -63,7 +63,7 @@ from typing import Any
 from mlx_gateway.workers.runtime.prefetch import READ_AHEAD_ENV
 
 from .client import chat_body, stream_chat, stream_text
-from .lm import SENTENCES
+from .lm_workload import SENTENCES
 from .servers import PRELOADED, Server, launch_gateway, reexec_with_openblas
 
 FRESH = """

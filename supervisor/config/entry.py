@@ -69,6 +69,11 @@ class ModelConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_
     """Interpreter for this model's worker (a backend in its own virtualenv)."""
     worker_env: dict[str, str] = {}
     """Extra environment variables for this model's worker."""
+    source: str = "config"
+    """Where the entry comes from (set by the gateway, not a key of the file):
+    ``config`` (the file, the command line), ``hub_cache`` (``serve_hub_cache``),
+    ``pulled`` (``/api/pull``), ``ollama`` (``serve_ollama_library``),
+    ``lmstudio`` (``serve_lmstudio_library``); listed by ``/v1/models``."""
 
     def __post_init__(self) -> None:
         if not self.served_model_name:

@@ -48,8 +48,10 @@ def _snapshot(repo_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _kind(repo_id: str, snapshot: Path) -> str | None:
-    """``lm``, ``vlm``, or ``None`` (not an MLX chat model)."""
+def _kind(repo_id: str, snapshot: Path, *, mlx_only: bool = True) -> str | None:
+    """``lm``, ``vlm``, or ``None`` (not an MLX chat model; ``mlx_only=False``: a
+    folder known to hold MLX weights, as LM Studio's MLX folders do, whatever its
+    name and config say)."""
     if (snapshot / "model_index.json").exists() or not any(snapshot.glob("*.safetensors")):
         return None
     try:
@@ -62,7 +64,7 @@ def _kind(repo_id: str, snapshot: Path) -> str | None:
     if not model_type or any(word in model_type for word in _NOT_CHAT):
         return None
     lowered = repo_id.lower()
-    if "mlx" not in lowered and "quantization" not in config:
+    if mlx_only and "mlx" not in lowered and "quantization" not in config:
         return None
     return "vlm" if "vision_config" in config else "lm"
 
@@ -97,6 +99,7 @@ def with_hub_cache(config: GatewayConfig, cache_dir: Path | None = None) -> Gate
             kind,
             model_path=repo_id,
             served_model_name=repo_id,
+            source="hub_cache",
             idle_timeout=config.server.default_keep_alive,
         )
         for repo_id, kind in cached_models(cache_dir)

@@ -14,8 +14,9 @@ from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
 # --------------------------------------------------------------------------- keys
 
 _SERVER_KEYS = frozenset(ServerConfig.__struct_fields__)
-_MODEL_KEYS = entry_keys() | {"model_type"}
-"""Every key of some kind's entries (which kind takes which: :mod:`.kinds`)."""
+_MODEL_KEYS = (entry_keys() - {"source"}) | {"model_type"}
+"""Every key of some kind's entries (which kind takes which: :mod:`.kinds`), but
+``source``, which the gateway sets on the entries it adds."""
 _DURATION_KEYS = frozenset(
     {
         "start_timeout",

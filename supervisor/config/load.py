@@ -14,6 +14,7 @@ from mlx_gateway.supervisor.config.context import _Ctx
 from mlx_gateway.supervisor.config.convert import _convert
 from mlx_gateway.supervisor.config.hub_cache import with_hub_cache
 from mlx_gateway.supervisor.config.keys import _SERVER_KEYS, _SERVER_RENAMES, unknown_key
+from mlx_gateway.supervisor.config.libraries import with_libraries
 from mlx_gateway.supervisor.config.normalize import _normalize, _normalize_server
 from mlx_gateway.supervisor.config.pulled import with_pulled
 from mlx_gateway.supervisor.config.schema import (
@@ -29,7 +30,7 @@ from mlx_gateway.supervisor.config.yaml_positions import _parse_yaml
 def _build(ctx: _Ctx, raw: Any) -> GatewayConfig:
     config = _convert(ctx, _normalize(ctx, raw), GatewayConfig)
     _check(ctx, config)
-    return with_pulled(with_hub_cache(config))
+    return with_libraries(with_pulled(with_hub_cache(config)))
 
 
 def load_config(path: str | Path) -> GatewayConfig:

@@ -105,7 +105,11 @@ def entry_for(repo_id: str, kind: str, idle_timeout: float = 300.0) -> ModelConf
     if repo_id.startswith(OLLAMA_PREFIX):
         served = OllamaName.parse(repo_id).served
     return model_entry(
-        kind, model_path=repo_id, served_model_name=served, idle_timeout=idle_timeout
+        kind,
+        model_path=repo_id,
+        served_model_name=served,
+        source="pulled",
+        idle_timeout=idle_timeout,
     )
 
 

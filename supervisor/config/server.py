@@ -144,6 +144,14 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     serve_hub_cache: bool = False
     """List and serve every MLX model already in the local Hugging Face cache, by
     its repo id, with default settings (``config/hub_cache.py``)."""
+    serve_ollama_library: bool = False
+    """List and serve every model in Ollama's store (``$OLLAMA_MODELS``, default
+    ``~/.ollama/models``) by its Ollama name, its GGUF blob read in place
+    (``config/libraries.py``)."""
+    serve_lmstudio_library: bool = False
+    """List and serve every model in LM Studio's folder (its ``downloadsFolder``,
+    default ``~/.lmstudio/models``): MLX folders as they are, GGUF files converted
+    (``config/libraries.py``)."""
     peers: list[PeerConfig] = []
     """Other gateways (or OpenAI-compatible servers) whose models this one lists and
     forwards requests to (docs/cluster.md)."""

@@ -34,6 +34,8 @@ from mlx_gateway.protocol.kinds import KINDS, memory_profile
 from mlx_gateway.protocol.messages import Memory
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
+from mlx_gateway.supervisor.pool.gguf_size import gguf_size
+from mlx_gateway.workers.runtime.gguf_files import converted_folder, gguf_on_disk
 
 MB = 1000**2
 GB = 1000**3
@@ -116,7 +118,11 @@ def hub_cache_dir() -> Path:
 
 
 def model_dir(model_path: str) -> Path | None:
-    """The local directory holding the model's files, if there is one already."""
+    """The local directory holding the model's files, if there is one already (for a
+    GGUF model, its converted MLX folder once it was converted)."""
+    gguf = gguf_on_disk(model_path)
+    if gguf is not None:
+        return converted_folder(gguf)
     local = Path(model_path).expanduser()
     if local.is_dir():
         return local
@@ -229,26 +235,41 @@ def estimate(config: ModelConfig) -> Need:
     the sum described in the module docstring, else ``unknown`` (0)."""
     if config.memory_estimate is not None:
         return Need(parse_size(config.memory_estimate), "configured")
-    directory = model_dir(config.model_path)
-    if directory is None:
-        return Need(0, "unknown")
     kind = config.worker_kind
+    files = _model_files(config, kind in KV_KINDS)
+    if files is None:
+        return Need(0, "unknown")
+    weights, meta, kv_scale = files
     profile = memory_profile(kind)
     parts = {
-        "weights": int(weights_on_disk(directory) * profile.weight_factor),
+        "weights": int(weights * profile.weight_factor),
         "runtime": profile.runtime,
         "kv": 0,
         "activations": profile.activations,
     }
     if kind in KV_KINDS:
-        meta = text_config(directory)
-        parts["kv"] = int(kv_working_set(meta, config) * kv_dtype_scale(directory, config))
+        parts["kv"] = int(kv_working_set(meta, config) * kv_scale)
         parts["activations"] += prefill_activations(meta, config)
     if config.draft_model_path is not None:
         parts["draft"] = draft_need(config, profile.weight_factor)
     if config.distributed is not None:
         parts = _this_machines_share(parts, config)
     return Need(sum(parts.values()), "estimated", parts)
+
+
+def _model_files(config: ModelConfig, kv: bool) -> tuple[int, dict[str, Any], float] | None:
+    """``(weight bytes, config.json sizes, KV dtype scale)`` of the model's files: its
+    folder's, or an unconverted GGUF's as the converter will write it (float16 KV);
+    ``None`` when nothing is on this machine yet."""
+    directory = model_dir(config.model_path)
+    if directory is not None:
+        meta = text_config(directory) if kv else {}
+        scale = kv_dtype_scale(directory, config) if kv else 1.0
+        return weights_on_disk(directory), meta, scale
+    gguf = gguf_size(config.model_path)  # only language models can be GGUF (config/paths.py)
+    if gguf is None:
+        return None
+    return gguf.weights, gguf.meta, 1.0
 
 
 def draft_need(config: ModelConfig, weight_factor: float) -> int:

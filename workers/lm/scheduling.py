@@ -4,8 +4,10 @@ A request that runs alone decodes outside the batch (:mod:`.solo`, or :mod:`.spe
 with a draft model), and moves into the shared ``BatchGenerator``, cache and all, as
 soon as another request arrives. Requests are admitted in arrival order, grouped by
 adapter set, against the KV cache the budget leaves (:mod:`..common.kv`); long prompts
-are read in slices sized by :mod:`.prefill_pace`, with ``Prefilled`` progress. Loading
-and request checks are in :mod:`.backend`.
+are read in slices sized by :mod:`.prefill_pace`, with ``Prefilled`` progress; a
+request whose prefix another is prefilling waits for it (:mod:`.shared_prefix`). A
+request's state is an :class:`~.active.LmActive`; loading and request checks are in
+:mod:`.backend`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import contextlib
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -30,87 +31,21 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.batch_requests import (
-    Active,
     BatchRequests,
 )
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, cache_bytes
-from mlx_gateway.workers.common.sampling import (
-    LogitsProcessor,
-    Sampler,
-)
 from mlx_gateway.workers.common.tool_prompt import ToolPrompt
 from mlx_gateway.workers.lm import checkpoints as cp
+from mlx_gateway.workers.lm.active import LmActive
 from mlx_gateway.workers.lm.adapters import Adapters
-from mlx_gateway.workers.lm.checkpoints import Checkpoint
 from mlx_gateway.workers.lm.grammar import Grammars
-from mlx_gateway.workers.lm.logprobs import LogprobTrack
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
-from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache, common_prefix, token_bytes
+from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
+from mlx_gateway.workers.lm.shared_prefix import awaits_prefix
 from mlx_gateway.workers.lm.solo import SoloDecode, private_copy
 from mlx_gateway.workers.lm.speculative import Draft, SpeculativeDecode
-from mlx_gateway.workers.lm.tool_scan import ToolScan
 
 log = logging.getLogger(__name__)
-
-SHARE_MIN = 64
-"""A request waits for another's prefill of their shared prefix only when that
-saves it at least this many tokens of prefill."""
-
-
-@dataclass(kw_only=True)
-class LmActive(Active):
-    """One accepted request and its streaming state (``cached``: prompt tokens
-    taken from the prompt cache)."""
-
-    prompt: list[int]
-    sampler: Sampler
-    processors: list[LogitsProcessor]
-    logprobs: LogprobTrack | None = None
-    """Set when the request asked for log-probabilities."""
-    tools: ToolScan | None = None
-    """Set when the request asked for the tokenizer's own tool-call parsing."""
-    solo: SoloDecode | None = None
-    """Set while the request decodes alone, outside the batch."""
-    kv_reserved: int = 0
-    """KV cache bytes its prompt and completion budget may take (admission)."""
-    decoding: bool = False
-    """The batch finished its prompt (it no longer takes prefill slices)."""
-    draft_proposed: int = 0
-    draft_accepted: int = 0
-    """Tokens the draft model proposed for it, and those taken (speculative decoding)."""
-    adapters: tuple[str, ...] = ()
-    """The LoRA adapters it runs with (see :mod:`.adapters`); empty: the base model."""
-    plain: bool = False
-    """No stop strings, log-probs or tool parsing (set once these are): the batch
-    takes its tokens by :meth:`LmScheduling._take_plain`."""
-    system_end: int = 0
-    """Where its first user turn starts (0: not a chat, or unknown)."""
-    marks: dict[int, str] = dataclasses.field(default_factory=dict)
-    """Prompt positions still to be reached where a checkpoint is taken."""
-    checkpoints: list[Checkpoint] = dataclasses.field(default_factory=list)
-    """Checkpoints of its cache: inherited from the entry it started from, and taken."""
-    prefilled: int = 0
-    """Prompt tokens in its cache so far."""
-    wanted: set[int] = dataclasses.field(default_factory=set)
-    """Positions that a waiting request with the same prefix starts from: the cache
-    there is stored as an entry as soon as it is reached."""
-    _key: bytes | None = None
-
-    @property
-    def key(self) -> bytes:
-        """The prompt's token ids as bytes (see :func:`.prompt_cache.token_bytes`)."""
-        if self._key is None:
-            self._key = token_bytes(self.prompt)
-        return self._key
-
-    @property
-    def space(self) -> str:
-        """Its prompt-cache space: caches never cross adapter sets."""
-        return "+".join(self.adapters)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.prompt)
 
 
 class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
@@ -371,26 +306,11 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         return int(uid)
 
     def _awaits_prefix(self, waiting: LmActive) -> bool:
-        """Whether ``waiting`` should wait for a request now prefilling the same
-        prefix: that one reaches a checkpoint within the shared tokens, well past
-        what the prompt cache already holds for ``waiting``. One prefill of a shared
-        system prompt then serves every request that arrived with it."""
+        """Whether ``waiting`` waits for a running request's prefill of their shared
+        prefix (see :mod:`.shared_prefix`)."""
         if not self.prompt_cache.enabled:
             return False
-        limit = waiting.prompt_tokens - 1
-        for other in self._by_uid.values():
-            if other.decoding or other.space != waiting.space or not other.marks:
-                continue
-            shared = min(common_prefix(other.key, waiting.key), limit)
-            ahead = [p for p in other.marks if other.prefilled < p <= shared]
-            if not ahead:
-                continue
-            target = max(ahead)
-            if target - self.prompt_cache.reusable(waiting.prompt, waiting.space) < SHARE_MIN:
-                continue
-            other.wanted.add(target)
-            return True
-        return False
+        return awaits_prefix(waiting, self._by_uid.values(), self.prompt_cache)
 
     def _group_turn(self, group: tuple[str, ...], running: int) -> bool:
         """Whether requests of the adapter set ``group`` may start now. All running

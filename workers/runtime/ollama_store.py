@@ -167,3 +167,28 @@ def stored_models(store: Path) -> list[tuple[OllamaName, Path, int]]:
         if blob.is_file():
             found.append((name, blob, blob.stat().st_size))
     return found
+
+
+def _digests(manifest: Any) -> set[str]:
+    layers = manifest.get("layers") if isinstance(manifest, dict) else None
+    return {str(layer.get("digest")) for layer in layers or [] if isinstance(layer, dict)}
+
+
+def remove_model(store: Path, name: OllamaName) -> list[str]:
+    """Remove ``name``'s manifest from ``store`` and the blobs no other manifest
+    there names; returns the digests (``sha256:…``) of the blobs removed."""
+    path = manifest_file(store, name)
+    digests = _digests(read_manifest(path))
+    path.unlink(missing_ok=True)
+    for folder in (path.parent, path.parent.parent):  # empty model and namespace folders
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+    still: set[str] = set()
+    for other in (store / "manifests").glob("*/*/*/*"):
+        still |= _digests(read_manifest(other))
+    removed = sorted(digests - still)
+    for digest in removed:
+        blob_file(store, digest).unlink(missing_ok=True)
+    return removed

@@ -38,6 +38,7 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
         entry.setdefault(key, value)
     entry.setdefault("aliases", list(handle.config.aliases))
     entry.setdefault("model_type", handle.config.model_type)
+    entry.setdefault("source", handle.config.source)
     window = handle.facts.context_length if handle.facts is not None else None
     if window is None:
         window = configured_context_window(handle.config)

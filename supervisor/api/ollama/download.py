@@ -8,7 +8,6 @@ cache (``HF_HUB_CACHE``), where workers find them; ``HF_ENDPOINT`` names the hub
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import os
 import threading
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlx_gateway.supervisor.api.ollama.progress import Finished, Report, progress_of
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pull import ALLOW_PATTERNS
 
@@ -155,34 +155,18 @@ def _download(
 
 
 async def download(repo_id: str) -> AsyncIterator[dict[str, Any] | Snapshot]:
-    """Progress lines, then the :class:`Snapshot`; raises :class:`PullFailed`."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-
-    def emit(line: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, line)
-
-    stop = threading.Event()
+    """Progress lines, then the :class:`Snapshot`; raises :class:`PullFailed`. A client
+    that leaves stops the download after the file it is fetching; nothing is served
+    from a pull that did not end."""
     yield {"status": "pulling manifest"}
-    task = asyncio.ensure_future(asyncio.to_thread(_download, repo_id, emit, stop))
+
+    def work(report: Report, stop: threading.Event) -> Snapshot:
+        return _download(repo_id, report, stop)
+
     try:
-        while not task.done() or not queue.empty():
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
-        try:
-            snapshot = task.result()
-        except PullFailed:
-            raise
-        except Exception as exc:
-            raise hub_error(repo_id, exc) from exc
-        yield snapshot
-    finally:
-        if not task.done():
-            # The client left: the thread ends after the file it is fetching;
-            # nothing is served from a pull that did not end.
-            stop.set()
-            task.cancel()
+        async for line in progress_of(work):
+            yield line.value if isinstance(line, Finished) else line
+    except PullFailed:
+        raise
+    except Exception as exc:
+        raise hub_error(repo_id, exc) from exc

@@ -87,6 +87,7 @@ def tag_entry(handle: ModelHandle, name: str) -> dict[str, Any]:
         "size": size,
         "digest": digest(handle),
         "details": details(handle, meta, size),
+        "source": handle.config.source,
     }
 
 

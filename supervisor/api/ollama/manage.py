@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,7 +39,14 @@ from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.memory import hub_cache_dir
 from mlx_gateway.supervisor.pull import is_local
-from mlx_gateway.workers.runtime.ollama_store import PREFIX, OllamaName, looks_like_ollama
+from mlx_gateway.workers.runtime.gguf_files import conversions_dir
+from mlx_gateway.workers.runtime.ollama_store import (
+    PREFIX,
+    OllamaName,
+    looks_like_ollama,
+    own_store,
+    remove_model,
+)
 
 log = logging.getLogger("mlx_gateway.pull")
 
@@ -167,7 +175,7 @@ def _configured(request: Request, pulled: PulledModels) -> list[Any]:
     """The entries of the config file (not added by a pull or a copy)."""
     out = []
     for model in request.app.state.registry.config.models:
-        if model.served_model_name in pulled.models and model.model_path in pulled.models:
+        if model.source == "pulled":
             continue
         own = [a for a in model.aliases if a not in pulled.copies]
         out.append(msgspec.structs.replace(model, aliases=own) if own != model.aliases else model)
@@ -189,13 +197,13 @@ async def delete(request: Request) -> Response:
             return JSONResponse({})
         handle = resolve(request.app.state.registry, name)
         repo = handle.config.model_path
-        if handle.name not in pulled.models:
+        if repo not in pulled.models:
             raise BadRequest(
                 f"'{handle.name}' comes from the config file; remove it there (only models "
                 "added with /api/pull or names added with /api/copy can be deleted).",
                 param="model",
             )
-        del pulled.models[handle.name]
+        del pulled.models[repo]
         for alias, target in list(pulled.copies.items()):
             if target == handle.name:
                 del pulled.copies[alias]
@@ -208,8 +216,15 @@ async def delete(request: Request) -> Response:
 
 
 def _delete_files(repo: str) -> None:
-    """Remove every cached revision of ``repo`` from the Hugging Face cache."""
+    """Remove every cached revision of ``repo`` from the Hugging Face cache; for an
+    Ollama name, its manifest in the gateway's store, the blobs no other manifest
+    there uses, and the MLX folder the GGUF was converted into."""
     from huggingface_hub import scan_cache_dir
+
+    if repo.startswith(PREFIX):
+        for digest in remove_model(own_store(), OllamaName.parse(repo)):
+            shutil.rmtree(conversions_dir() / digest.removeprefix("sha256:"), ignore_errors=True)
+        return
 
     cache = scan_cache_dir(hub_cache_dir())
     for info in cache.repos:

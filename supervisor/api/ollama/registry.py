@@ -6,38 +6,26 @@ first load."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 from mlx_gateway.supervisor.api.ollama.download import PullFailed
+from mlx_gateway.supervisor.api.ollama.progress import Finished, Report, progress_of
 from mlx_gateway.workers.runtime.ollama_pull import PullError, pull
 from mlx_gateway.workers.runtime.ollama_store import OllamaName, own_store
 
 
 async def pull_ollama(name: OllamaName) -> AsyncIterator[dict[str, Any]]:
-    """Progress lines until the model is in the store; raises :class:`PullFailed`."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    stop = threading.Event()
+    """Progress lines until the model is in the store; raises :class:`PullFailed`. A
+    client that leaves stops the pull; the partial blob stays, a later pull resumes it."""
 
-    def report(line: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, line)
+    def work(report: Report, stop: threading.Event) -> None:
+        pull(name, own_store(), report, stop)
 
-    task = asyncio.ensure_future(asyncio.to_thread(pull, name, own_store(), report, stop))
     try:
-        while not task.done() or not queue.empty():
-            getter = asyncio.ensure_future(queue.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                yield getter.result()
-            else:
-                getter.cancel()
-        try:
-            task.result()
-        except PullError as exc:
-            raise PullFailed(exc.message, status=exc.status) from None
-    finally:
-        if not task.done():
-            stop.set()  # the client left: the partial blob stays, a later pull resumes it
+        async for line in progress_of(work):
+            if not isinstance(line, Finished):
+                yield line
+    except PullError as exc:
+        raise PullFailed(exc.message, status=exc.status) from None

@@ -43,8 +43,10 @@ class Outbox:
         self.closed = False
 
     def part(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """A content part (``output_text``, ``output_audio``) as the client names it."""
-        return {"type": BETA_PARTS.get(kind, kind) if self.beta else kind, **fields}
+        """The part of a ``response.content_part.added`` / ``.done`` event: ``text`` or
+        ``audio`` in both dialects (the GA API names the item's part ``output_audio``
+        but these events' part ``audio``; the Agents SDK validates it so)."""
+        return {"type": BETA_PARTS.get(kind, kind), **fields}
 
     async def send(self, type: str, **fields: Any) -> None:
         if self.beta:

@@ -28,6 +28,7 @@ from uuid import uuid4
 from mlx_gateway.protocol.messages import Synthesize, Usage
 from mlx_gateway.supervisor.api.realtime.audio import AudioFormat
 from mlx_gateway.supervisor.api.realtime.conversation import Conversation, Item, new_id
+from mlx_gateway.supervisor.api.realtime.latency import TurnClock
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
@@ -95,6 +96,8 @@ class ResponseRun:
     message: Item | None = None
     spoken: Spoken = field(default_factory=Spoken)
     error: GatewayError | None = None
+    clock: TurnClock = field(default_factory=TurnClock)
+    """Its stages' times from the end of the user's turn it answers."""
 
     @property
     def audio(self) -> bool:
@@ -161,6 +164,7 @@ class ResponseRun:
                 speaker.cancel()
                 with contextlib.suppress(BaseException):
                     await speaker
+        self.clock.report(self.id)
         await self._close_message()
         if self.error is not None:
             await self.out.error(self.error)
@@ -175,6 +179,7 @@ class ResponseRun:
         else:
             source = self.conversation
         messages = await source.messages(plan.instructions)
+        self.clock.mark("transcribed")
         # one call per response: a voice agent answers each before it speaks on
         tools = ToolSpec(plan.tools, plan.tool_choice if plan.tools else "auto", parallel=False)
         fields = SamplingFields(
@@ -194,9 +199,11 @@ class ResponseRun:
             async for event in running.choice(0):
                 match event:
                     case TextDelta(text=text) if text:
+                        self.clock.mark("first_token")
                         await self._text(text)
                         if self.audio:
                             for sentence in buffer.add(text):
+                                self.clock.mark("first_sentence")
                                 await sentences.put(sentence)
                     case ToolCallMade():
                         await self._call(event)
@@ -206,6 +213,7 @@ class ResponseRun:
             await running.aclose()
         rest = buffer.finish()
         if rest and self.audio:
+            self.clock.mark("first_sentence")
             await sentences.put(rest)
         return finish
 
@@ -345,6 +353,7 @@ class ResponseRun:
                 async for data in speech.chunks():
                     if self.spoken.first_at is None:
                         self.spoken.first_at = time.monotonic()
+                        self.clock.mark("first_audio")
                     self.spoken.ms += plan.output_format.ms(len(data))
                     await self.out.send(
                         "response.output_audio.delta",

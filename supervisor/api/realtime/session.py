@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from mlx_gateway.supervisor.api.realtime.conversation import (
     parse_item,
 )
 from mlx_gateway.supervisor.api.realtime.hearing import InputBuffer, pending, transcribe
+from mlx_gateway.supervisor.api.realtime.latency import TurnClock
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
 from mlx_gateway.supervisor.api.realtime.response import Plan, ResponseRun
 from mlx_gateway.supervisor.api.realtime.settings import Settings
@@ -66,6 +68,8 @@ class RealtimeSession:
         self._response_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._speech_item: str | None = None
+        self._turn = TurnClock()
+        """The end of the last audio turn, for the response that answers it."""
 
     @property
     def beta(self) -> bool:
@@ -174,6 +178,8 @@ class RealtimeSession:
             else:
                 item_id = self._speech_item or new_id("item")
                 self._speech_item = None
+                vad_ms = self.buffer.total_ms - vad_event.audio_end_ms
+                self._turn = TurnClock(time.monotonic(), max(0, vad_ms))
                 await self.out.send(
                     "input_audio_buffer.speech_stopped",
                     audio_end_ms=vad_event.audio_end_ms,
@@ -197,6 +203,7 @@ class RealtimeSession:
             await self._cancel_response("turn_detected")
 
     async def _commit(self, event: dict[str, Any]) -> None:
+        self._turn = TurnClock(time.monotonic())
         await self._commit_buffer(self._speech_item or new_id("item"), None)
         self._speech_item = None
         if self.buffer.vad is not None:
@@ -348,6 +355,7 @@ class RealtimeSession:
         if self.models.lm is None:
             raise BadRequest("This session has no language model.", param="model")
         run = ResponseRun(self.out, self.conversation, self.models.lm, self.models.tts, plan)
+        run.clock, self._turn = self._turn, TurnClock()  # the first answer of a turn
         self.response = run
 
         async def go() -> None:

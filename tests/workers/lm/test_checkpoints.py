@@ -250,6 +250,7 @@ def test_the_plan_marks_system_intervals_and_prompt_end() -> None:
     }
     assert cp.plan(600, 1000, 300, 256, cut=False) == {768: cp.INTERVAL, 999: cp.PROMPT}
     assert cp.plan(0, 1000, 300, 0, cut=True) == {300: cp.SYSTEM}
+    assert cp.plan(0, 1000, cp.MIN_SYSTEM - 1, 0, cut=True) == {}  # a template's opening
     parts = cp.segments(list(range(10)), 2, [5, 1, 8, 12])
     assert parts == [[2, 3, 4], [5, 6, 7], [8, 9]]
 

@@ -14,22 +14,26 @@ import hashlib
 import json
 import logging
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mlx_gateway.workers.lm.gguf.arch import GgufError
-from mlx_gateway.workers.runtime.cache import gateway_cache_dir
+from mlx_gateway.workers.runtime.gguf_files import (
+    BLOB,
+    DIGESTS,
+    GgufPathError,
+    combined_digest,
+    conversions_dir,
+    local_gguf,
+    memo_key,
+    read_memo,
+)
 from mlx_gateway.workers.runtime.ollama_pull import PullError, pull
 from mlx_gateway.workers.runtime.ollama_store import PREFIX, OllamaName, find_blob, own_store
 
 log = logging.getLogger(__name__)
-
-SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
-BLOB = re.compile(r"^sha256-(?P<hex>[0-9a-f]{64})$")
-DIGESTS = "digests.json"
 
 
 @dataclass
@@ -42,47 +46,6 @@ class GgufSource:
     @property
     def bytes(self) -> int:
         return sum(f.stat().st_size for f in self.files)
-
-
-def conversions_dir() -> Path:
-    """Where converted models are kept: ``<gateway cache>/gguf/<digest>``."""
-    return gateway_cache_dir() / "gguf"
-
-
-def _split_set(first: Path) -> list[Path]:
-    match = SPLIT.match(first.name)
-    if match is None:
-        return [first]
-    if int(match["part"]) != 1:
-        raise GgufError(
-            f"'{first}' is part {int(match['part'])} of a split GGUF; give the first part "
-            f"({match['stem']}-00001-of-{match['count']}.gguf) as model_path"
-        )
-    count = int(match["count"])
-    parts = [
-        first.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)
-    ]
-    missing = [p.name for p in parts if not p.is_file()]
-    if missing:
-        raise GgufError(f"split GGUF '{first.name}' lacks its parts {', '.join(missing)}")
-    return parts
-
-
-def local_gguf(model_path: str) -> list[Path] | None:
-    """The GGUF file(s) of a local ``model_path``; ``None`` when it names none."""
-    local = Path(model_path).expanduser()
-    if local.is_file() and local.suffix == ".gguf":
-        return _split_set(local)
-    if not local.is_dir() or (local / "config.json").is_file():
-        return None
-    found = sorted(local.glob("*.gguf"))
-    firsts = [f for f in found if (m := SPLIT.match(f.name)) is None or int(m["part"]) == 1]
-    if len(firsts) > 1:
-        raise GgufError(
-            f"folder '{local}' holds several GGUF models ({', '.join(f.name for f in firsts)}); "
-            "give the file to serve as model_path"
-        )
-    return _split_set(firsts[0]) if firsts else None
 
 
 def find_source(
@@ -103,15 +66,17 @@ def find_source(
             except PullError as exc:
                 raise GgufError(exc.message) from None
         return GgufSource([blob], name.display)
-    files = local_gguf(model_path)
+    try:
+        files = local_gguf(model_path)
+    except GgufPathError as exc:
+        raise GgufError(str(exc)) from None
     return GgufSource(files, files[0].name) if files else None
 
 
 def _file_digest(path: Path, memo: dict[str, str]) -> str:
     if match := BLOB.match(path.name):  # an Ollama blob: named by its verified digest
         return match["hex"]
-    stat = path.stat()
-    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    key = memo_key(path)
     if key not in memo:
         with path.open("rb") as fh:
             memo[key] = hashlib.file_digest(fh, "sha256").hexdigest()
@@ -123,10 +88,7 @@ def digest_of(source: GgufSource) -> str:
     digest is remembered by path, size and modification time, so a multi-gigabyte
     file is hashed once."""
     memo_file = conversions_dir() / DIGESTS
-    try:
-        memo: dict[str, str] = json.loads(memo_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        memo = {}
+    memo = read_memo()
     before = dict(memo)
     digests = [_file_digest(f, memo) for f in source.files]
     if memo != before:
@@ -134,6 +96,4 @@ def digest_of(source: GgufSource) -> str:
         tmp = memo_file.with_name(f".{DIGESTS}.{os.getpid()}")
         tmp.write_text(json.dumps(memo, indent=1), encoding="utf-8")
         os.replace(tmp, memo_file)
-    if len(digests) == 1:
-        return digests[0]
-    return hashlib.sha256("".join(digests).encode()).hexdigest()
+    return combined_digest(digests)

@@ -26,45 +26,21 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from mlx_gateway.workers.lm.gguf.arch import GgufError
+from mlx_gateway.workers.runtime import gguf_header as header
+from mlx_gateway.workers.runtime.gguf_header import GROUP_SIZE
 
 log = logging.getLogger(__name__)
 
 T = GGMLQuantizationType
-GROUP_SIZE = 32
-"""MLX's group size for every quantized tensor: Q4_0/Q4_1/Q8_0's block, and the
-sub-block of Q4_K/Q5_K (Q6_K's is 16)."""
-
-KEPT_BITS = {T.Q4_0: 4, T.Q4_1: 4, T.Q8_0: 8}
+KEPT_BITS = {T.__members__[name]: bits for name, bits in header.KEPT_BITS.items()}
 """Types ``mx.load`` returns as MLX quantized arrays: kept bit for bit."""
-
-REQUANT_BITS = {
-    T.Q2_K: 4,
-    T.Q3_K: 4,
-    T.IQ1_S: 4,
-    T.IQ1_M: 4,
-    T.IQ2_XXS: 4,
-    T.IQ2_XS: 4,
-    T.IQ2_S: 4,
-    T.IQ3_XXS: 4,
-    T.IQ3_S: 4,
-    T.Q4_K: 4,
-    T.IQ4_NL: 4,
-    T.IQ4_XS: 4,
-    T.Q5_0: 6,
-    T.Q5_1: 6,
-    T.Q5_K: 6,
-    T.Q6_K: 6,
-    T.Q8_1: 8,
-    T.Q8_K: 8,
-}
-"""Block types dequantized and quantized again, and to how many bits: never fewer
-than the type holds (MLX's affine 2- and 3-bit lose more than llama.cpp's
-super-blocks, so those become 4-bit; MLX's 5-bit is no smaller than 6-bit at this
-group size once scales count)."""
+REQUANT_BITS = {T.__members__[name]: bits for name, bits in header.REQUANT_BITS.items()}
+"""Block types dequantized and quantized again, and to how many bits
+(:data:`...runtime.gguf_header.REQUANT_BITS` says why those)."""
 
 SYMMETRIC_OFFSET = {T.Q4_0: 8, T.Q8_0: 128}
 """Q4_0 and Q8_0 hold ``d * (q - offset)``: MLX's bias is ``-offset * d``."""
-FLOAT_TYPES = (T.F32, T.F16, T.BF16)
+FLOAT_TYPES = tuple(T.__members__[name] for name in header.FLOAT_TYPES)
 MX_LOAD_TYPES = (T.F32, T.F16, *KEPT_BITS)
 """A file of only these types is read by ``mx.load``."""
 

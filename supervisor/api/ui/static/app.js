@@ -125,6 +125,7 @@ function expiry(m) {
   const at = new Date(m.expires_at * 1000).toLocaleTimeString();
   return `<div class="muted" data-expires>unloads at ${escapeHtml(at)}</div>`;
 }
+const SOURCES = { hub_cache: "HF cache", pulled: "pulled", ollama: "Ollama library", lmstudio: "LM Studio" };
 function renderModels() {
   const budget = state.budget || 0;
   const rows = state.models.map((m) => {
@@ -135,7 +136,7 @@ function renderModels() {
     const tokens = rate(m.id, "completion_tokens", 60);
     return `<tr data-model="${escapeHtml(m.id)}">
       <td data-label="Model"><strong>${escapeHtml(m.id)}</strong>${m.aliases?.length ? `<div class="muted">${escapeHtml(m.aliases.join(", "))}</div>` : ""}</td>
-      <td data-label="Type">${escapeHtml(m.model_type)}</td>
+      <td data-label="Type">${escapeHtml(m.model_type)}${m.source && m.source !== "config" ? `<div class="muted">${escapeHtml(SOURCES[m.source] || m.source)}</div>` : ""}</td>
       <td data-label="State"><span class="state state-${escapeHtml(m.state)}">${escapeHtml(m.state)}</span>${progress}${m.pinned ? ' <span class="muted">pinned</span>' : ""}${m.draining ? ' <span class="muted">draining</span>' : ""}${expiry(m)}</td>
       <td data-label="Memory">${bytes(need)}${m.memory == null && need != null ? ' <span class="muted">(est.)</span>' : ""}<div class="bar"><span style="width:${width}%"></span></div></td>
       <td data-label="Fits?">${fitText(m.fit)}</td>

@@ -6,6 +6,7 @@ blob whose digest is wrong fails the pull and leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,3 +111,31 @@ def test_a_name_that_is_no_model_is_a_404(client: ollama.Client) -> None:
     with pytest.raises(ollama.ResponseError, match="no such model") as err:
         client.pull("nothing:here")
     assert err.value.status_code == 404
+
+
+def test_delete_removes_the_manifest_its_own_blobs_and_the_converted_folder(
+    client: ollama.Client, gateway: Gateway
+) -> None:
+    state: Path = gateway.state  # type: ignore[attr-defined]
+    blobs = state / "ollama" / "blobs"
+    client.chat(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 1}
+    )
+    before = {p.name for p in blobs.iterdir()}
+    converted = {p.name for p in (state / "gguf").iterdir() if p.is_dir()}
+    tiny = state / "ollama" / "manifests" / "registry.ollama.ai" / "library" / "tiny"
+    tiny_digests = {
+        layer["digest"].replace(":", "-")
+        for layer in json.loads((tiny / "latest").read_text())["layers"]
+    }
+    assert tiny_digests <= before
+
+    client.delete("tiny:latest")
+    assert "tiny:latest" not in [m.model for m in client.list().models]
+    assert not tiny.exists()
+    after = {p.name for p in blobs.iterdir()}
+    assert after == before - tiny_digests  # cut's blobs stay
+    gone = {d.removeprefix("sha256-") for d in tiny_digests}
+    assert {p.name for p in (state / "gguf").iterdir() if p.is_dir()} == converted - gone
+    assert converted & gone  # tiny's converted folder was there, and is no more
+    assert "cut:latest" in [m.model for m in client.list().models]
