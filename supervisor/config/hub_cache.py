@@ -95,7 +95,13 @@ def with_hub_cache(config: GatewayConfig, cache_dir: Path | None = None) -> Gate
         return config
     taken = {name for model in config.models for name in (*model.names, model.model_path)}
     added = [
-        model_entry(kind, model_path=repo_id, served_model_name=repo_id, source="hub_cache")
+        model_entry(
+            kind,
+            model_path=repo_id,
+            served_model_name=repo_id,
+            source="hub_cache",
+            idle_timeout=config.server.default_keep_alive,
+        )
         for repo_id, kind in cached_models(cache_dir)
         if repo_id not in taken
     ]

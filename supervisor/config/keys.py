@@ -33,6 +33,7 @@ _DURATION_KEYS = frozenset(
         "peer_check_interval",
         "peer_timeout",
         "max_keep_alive",
+        "default_keep_alive",
     }
 )
 

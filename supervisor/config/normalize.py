@@ -82,7 +82,13 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
             ("models",),
             f"expected a list of model entries ('- model_path: ...'), got {_show(models)}",
         )
-    out = {"server": server, "models": [_normalize_model(ctx, i, m) for i, m in enumerate(models)]}
+    entries = [_normalize_model(ctx, i, m) for i, m in enumerate(models)]
+    if "default_keep_alive" in server:  # the idle_timeout of entries that set none
+        for i, entry in enumerate(entries):
+            if "idle_timeout" not in entry:
+                entry["idle_timeout"] = server["default_keep_alive"]
+                ctx.track(("models", i, "idle_timeout"), ("server", "default_keep_alive"))
+    out = {"server": server, "models": entries}
     if "realtime" in root:  # checked as it is decoded (config/realtime.py)
         out["realtime"] = root["realtime"]
     return out

@@ -97,13 +97,20 @@ def kind_of_snapshot(repo_id: str, snapshot: Path) -> str | None:
     return None
 
 
-def entry_for(repo_id: str, kind: str) -> ModelConfig:
+def entry_for(repo_id: str, kind: str, idle_timeout: float = 300.0) -> ModelConfig:
     """A pulled model's entry: served by its repo id, or an ``ollama:`` name by the
-    name (``ollama:llama3.2:latest`` as ``llama3.2``; clients may add ``:latest``)."""
+    name (``ollama:llama3.2:latest`` as ``llama3.2``; clients may add ``:latest``),
+    with the server's ``default_keep_alive`` as its ``idle_timeout``."""
     served = repo_id
     if repo_id.startswith(OLLAMA_PREFIX):
         served = OllamaName.parse(repo_id).served
-    return model_entry(kind, model_path=repo_id, served_model_name=served, source="pulled")
+    return model_entry(
+        kind,
+        model_path=repo_id,
+        served_model_name=served,
+        source="pulled",
+        idle_timeout=idle_timeout,
+    )
 
 
 def with_pulled(config: GatewayConfig, pulled: PulledModels | None = None) -> GatewayConfig:
@@ -115,7 +122,7 @@ def with_pulled(config: GatewayConfig, pulled: PulledModels | None = None) -> Ga
     taken = {name for model in config.models for name in (*model.names, model.model_path)}
     models = list(config.models)
     for repo_id, kind in pulled.models.items():
-        entry = entry_for(repo_id, kind)
+        entry = entry_for(repo_id, kind, config.server.default_keep_alive)
         if repo_id not in taken and entry.served_model_name not in taken:
             models.append(entry)
             taken.update((repo_id, entry.served_model_name))

@@ -165,6 +165,10 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     OpenAI and Anthropic routes, also as LM Studio's ``ttl``) sets how long its model
     stays loaded after it (a later request without one gets ``idle_timeout`` again,
     as in Ollama); ``false``: ignored, ``idle_timeout`` rules."""
+    default_keep_alive: _Seconds = 300.0
+    """The ``idle_timeout`` of every entry that sets none (pulled and hub-cache
+    models too): seconds a model stays loaded after its last request when the
+    request named no ``keep_alive``; 0 = never stopped, as ``idle_timeout``."""
     max_keep_alive: _Seconds | None = None
     """Most seconds a client-set lifetime may keep a model loaded after its last
     request (longer ones, and "forever", are cut to it); ``None``: no cap."""

@@ -51,17 +51,22 @@ def gateway(tiny_lm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def ask(gw: Gateway, model: str, text: str, max_tokens: int = 24, **body: Any) -> str:
-    reply = httpx.post(
-        f"{gw.base_url}/v1/chat/completions",
-        json={
-            "model": model,
-            "messages": [{"role": "user", "content": text}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            **body,
-        },
-        timeout=120,
-    )
+    try:
+        reply = httpx.post(
+            f"{gw.base_url}/v1/chat/completions",
+            json={
+                "model": model,
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                **body,
+            },
+            timeout=120,
+        )
+    except httpx.TransportError as exc:
+        # A non-streamed answer whose headers went out (after stream_keepalive s)
+        # and then failed ends unfinished: the gateway's log says why.
+        raise AssertionError(f"{exc!r}; the gateway's log:\n{gw.log()[-8000:]}") from exc
     assert reply.status_code == 200, reply.text
     return str(reply.json()["choices"][0]["message"]["content"])
 

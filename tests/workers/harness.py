@@ -24,11 +24,12 @@ from mlx_gateway.protocol.messages import (
     Reply,
     Request,
     SamplingParams,
+    Scores,
     Started,
 )
 from mlx_gateway.protocol.spec import WorkerSpec, encode_spec
 
-Event = Started | Chunk | Done | Error
+Event = Started | Chunk | Scores | Done | Error
 
 
 class WorkerHarness:
@@ -116,7 +117,7 @@ class WorkerHarness:
                 self.batches.append(reply)
                 for chunk in chunks:
                     self.events[chunk.request_id].append(chunk)
-            case Chunk() | Started() | Done():
+            case Chunk() | Started() | Scores() | Done():
                 self.events[reply.request_id].append(reply)
             case Error(request_id=request_id) if request_id:
                 self.events[request_id].append(reply)

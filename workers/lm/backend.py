@@ -49,7 +49,6 @@ from mlx_lm import load as load_model_and_tokenizer
 from mlx_lm.generate import BatchGenerator
 
 from mlx_gateway.protocol.messages import (
-    ContextOverflow,
     CountTokens,
     Detokenize,
     Done,
@@ -75,7 +74,7 @@ from mlx_gateway.workers.common.sampling import (
     make_request_processors,
     make_request_sampler,
 )
-from mlx_gateway.workers.common.token_bound import TokenBound, chat_texts
+from mlx_gateway.workers.common.token_bound import TokenBound, refuse_unfittable
 from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
 from mlx_gateway.workers.lm import batch_filter, ssm_lengths
@@ -392,7 +391,9 @@ class LmBackend(LmScheduling):
                 self.prompt_cache.forget(space)
 
     def _count(self, request: CountTokens) -> None:
-        """Answer a :class:`CountTokens` at once: one ``Done`` carrying the count."""
+        """Answer a :class:`CountTokens` at once: one ``Done`` carrying the count (a
+        prompt that surely cannot fit is the context error, as for a ``Generate``)."""
+        self._refuse_unfittable(request, None)
         as_generate = Generate(
             request_id=request.request_id,
             messages=request.messages,
@@ -422,29 +423,11 @@ class LmBackend(LmScheduling):
         self._emit(reply)
         self._emit(Done(request_id=request.request_id, finish_reason="stop"))
 
-    def _refuse_unfittable(self, request: Generate, max_tokens: int | None) -> None:
+    def _refuse_unfittable(self, request: Generate | CountTokens, max_tokens: int | None) -> None:
         """A prompt that cannot fit the context, refused before it is tokenized
         whole (see :mod:`...common.token_bound`)."""
-        limit = self.context_length
-        if limit is None:
-            return
-        if request.messages is not None:
-            texts, where = list(chat_texts(request.messages)), "messages"
-        elif isinstance(request.prompt, str):
-            texts, where = [request.prompt], "prompt"
-        else:
-            return
-        tokens = self.token_bound.at_least(texts)
-        if tokens < limit:
-            return
-        reason = self.token_bound.reason(sum(map(len, texts)))
-        raise RequestError(
-            f"This model's maximum context length is {limit} tokens. However, your "
-            f"{where} hold at least {tokens} tokens ({reason}). Please reduce the length "
-            f"of the {where}.",
-            param=where,
-            code="context_length_exceeded",
-            overflow=ContextOverflow(tokens, max_tokens, limit),
+        refuse_unfittable(
+            self.token_bound, self.context_length, request.messages, request.prompt, max_tokens
         )
 
     def _prompt_tokens(self, request: Generate) -> tuple[list[int], str]:

@@ -23,8 +23,9 @@ from mlx_lm import load as load_model_and_tokenizer
 from mlx_gateway.protocol.messages import Rerank
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.length_batches import pad_right
+from mlx_gateway.workers.common.token_bound import TokenBound
 from mlx_gateway.workers.common.tokenize import hf_tokenizer
-from mlx_gateway.workers.rerank.pairs import Pair, rust_tokenizer, windows
+from mlx_gateway.workers.rerank.pairs import Pair, reach, rust_tokenizer, windows
 from mlx_gateway.workers.rerank.scorer import Scorer
 from mlx_gateway.workers.runtime.contract import LoadError
 
@@ -64,6 +65,8 @@ class LmScorer(Scorer):
         self.model = model
         self.tokenizer = hf_tokenizer(tokenizer)
         self.backend = rust_tokenizer(tokenizer)
+        self.bound = TokenBound.of(self.tokenizer)
+        """Cuts a text far longer than a row reads before it is tokenized."""
         self.max_length = max_length
         self.yes = _answer_id(self.tokenizer, "yes")
         self.no = _answer_id(self.tokenizer, "no")
@@ -79,19 +82,21 @@ class LmScorer(Scorer):
         ``<Document>`` text and the assistant turn tokenized apart and joined, the
         middle one cut at its end when the whole is too long. With
         ``max_tokens_per_doc`` or windows the document is tokenized on its own."""
-        instruction = request.instruction or DEFAULT_INSTRUCTION
         system, assistant = self._ids(SYSTEM), self._ids(ASSISTANT)
         room = max(self.max_length - len(system) - len(assistant), 2)
+        instruction = self.bound.prefix(request.instruction or DEFAULT_INSTRUCTION, room)
+        query_text = self.bound.prefix(request.query, room)
         if request.max_chunks_per_doc <= 1 and request.max_tokens_per_doc is None:
             out = []
             for doc in request.documents:
+                doc = self.bound.prefix(doc, room)
                 body = self._ids(
-                    f"<Instruct>: {instruction}\n<Query>: {request.query}\n<Document>: {doc}"
+                    f"<Instruct>: {instruction}\n<Query>: {query_text}\n<Document>: {doc}"
                 )
                 out.append([Pair([*system, *body[:room], *assistant], [])])
             return out
         head = self._ids(f"<Instruct>: {instruction}\n<Query>: ")
-        query = self._ids(request.query)
+        query = self._ids(query_text)
         middle = self._ids("\n<Document>: ")
         # the query keeps at most half of what the fixed parts leave
         left = max(room - len(head) - len(middle), 2)
@@ -103,7 +108,12 @@ class LmScorer(Scorer):
         return [
             [
                 Pair([*lead, *window.ids, *assistant], [])
-                for window in windows(self.backend, doc, budget, request.max_chunks_per_doc)
+                for window in windows(
+                    self.backend,
+                    self.bound.prefix(doc, reach(budget, request.max_chunks_per_doc)),
+                    budget,
+                    request.max_chunks_per_doc,
+                )
             ]
             for doc in request.documents
         ]

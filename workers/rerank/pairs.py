@@ -10,6 +10,10 @@ scores by its best window. Never an error.
 Token ids come from the Hugging Face *fast* tokenizer's Rust backend (the
 ``tokenizers`` library), which cuts an encoding into windows itself and adds the
 special tokens of a pair (``[CLS] q [SEP] d [SEP]``, with its token type ids).
+
+A text far longer than what its rows read (a 10 MiB document) is cut first to what
+surely holds those tokens (:meth:`~..common.token_bound.TokenBound.prefix`), so its
+unread rest costs no tokenizing.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mlx_gateway.workers.common.token_bound import TokenBound
 from mlx_gateway.workers.runtime.contract import LoadError, RequestError
 
 OVERLAP = 4
@@ -50,6 +55,13 @@ def rust_tokenizer(tokenizer: Any) -> Any:
     return backend
 
 
+def reach(budget: int, max_chunks: int) -> int:
+    """The tokens of a document that its windows read at most."""
+    if max_chunks <= 1:
+        return budget
+    return budget + (max_chunks - 1) * (budget - budget // OVERLAP)
+
+
 def windows(backend: Any, text: str, budget: int, max_chunks: int) -> list[Any]:
     """``text``'s encoding (no special tokens) in windows of at most ``budget`` tokens:
     one, cut, unless ``max_chunks`` allows more."""
@@ -79,6 +91,7 @@ class CrossPairs:
 
     def __init__(self, tokenizer: Any, max_length: int) -> None:
         self.backend = rust_tokenizer(tokenizer)
+        self.bound = TokenBound.of(tokenizer)
         self.max_length = max_length
         self.specials = int(self.backend.num_special_tokens_to_add(True))
         if max_length < self.specials + 2:
@@ -93,7 +106,7 @@ class CrossPairs:
     ) -> list[list[Pair]]:
         """Per document, its rows (one, or its windows)."""
         room = self.max_length - self.specials
-        q = self.backend.encode(query, add_special_tokens=False)
+        q = self.backend.encode(self.bound.prefix(query, room // 2), add_special_tokens=False)
         if len(q.ids) > room // 2:
             q.truncate(room // 2)
         budget = max(room - len(q.ids), 1)
@@ -102,7 +115,8 @@ class CrossPairs:
         out = []
         for doc in documents:
             pairs = []
-            for window in windows(self.backend, doc, budget, max_chunks):
+            read = self.bound.prefix(doc, reach(budget, max_chunks))
+            for window in windows(self.backend, read, budget, max_chunks):
                 both = self.backend.post_process(q, window, add_special_tokens=True)
                 pairs.append(Pair(list(both.ids), list(both.type_ids)))
             out.append(pairs)

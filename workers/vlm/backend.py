@@ -65,6 +65,7 @@ from mlx_gateway.workers.common.batch_requests import (
 )
 from mlx_gateway.workers.common.coalesce import Coalescer, interval_option
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, compute_dtype_bytes
+from mlx_gateway.workers.common.token_bound import TokenBound, refuse_unfittable
 from mlx_gateway.workers.common.tokenize import detokenized, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import ToolPrompt
 from mlx_gateway.workers.runtime.contract import Emit, RequestError
@@ -110,6 +111,8 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         self.model: Any = None
         self.processor: Any = None
         self.context_length: int | None = None
+        self.token_bound = TokenBound(None)
+        """Refuses a prompt that cannot fit before it is tokenized whole."""
         self.limits = ImageLimits()
         self.kv_admission = KvAdmission()
         """Per-request admission by KV cache bytes (see :class:`~.kv.KvAdmission`)."""
@@ -149,6 +152,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
         KvSettings.from_spec(spec).check_model(config)  # kv_bits: mlx-vlm applies it
         self.kv_admission = KvAdmission.for_model(config, spec, compute_dtype_bytes(self.model))
         self.context_length = spec.context_length or context_length_of(config)
+        self.token_bound = TokenBound.of(self.processor.tokenizer)
         # A stream belongs to the thread that made it: this one, the MLX thread.
         self._stream = mx.new_stream(mx.default_device())
         if spec.options.get("prefix_cache", True):
@@ -202,6 +206,9 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
         if isinstance(request, CountTokens):
+            refuse_unfittable(
+                self.token_bound, self.context_length, request.messages, request.prompt
+            )
             usage = Usage(prompt_tokens=len(self._count(request, payloads)))
             self._emit(Done(request_id=request.request_id, finish_reason="counted", usage=usage))
             return
@@ -227,6 +234,13 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator]):
                 "send this request without 'adapter'",
                 param="adapter",
             )
+        refuse_unfittable(
+            self.token_bound,
+            self.context_length,
+            request.messages,
+            request.prompt,
+            params.max_tokens,
+        )
         assert self._stream is not None
         with mx.stream(self._stream):
             prompt = self.prompts.prompt(request, payloads)

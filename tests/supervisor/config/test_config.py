@@ -468,6 +468,28 @@ def test_stream_keepalive(tmp_path: Path) -> None:
     assert load(tmp_path, text).server.stream_keepalive == 5.0
 
 
+def test_default_keep_alive_is_the_idle_timeout_of_entries_without_one(tmp_path: Path) -> None:
+    """``server.default_keep_alive``: what a request without keep_alive gets, for the
+    entries that set no idle_timeout (pulled models too); an entry's own wins."""
+    from mlx_gateway.supervisor.config.pulled import PulledModels, with_pulled
+
+    text = (
+        "server:\n  default_keep_alive: 10m\nmodels:\n"
+        f"  - model_path: {HF_ID}\n    served_model_name: plain\n"
+        f"  - model_path: {HF_ID}\n    served_model_name: own\n    idle_timeout: 30s\n"
+        f"  - model_path: {HF_ID}\n    served_model_name: never\n    idle_timeout: 0\n"
+    )
+    config = load(tmp_path, text)
+    assert config.server.default_keep_alive == 600
+    assert [m.idle_timeout for m in config.models] == [600, 30, 0]
+    pulled = PulledModels(models={"org/pulled": "lm"}, path=tmp_path / "pulled.json")
+    (added,) = with_pulled(config, pulled).models[3:]
+    assert (added.served_model_name, added.idle_timeout) == ("org/pulled", 600)
+    assert load(tmp_path, f"models:\n  - model_path: {HF_ID}\n").models[0].idle_timeout == 300
+    with pytest.raises(ConfigError, match="default_keep_alive"):
+        load(tmp_path, f"server:\n  default_keep_alive: soon\nmodels:\n  - model_path: {HF_ID}\n")
+
+
 def test_durations(tmp_path: Path) -> None:
     text = "models:\n" + "".join(
         f"  - model_path: {HF_ID}\n    served_model_name: m{i}\n    idle_timeout: {v}\n"
