@@ -29,7 +29,11 @@ S = "mlx_gateway.supervisor"
 W = "mlx_gateway.workers"
 KIND_PACKAGES = tuple(f"{W}.{kind}" for kind in KINDS)
 SURFACES = tuple(
-    sorted(f"{S}.api.{p.name}" for p in (ROOT / "supervisor" / "api").iterdir() if p.is_dir())
+    sorted(
+        f"{S}.api.{p.name}"
+        for p in (ROOT / "supervisor" / "api").iterdir()
+        if (p / "__init__.py").is_file()  # not __pycache__, which a run may leave
+    )
 )
 """One package per API surface (chat, ollama, wyoming …): each an adapter over the engine."""
 FORBIDDEN: dict[str, tuple[str, ...]] = {
