@@ -168,10 +168,13 @@ class PromptCache:
         At least the prompt's last token is left to prefill (its logits start the
         generation), so a hit holds at most ``len(prompt) - 1`` tokens. The entry
         becomes the most recently used."""
-        best, best_tokens = self._best(prompt, space)
-        disk = self._disk(space)
-        if disk and len(prompt) >= 2:
-            found = self._from_disk(disk, space, token_bytes(prompt), len(prompt) - 1, best_tokens)
+        if len(prompt) < 2:
+            self.misses += 1
+            return None
+        key, limit = token_bytes(prompt), len(prompt) - 1
+        best, best_tokens = self._best(key, limit, space)
+        if (disk := self._disk(space)) is not None:
+            found = self._from_disk(disk, space, key, limit, best_tokens)
             if found is not None:
                 best, best_tokens = found
         if best is None:
@@ -193,13 +196,13 @@ class PromptCache:
     def reusable(self, prompt: list[int], space: str = "") -> int:
         """How many tokens of ``prompt`` an entry in memory could serve now (no copy,
         no change to the LRU order)."""
-        return self._best(prompt, space)[1]
+        if len(prompt) < 2:
+            return 0
+        return self._best(token_bytes(prompt), len(prompt) - 1, space)[1]
 
-    def _best(self, prompt: list[int], space: str) -> tuple[_Entry | None, int]:
-        if len(prompt) < 2 or not self._entries:
-            return None, 0
-        key = token_bytes(prompt)
-        limit = len(prompt) - 1
+    def _best(self, key: bytes, limit: int, space: str) -> tuple[_Entry | None, int]:
+        """The entry of ``space`` serving the most tokens of the prompt ``key``, at
+        most ``limit``, and that number."""
         best: _Entry | None = None
         best_tokens = 0
         # Newest first, so that a tie (say, just the chat template's opening tokens)
@@ -246,7 +249,9 @@ class PromptCache:
         mx.async_eval([layer.state for layer in cache])
         entry.recount()
         if entry.nbytes > self.max_bytes:
-            entry.checkpoints = {p: c for p, c in kept.items() if c.mark != cp.INTERVAL}
+            entry.checkpoints = {
+                p: c for p, c in entry.checkpoints.items() if c.mark != cp.INTERVAL
+            }
             entry.recount()
         if entry.nbytes > self.max_bytes:
             self._save(entry)  # too big for memory: the disk tier may still keep it
