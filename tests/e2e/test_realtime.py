@@ -37,6 +37,28 @@ TTS_TOKENS = 6
 """Soprano tokens per sentence (64 ms of audio each)."""
 
 
+def voice_models(
+    asr: Path, lm: Path, tts: Path, *, tts_name: str = TTS, **tts_kwargs: object
+) -> list[dict[str, Any]]:
+    """The entries of a gateway that hears (whisper), thinks (the tiny lm) and speaks
+    (the tiny Soprano, its ``generate_kwargs`` from ``tts_kwargs``)."""
+    return [
+        {"served_model_name": ASR, "model_path": str(asr), "model_type": "whisper"},
+        {"served_model_name": LM, "model_path": str(lm)},
+        {
+            "served_model_name": tts_name,
+            "model_path": str(tts),
+            "model_type": "tts",
+            "generate_kwargs": tts_kwargs,
+        },
+    ]
+
+
+def user_text(text: str) -> dict[str, Any]:
+    """A conversation item: the user's text message."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
 @pytest.fixture(scope="module")
 def gateway(
     tiny_en_path: Path,
@@ -44,24 +66,9 @@ def gateway(
     tiny_soprano_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
-    gw = Gateway(
-        tmp_path_factory.mktemp("realtime"),
-        [
-            {"served_model_name": ASR, "model_path": str(tiny_en_path), "model_type": "whisper"},
-            {
-                "served_model_name": LM,
-                "model_path": str(tiny_lm_path),
-                "tool_call_parser": "hermes",
-            },
-            {
-                "served_model_name": TTS,
-                "model_path": str(tiny_soprano_path),
-                "model_type": "tts",
-                "generate_kwargs": {"max_tokens": TTS_TOKENS},
-            },
-        ],
-        api_keys=[KEY],
-    )
+    models = voice_models(tiny_en_path, tiny_lm_path, tiny_soprano_path, max_tokens=TTS_TOKENS)
+    models[1]["tool_call_parser"] = "hermes"
+    gw = Gateway(tmp_path_factory.mktemp("realtime"), models, api_keys=[KEY])
     yield gw
     gw.stop()
 
@@ -294,13 +301,7 @@ async def test_function_call_round_trip(gateway: Gateway) -> None:
             }
         )
         await until(conn, "session.updated")
-        await conn.conversation.item.create(
-            item={
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": "Weather in Paris?"}],
-            }
-        )
+        await conn.conversation.item.create(item=user_text("Weather in Paris?"))
         await conn.response.create()
         events = await until(conn, "response.done")
         kinds = types(events)
@@ -342,13 +343,7 @@ async def test_response_cancel_stops_the_lm(gateway: Gateway) -> None:
                 "audio": {"input": {"turn_detection": None}},
             }
         )
-        await conn.conversation.item.create(
-            item={
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": "Talk."}],
-            }
-        )
+        await conn.conversation.item.create(item=user_text("Talk."))
         await conn.response.create()
         await until(conn, "response.output_text.delta")
         await conn.response.cancel()
@@ -424,9 +419,7 @@ async def test_a_client_that_vanishes_frees_everything(gateway: Gateway) -> None
             "audio": {"input": {"turn_detection": None}},
         }
     )
-    await conn.conversation.item.create(
-        item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go."}]}
-    )
+    await conn.conversation.item.create(item=user_text("Go."))
     await conn.response.create()
     await until(conn, "response.output_text.delta")
     conn._connection.transport.abort()  # gone without a close frame
@@ -462,13 +455,7 @@ async def test_bad_events_are_error_events_and_the_session_goes_on(gateway: Gate
         await conn.conversation.item.delete(item_id="item_missing")
         assert (await until(conn, "error"))[-1].error.code == "item_not_found"
         # still usable
-        await conn.conversation.item.create(
-            item={
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": "Hi"}],
-            }
-        )
+        await conn.conversation.item.create(item=user_text("Hi"))
         assert (await until(conn, "conversation.item.added"))[-1].item.role == "user"
 
 

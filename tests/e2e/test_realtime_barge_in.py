@@ -20,7 +20,18 @@ import httpx
 import pytest
 
 from .gateway import Gateway, wait_until
-from .test_realtime import ASR, KEY, LM, append, cancelled_lines, fox, sdk, types, until
+from .test_realtime import (
+    KEY,
+    LM,
+    append,
+    cancelled_lines,
+    fox,
+    sdk,
+    types,
+    until,
+    user_text,
+    voice_models,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -34,20 +45,15 @@ def gateway(
     tiny_soprano_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
-    gw = Gateway(
-        tmp_path_factory.mktemp("realtime-barge-in"),
-        [
-            {"served_model_name": ASR, "model_path": str(tiny_en_path), "model_type": "whisper"},
-            {"served_model_name": LM, "model_path": str(tiny_lm_path)},
-            {
-                "served_model_name": TTS,
-                "model_path": str(tiny_soprano_path),
-                "model_type": "tts",
-                "generate_kwargs": {"max_tokens": 300, "split_pattern": " "},
-            },
-        ],
-        api_keys=[KEY],
+    models = voice_models(
+        tiny_en_path,
+        tiny_lm_path,
+        tiny_soprano_path,
+        tts_name=TTS,
+        max_tokens=300,
+        split_pattern=" ",
     )
+    gw = Gateway(tmp_path_factory.mktemp("realtime-barge-in"), models, api_keys=[KEY])
     yield gw
     gw.stop()
 
@@ -75,13 +81,7 @@ async def test_barge_in_stops_the_tts_worker(gateway: Gateway) -> None:
             }
         )
         await until(conn, "session.updated")
-        await conn.conversation.item.create(
-            item={
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": "Tell me a story."}],
-            }
-        )
+        await conn.conversation.item.create(item=user_text("Tell me a story."))
         await conn.response.create()
         await until(conn, "response.created")
         assert await asyncio.to_thread(wait_until, lambda: speaking_only(gateway), 120)

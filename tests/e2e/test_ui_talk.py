@@ -20,10 +20,10 @@ from tests.fixtures.browser import CHROMIUM, CHROMIUM_ARGS, DESKTOP, shoot
 from tests.fixtures.whisper import FOX_CLIPS
 
 from .gateway import Gateway
+from .test_realtime import LM, voice_models
 
 pytestmark = pytest.mark.slow
 
-ASR, LM, TTS = "whisper-tiny.en", "tiny-lm", "tiny-tts"
 KEY = "sk-talk-test"
 TIMEOUT = 240_000
 """Milliseconds: three cold workers on a busy 2-core machine."""
@@ -71,20 +71,8 @@ def gateway(
     tiny_soprano_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
-    gw = Gateway(
-        tmp_path_factory.mktemp("talk"),
-        [
-            {"served_model_name": ASR, "model_path": str(tiny_en_path), "model_type": "whisper"},
-            {"served_model_name": LM, "model_path": str(tiny_lm_path)},
-            {
-                "served_model_name": TTS,
-                "model_path": str(tiny_soprano_path),
-                "model_type": "tts",
-                "generate_kwargs": {"max_tokens": 6},
-            },
-        ],
-        api_keys=[KEY],
-    )
+    models = voice_models(tiny_en_path, tiny_lm_path, tiny_soprano_path, max_tokens=6)
+    gw = Gateway(tmp_path_factory.mktemp("talk"), models, api_keys=[KEY])
     yield gw
     gw.stop()
 
