@@ -192,17 +192,7 @@ def test_connect_codex_then_codex_reaches_the_gateway(
     assert provider["base_url"] == f"{gateway.base_url}/v1"
 
     before = requests_to(gateway, "/v1/responses")
-    done = subprocess.run(
-        [str(codex), "exec", "--skip-git-repo-check", "--json", "Say hello."],
-        cwd=work,
-        env=clean_env(home),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    done, events = codex_exec(codex, home, work)
     report = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, report
     kinds = [e["type"] for e in events]
