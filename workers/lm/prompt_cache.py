@@ -193,12 +193,11 @@ class PromptCache:
             end = best.checkpoints[best_tokens]
         return Hit(cp.restore(end, best.cache), best_tokens, inherited)
 
-    def reusable(self, prompt: list[int], space: str = "") -> int:
-        """How many tokens of ``prompt`` an entry in memory could serve now (no copy,
-        no change to the LRU order)."""
-        if len(prompt) < 2:
-            return 0
-        return self._best(token_bytes(prompt), len(prompt) - 1, space)[1]
+    def reusable(self, key: bytes, space: str = "") -> int:
+        """How many tokens of the prompt ``key`` (see :func:`token_bytes`) an entry in
+        memory could serve now (no copy, no change to the LRU order)."""
+        limit = len(key) // 4 - 1
+        return self._best(key, limit, space)[1] if limit > 0 else 0
 
     def _best(self, key: bytes, limit: int, space: str) -> tuple[_Entry | None, int]:
         """The entry of ``space`` serving the most tokens of the prompt ``key``, at

@@ -29,7 +29,7 @@ def awaits_prefix(waiting: LmActive, running: Iterable[LmActive], cache: PromptC
         if not ahead:
             continue
         target = max(ahead)
-        if target - cache.reusable(waiting.prompt, waiting.space) < SHARE_MIN:
+        if target - cache.reusable(waiting.key, waiting.space) < SHARE_MIN:
             continue
         other.wanted.add(target)
         return True
