@@ -42,7 +42,7 @@ message's usage to its session totals at every ``message_delta``."""
 async def serve_turn(
     request: Request,
     handle: ModelHandle,
-    start: Awaitable[Turn],
+    start: Callable[[], Awaitable[Turn]],
     *,
     stream: bool,
     keepalive: KeepAlive,
@@ -54,7 +54,9 @@ async def serve_turn(
     failed: Callable[[GatewayError], bytes] = openai_failure,
     alive: Callable[[], bytes] = bytes,
 ) -> Response:
-    """Answer one turn (choice 0) of ``start``.
+    """Answer one turn (choice 0) of the turn that ``start`` starts (called once, and
+    once more for a non-streamed answer whose worker died after its headers went
+    out: :mod:`.answer`).
 
     ``opening`` is the stream's first event, ``on`` turns each turn event into the
     API's stream bytes (or ``None``: nothing to send yet) and feeds the builder that
@@ -64,7 +66,7 @@ async def serve_turn(
     ``alive`` is the API's keep-alive event between the opening and the end
     (``b""`` outside), sent with the note instead of ``keepalive``'s own event
     once the stream sent no event for :data:`API_EVENT_SECONDS`."""
-    starting = unless_disconnected(request, start)
+    starting = unless_disconnected(request, start())
     if stream:
         keepalive = dataclasses.replace(keepalive, alive=alive, alive_every=API_EVENT_SECONDS)
 
@@ -86,13 +88,19 @@ async def serve_turn(
         return await start_stream(handle, starting, events, keepalive, failed)
     running = await starting
 
-    async def run() -> Any:
+    async def run(running: Turn) -> Any:
+        # The builder is fed once the turn ended: a turn run again (see above)
+        # starts it from nothing.
         try:
-            async for event in running.choice(0):
-                on(event)
+            events = [event async for event in running.choice(0)]
         finally:
             await running.aclose()
+        for event in events:
+            on(event)
         finished()
         return body()
 
-    return await json_answer(request, run(), keepalive.interval)
+    async def again() -> Any:
+        return await run(await start())
+
+    return await json_answer(request, run(running), keepalive.interval, again)

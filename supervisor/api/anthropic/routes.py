@@ -148,7 +148,7 @@ async def create_message(request: Request) -> Response:
     return await serve_turn(
         request,
         handle,
-        Turn.start(handle, turn, message_id),
+        lambda: Turn.start(handle, turn, message_id),
         stream=req.stream,
         keepalive=keepalive_for(request.app.state, anthropic=True),
         opening=opening,

@@ -123,7 +123,7 @@ async def create_chat_completion(request: Request) -> Response:
         return await start_stream(handle, start, events, keepalive)
     running = await unless_disconnected(request, Turn.start(handle, turn, request_id))
 
-    async def answer() -> ChatCompletionOut:
+    async def answer(running: Turn) -> ChatCompletionOut:
         try:
             results = await running.collect()
         finally:
@@ -136,7 +136,11 @@ async def create_chat_completion(request: Request) -> Response:
             usage=usage_from(total_usage([r.finish.usage for r in results if r.finish])),
         )
 
-    return await json_answer(request, answer(), keepalive_for(request.app.state).interval)
+    async def again() -> ChatCompletionOut:
+        return await answer(await Turn.start(handle, turn, request_id))
+
+    interval = keepalive_for(request.app.state).interval
+    return await json_answer(request, answer(running), interval, again)
 
 
 def plain(turn: Turn) -> bool:

@@ -119,7 +119,7 @@ async def create_completion(request: Request) -> Response:
         return await start_stream(handle, start, lambda g: relay(g, events), keepalive)
     generation = await unless_disconnected(request, Generation.start(handle, msg))
 
-    async def answer() -> Completion:
+    async def answer(generation: Generation) -> Completion:
         try:
             text, done = await generation.collect()
         finally:
@@ -133,4 +133,8 @@ async def create_completion(request: Request) -> Response:
             usage=usage_from(done.usage),
         )
 
-    return await json_answer(request, answer(), keepalive_for(request.app.state).interval)
+    async def again() -> Completion:
+        return await answer(await Generation.start(handle, msg))
+
+    interval = keepalive_for(request.app.state).interval
+    return await json_answer(request, answer(generation), interval, again)

@@ -184,7 +184,7 @@ async def create_response(request: Request) -> Response:
     return await serve_turn(
         request,
         handle,
-        _start(handle, turn, skeleton["id"]),
+        lambda: _start(handle, turn, skeleton["id"]),
         stream=req.stream,
         keepalive=keepalive_for(request.app.state),
         opening=lambda running: builder.opening(),

@@ -13,7 +13,10 @@ official ``openai`` and ``anthropic`` SDKs as the clients.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,15 +144,16 @@ def test_messages_stream_sends_message_deltas_while_prefilling(clients: dict[str
     assert without_ids(padded.model_dump()) == without_ids(streamed.model_dump())
 
 
-@pytest.mark.parametrize(
-    ("path", "body"),
-    [
-        ("/v1/messages", {"max_tokens": 64, "messages": [{"role": "user", "content": PROMPT}]}),
-        ("/v1/responses", {"input": PROMPT}),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}]}),
-        ("/v1/completions", {"prompt": PROMPT}),
-    ],
-)
+ANSWERED = [
+    ("/v1/messages", {"max_tokens": 64, "messages": [{"role": "user", "content": PROMPT}]}),
+    ("/v1/responses", {"input": PROMPT}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}]}),
+    ("/v1/completions", {"prompt": PROMPT}),
+]
+"""A long prefill's request on each route that answers with JSON."""
+
+
+@pytest.mark.parametrize(("path", "body"), ANSWERED)
 def test_an_answer_that_is_not_streamed_starts_with_whitespace(
     gateway: LiveGateway, path: str, body: dict[str, Any]
 ) -> None:
@@ -215,3 +219,62 @@ def test_a_failure_after_the_headers_leaves_the_answer_unfinished(gateway: LiveG
             got.extend(chunks)
         unload.join()
     assert set(b"".join(got)) == {ord(" ")}
+
+
+def worker_pid(gateway: LiveGateway, other_than: int | None = None) -> int:
+    """The pid of the model's worker once it runs with a request in flight (and is
+    not ``other_than``)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{gateway.url}/v1/models/{MODEL}").json()
+        if status.get("pid") and status["pid"] != other_than and status.get("inflight"):
+            return int(status["pid"])
+        time.sleep(0.05)
+    raise AssertionError(f"no worker with a request in flight: {status}")
+
+
+@pytest.fixture
+def fresh() -> Iterator[LiveGateway]:
+    """A gateway of its own, for a test that kills workers (three crashes within a
+    minute would stop the module's model as a crash loop)."""
+    with LiveGateway({"model_path": MODEL}, stream_keepalive=INTERVAL) as gw:
+        yield gw
+
+
+@pytest.mark.parametrize(("path", "body"), ANSWERED)
+def test_an_answer_whose_worker_dies_after_its_headers_is_computed_again(
+    fresh: LiveGateway, path: str, body: dict[str, Any]
+) -> None:
+    """The worker is SIGKILLed while the answer's spaces go out: the gateway runs the
+    request again on the model's next worker, and the client gets the whole answer."""
+    with (
+        httpx.Client(base_url=fresh.url, timeout=30) as client,
+        client.stream("POST", path, json={"model": MODEL, **body}) as response,
+    ):
+        assert response.status_code == 200
+        chunks = response.iter_raw()
+        got = [next(chunks)]  # a space: the answer is committed
+        first = worker_pid(fresh)
+        os.kill(first, signal.SIGKILL)
+        second = worker_pid(fresh, other_than=first)
+        got.extend(chunks)
+    raw = b"".join(got)
+    assert TEXT.strip() in str(httpx.Response(200, content=raw).json()), raw
+    assert second != first
+
+
+def test_an_answer_is_computed_again_once(fresh: LiveGateway) -> None:
+    """A second death (a request that kills every worker it runs on) is not retried:
+    the answer is left unfinished."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]}
+    with (
+        httpx.Client(base_url=fresh.url, timeout=30) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        chunks = response.iter_raw()
+        next(chunks)
+        first = worker_pid(fresh)
+        os.kill(first, signal.SIGKILL)
+        os.kill(worker_pid(fresh, other_than=first), signal.SIGKILL)
+        with pytest.raises(httpx.RemoteProtocolError):
+            list(chunks)
