@@ -4,11 +4,12 @@ every request's end.
     python -m bench.soak --minutes 20          # the issue's run
     python -m bench.soak --minutes 2 --clients 3   # a short one on a CPU box
 
-The real ``mlx-gateway launch`` serves tiny random models of three kinds (a llama
-chat model, a BERT embedder, a BERT cross-encoder reranker). ``--clients``
-closed-loop clients send, in turn: OpenAI chat (streamed and not), an OpenAI stream
-the client cuts after its first chunks, Anthropic ``/v1/messages``, Ollama
-``/api/chat``, embeddings and rerank. Meanwhile one worker is SIGKILLed every
+The real ``mlx-gateway launch`` serves tiny random models of five kinds (a llama
+chat model, a BERT embedder, a BERT cross-encoder reranker, a Whisper, a Soprano
+speech model). ``--clients`` closed-loop clients send, in turn: OpenAI chat
+(streamed and not), an OpenAI stream the client cuts after its first chunks,
+Anthropic ``/v1/messages``, Ollama ``/api/chat``, embeddings, rerank, a
+transcription of the fox clip and a speech synthesis. Meanwhile one worker is SIGKILLed every
 ``--kill-every`` seconds (models in turn), the config is reloaded (SIGHUP, the
 embedder's entry changed) at half time, and once, at a third of the run, the chat
 model's forward pass blocks while its process lives (the trap of
@@ -21,8 +22,7 @@ body that does not parse, a timeout). Lost must be 0. It prints per route the
 counts and the p50/p99 latency, and the RSS of the gateway and of each model's
 worker at the start (after a warm-up) and at the end.
 
-Not a test: no figure here is asserted. Speech kinds (transcription, TTS) are
-not in the mix yet.
+Not a test: no figure here is asserted.
 """
 
 from __future__ import annotations
@@ -57,8 +57,11 @@ ROUTES = (
     "ollama chat",
     "embeddings",
     "rerank",
+    "transcription",
+    "speech",
 )
-MODELS = ("chat", "emb", "rerank")
+MODELS = ("chat", "emb", "rerank", "asr", "tts")
+FOX = Path(__file__).resolve().parent.parent / "tests" / "data" / "fox.ogg"
 
 
 @dataclass
@@ -95,11 +98,15 @@ def build_models(workdir: Path) -> dict[str, Path]:
     from tests.fixtures.tiny_bert import build_tiny_bert
     from tests.fixtures.tiny_cross_encoder import build_tiny_cross_encoder
     from tests.fixtures.tiny_models import build_tiny_lm
+    from tests.fixtures.tiny_soprano import build_tiny_soprano
+    from tests.fixtures.whisper import build_tiny_whisper
 
     paths = {name: workdir / name for name in MODELS}
     build_tiny_lm(paths["chat"])
     build_tiny_bert(paths["emb"])
     build_tiny_cross_encoder(paths["rerank"])
+    build_tiny_whisper(paths["asr"])
+    build_tiny_soprano(paths["tts"])
     return paths
 
 
@@ -117,6 +124,13 @@ def entries(paths: dict[str, Path], hooks: Path, trap: Path, emb_concurrency: in
             "max_concurrency": emb_concurrency,
         },
         {"served_model_name": "rerank", "model_path": str(paths["rerank"]), "model_type": "rerank"},
+        {"served_model_name": "asr", "model_path": str(paths["asr"]), "model_type": "whisper"},
+        {
+            "served_model_name": "tts",
+            "model_path": str(paths["tts"]),
+            "model_type": "tts",
+            "generate_kwargs": {"max_tokens": 8},  # the tiny Soprano never stops by itself
+        },
     ]
 
 
@@ -134,6 +148,15 @@ def request_for(route: str, n: int) -> tuple[str, dict[str, Any]]:
             return "/api/chat", {**chat, "stream": False, "options": {"num_predict": 16}}
         case "embeddings":
             return "/v1/embeddings", {"model": "emb", "input": [words, f"{n}"]}
+        case "transcription":
+            return "/v1/audio/transcriptions", {"model": "asr"}
+        case "speech":
+            return "/v1/audio/speech", {
+                "model": "tts",
+                "input": f"{words}.",
+                "voice": "alloy",
+                "response_format": "wav",
+            }
         case _:
             return "/v1/rerank", {"model": "rerank", "query": "cat", "documents": words.split()}
 
@@ -156,7 +179,15 @@ async def one(client: httpx.AsyncClient, route: str, n: int, tally: Tally) -> No
     started = time.monotonic()
     outcome, detail = LOST, ""
     try:
-        if not body.get("stream"):
+        if route == "transcription":
+            files = {"file": (FOX.name, FOX.read_bytes(), "audio/ogg")}
+            reply = await client.post(path, data=body, files=files)
+            outcome, detail = judge_json(route, reply.status_code, reply.content)
+        elif route == "speech" and reply_is_audio(reply := await client.post(path, json=body)):
+            outcome = ANSWERED
+        elif route == "speech":
+            outcome, detail = judge_json(route, reply.status_code, reply.content)
+        elif not body.get("stream"):
             reply = await client.post(path, json=body)
             outcome, detail = judge_json(route, reply.status_code, reply.content)
         else:
@@ -168,6 +199,21 @@ async def one(client: httpx.AsyncClient, route: str, n: int, tally: Tally) -> No
     except httpx.HTTPError as exc:
         outcome, detail = LOST, f"{type(exc).__name__}: {exc}"
     tally.add(route, outcome, time.monotonic() - started, detail)
+
+
+def reply_is_audio(reply: httpx.Response) -> bool:
+    """A whole audio answer: a 200 WAV with samples, as long as its header says, or
+    a streamed one (size 0xFFFFFFFF) whose chunked body ended properly (a body cut
+    short is an ``httpx`` error, counted as lost)."""
+    content = reply.content
+    size = int.from_bytes(content[4:8], "little")
+    return (
+        reply.status_code == 200
+        and content[:4] == b"RIFF"
+        and content[8:12] == b"WAVE"
+        and size in (0xFFFFFFFF, len(content) - 8)
+        and len(content) > 100
+    )
 
 
 async def read_stream(reply: httpx.Response, route: str) -> tuple[str, str]:
@@ -317,9 +363,16 @@ def main(argv: list[str] | None = None) -> int:
     config = yaml.safe_load(env["config"].read_text())
     env["changed"] = {**config, "models": entries(paths, hooks, trap, 4)}
     try:
-        for model in MODELS:  # warm-up: every model loaded once before the start RSS
-            path, body = request_for({"chat": "chat", "emb": "embeddings"}.get(model, "rerank"), 0)
-            httpx.post(f"http://127.0.0.1:{gateway.port}{path}", json=body, timeout=300)
+        warm = {"chat": "chat", "emb": "embeddings", "asr": "transcription", "tts": "speech"}
+
+        async def warm_up() -> None:
+            url = f"http://127.0.0.1:{gateway.port}"
+            async with httpx.AsyncClient(base_url=url, timeout=300) as client:
+                for model in MODELS:  # every model loaded once before the start RSS
+                    await one(client, warm.get(model, "rerank"), 0, Tally())
+
+        asyncio.run(warm_up())
+        for model in MODELS:
             wait_model_ready(gateway, model)
         env["rss_before"] = rss(gateway)
         print(f"soak: {args.minutes:g} min, {args.clients} clients, {os.cpu_count()} CPUs")
