@@ -27,7 +27,7 @@ TOKENS = [5, 17, 42, 99, 3, 250, 7, 64, 128, 11, 200, 33]
 # half of MLX's step per weight). Gemma runs in bfloat16, where MLX's affine
 # dequantization rounds scale * q before the bias cancels it: about one step per weight.
 TOLERANCE = {T.F16: 0.02, T.Q8_0: 0.02, T.Q4_0: 0.02, T.Q4_K: 0.25, T.Q5_0: 0.12}
-BF16_ARCHES = ("gemma", "gemma3")
+BF16_ARCHES = ("gemma", "gemma2", "gemma3")
 BF16_TOLERANCE = 0.08
 
 
@@ -74,8 +74,18 @@ def _convert(path: Path) -> tuple[Path, list[str]]:
         ("llama", T.Q5_0),
         ("qwen2", T.Q8_0),
         ("qwen3", T.Q4_K),
+        ("qwen3moe", T.Q8_0),
+        ("qwen3moe", T.Q4_K),
         ("gemma", T.Q4_0),
+        ("gemma2", T.Q8_0),
+        ("gemma2", T.Q4_K),
         ("gemma3", T.Q8_0),
+        ("phi3", T.F16),
+        ("phi3", T.Q5_0),
+        ("granite", T.Q4_0),
+        ("granite", T.Q5_0),
+        ("olmo2", T.Q8_0),
+        ("olmo2", T.Q4_K),
     ],
 )
 def test_converted_logits_match_numpy_dequantized_weights(
@@ -99,8 +109,9 @@ def test_converted_logits_match_numpy_dequantized_weights(
         assert config["quantization"]["bits"] == bits
         assert config["quantization"]["group_size"] == 32
         arrays = mx.load(str(next(folder.glob("*.safetensors"))))
-        assert arrays["model.layers.0.mlp.down_proj.weight"].dtype == mx.uint32
-        assert "model.layers.0.mlp.down_proj.scales" in arrays
+        down = "model.layers.0.mlp." + ("switch_mlp." if arch == "qwen3moe" else "") + "down_proj"
+        assert arrays[f"{down}.weight"].dtype == mx.uint32
+        assert f"{down}.scales" in arrays
 
     for text in SAMPLES:
         assert tokenizer.encode(text) == tiny.tokenizer.encode(text).ids, text
