@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import _get_classes, load
 
-from mlx_gateway.workers.lm.gguf.arch import GgufError
+from mlx_gateway.workers.lm.gguf.arch import GgufError, model_config
 from mlx_gateway.workers.lm.gguf.convert import gguf_model
 from tests.fixtures.tiny_gguf import SAMPLES, TinyGguf, build_tiny_gguf, reference_weights
 
@@ -175,3 +175,58 @@ def test_a_split_set_needs_its_first_part(tmp_path: Path) -> None:
         GgufError, match=r"lacks its parts m-00002-of-00003\.gguf, m-00003-of-00003\.gguf"
     ):
         gguf_model(str(tmp_path / "m-00001-of-00003.gguf"), print)
+
+
+def _meta(values: dict[str, Any]) -> Any:
+    def meta(key: str, default: Any) -> Any:
+        return values.get(key.replace("{arch}.", ""), default)
+
+    return meta
+
+
+def _sizes(layers: int, hidden: int, heads: int, head_dim: int) -> dict[str, Any]:
+    return {
+        "block_count": layers,
+        "embedding_length": hidden,
+        "attention.head_count": heads,
+        "attention.head_count_kv": heads // 2,
+        "attention.key_length": head_dim,
+    }
+
+
+@pytest.mark.parametrize(
+    ("arch", "layers", "hidden", "heads", "head_dim", "scalar"),
+    [
+        ("gemma2", 42, 3584, 16, 256, 256),  # Gemma 2 9B: the head size
+        ("gemma2", 46, 4608, 32, 128, 144),  # Gemma 2 27B: hidden / heads
+        ("gemma3", 34, 2560, 8, 256, 256),  # Gemma 3 4B
+        ("gemma3", 62, 5376, 32, 128, 168),  # Gemma 3 27B
+    ],
+)
+def test_gemma_query_scale_follows_llama_cpp_by_size(
+    arch: str, layers: int, hidden: int, heads: int, head_dim: int, scalar: int
+) -> None:
+    """GGUF keeps no query_pre_attn_scalar; llama.cpp picks it by model size, as the
+    Hugging Face configs of Gemma 2 and 3 set it (the tiny models above can't tell)."""
+    config = model_config(arch, _meta(_sizes(layers, hidden, heads, head_dim)), 8, set())
+    assert config["query_pre_attn_scalar"] == scalar
+
+
+def test_granite_attention_scale_and_biases_come_from_the_file() -> None:
+    sizes = _sizes(2, 256, 4, 64)
+    del sizes["attention.key_length"]  # llama.cpp writes none for Granite
+    names = {"blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.0.attn_v.bias"}
+    config = model_config("granite", _meta(sizes), 8, names)
+    assert config["attention_multiplier"] == 64**-0.5  # llama.cpp's default without the key
+    assert config["attention_bias"] is True and config["mlp_bias"] is False
+    config = model_config("granite", _meta({**sizes, "attention.scale": 0.015625}), 8, set())
+    assert config["attention_multiplier"] == 0.015625
+    assert config["attention_bias"] is False
+
+
+def test_olmo3_written_as_olmo2_fails_naming_it() -> None:
+    """llama.cpp writes OLMo 3 as ``olmo2`` with a sliding window, which mlx-lm's olmo2
+    model lacks: refused rather than converted into a model that attends too far."""
+    sizes = {**_sizes(4, 256, 4, 64), "attention.sliding_window": 4096}
+    with pytest.raises(GgufError, match=r"'olmo2' with a sliding window \(OLMo 3\)"):
+        model_config("olmo2", _meta(sizes), 8, set())
