@@ -82,6 +82,7 @@ def _convert(path: Path) -> tuple[Path, list[str]]:
         ("gemma3", T.Q8_0),
         ("phi3", T.F16),
         ("phi3", T.Q5_0),
+        ("phi3-longrope", T.Q8_0),
         ("granite", T.Q4_0),
         ("granite", T.Q5_0),
         ("olmo2", T.Q8_0),

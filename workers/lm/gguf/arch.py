@@ -146,7 +146,11 @@ def _granite(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
 def _phi3(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
     head_dim = config["hidden_size"] // config["num_attention_heads"]
     rotary = meta("{arch}.rope.dimension_count", head_dim)
-    return {"partial_rotary_factor": rotary / head_dim}
+    out: dict[str, Any] = {"partial_rotary_factor": rotary / head_dim}
+    original = meta("{arch}.rope.scaling.original_context_length", None)
+    if original:  # what LongRoPE's factors were trained from (rope_factors_*)
+        out["original_max_position_embeddings"] = original
+    return out
 
 
 def _olmo2(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
