@@ -95,17 +95,26 @@ def _gemma(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _query_scalar(config: dict[str, Any], head_dim: int, layers_27b: int) -> int:
+    """Gemma's ``query_pre_attn_scalar``, which GGUF does not store: llama.cpp scales
+    by ``hidden_size / heads`` for the 27B model (told by its layer count) and by the
+    head size for every other size, as Google's configs do."""
+    if config["num_hidden_layers"] == layers_27b:
+        return int(config["hidden_size"] // config["num_attention_heads"])
+    return head_dim
+
+
 def _gemma2(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
     out = _gemma(meta, config)
     out["attn_logit_softcapping"] = meta("{arch}.attn_logit_softcapping", 50.0)
     out["final_logit_softcapping"] = meta("{arch}.final_logit_softcapping", 30.0)
-    out["query_pre_attn_scalar"] = out["head_dim"]
+    out["query_pre_attn_scalar"] = _query_scalar(config, out["head_dim"], 46)
     return out
 
 
 def _gemma3(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
     out = _gemma(meta, config)
-    out["query_pre_attn_scalar"] = out["head_dim"]
+    out["query_pre_attn_scalar"] = _query_scalar(config, out["head_dim"], 62)
     out["sliding_window"] = meta("{arch}.attention.sliding_window", 512)
     out["sliding_window_pattern"] = meta("{arch}.attention.sliding_window_pattern", 6)
     out["rope_local_base_freq"] = 10_000.0
@@ -124,24 +133,36 @@ def _qwen3moe(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _granite(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
+    # llama.cpp scales attention by 1/sqrt(head size) when attention.scale is absent
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
     return {
         "embedding_multiplier": meta("{arch}.embedding_scale", 1.0),
         "residual_multiplier": meta("{arch}.residual_scale", 1.0),
-        "attention_multiplier": meta("{arch}.attention.scale", 1.0),
+        "attention_multiplier": meta("{arch}.attention.scale", 0.0) or head_dim**-0.5,
         "logits_scaling": meta("{arch}.logit_scale", 1.0),
-        "attention_bias": False,
-        "mlp_bias": False,
     }
 
 
 def _phi3(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
     head_dim = config["hidden_size"] // config["num_attention_heads"]
     rotary = meta("{arch}.rope.dimension_count", head_dim)
-    return {"partial_rotary_factor": rotary / head_dim}
+    out: dict[str, Any] = {"partial_rotary_factor": rotary / head_dim}
+    original = meta("{arch}.rope.scaling.original_context_length", None)
+    if original:  # what LongRoPE's factors were trained from (rope_factors_*)
+        out["original_max_position_embeddings"] = original
+    return out
 
 
 def _olmo2(meta: Meta, config: dict[str, Any]) -> dict[str, Any]:
-    return {"attention_bias": False, "mlp_bias": False}
+    if meta("{arch}.attention.sliding_window", None):
+        # llama.cpp writes OLMo 3 as olmo2 plus a sliding window, which mlx-lm's olmo2
+        # model lacks: converted so, its long prompts would attend too far.
+        raise GgufError(
+            "GGUF architecture 'olmo2' with a sliding window (OLMo 3) cannot be converted "
+            "to MLX; use an MLX copy of the model from the Hugging Face hub "
+            "(mlx-community/…) instead"
+        )
+    return {}
 
 
 ARCHES: dict[str, Arch] = {
@@ -213,8 +234,8 @@ def model_config(name: str, meta: Meta, vocab_size: int, tensor_names: set[str])
         config["head_dim"] = key_length
     elif arch.model_type in QK_NORM_MODELS:
         config["head_dim"] = config["hidden_size"] // heads
-    if "blk.0.attn_q.bias" in tensor_names:
-        config["attention_bias"] = True
+    config["attention_bias"] = "blk.0.attn_q.bias" in tensor_names
+    config["mlp_bias"] = "blk.0.ffn_down.bias" in tensor_names
     scaling = meta("{arch}.rope.scaling.type", None)
     if scaling in ("linear", "yarn"):
         config["rope_scaling"] = {

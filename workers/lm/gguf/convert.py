@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 SHARD_BYTES = 2 * 1024**3
 BF16_MODELS = ("gemma", "gemma2", "gemma3_text")
 """Gemma's activations overflow float16; its floating-point weights stay bfloat16."""
+LONGROPE = {"rope_factors_long.weight": "long_factor", "rope_factors_short.weight": "short_factor"}
+"""Phi-3's LongRoPE factors (Phi-3.5-mini, Phi-4-mini), which llama.cpp stores as
+tensors: mlx-lm's ``longrope`` rope scaling (which always rotates by the long factors,
+as it does for the same model from the Hugging Face hub)."""
 
 
 def gguf_model(model_path: str, on_convert: Callable[[str], None]) -> Path | None:
@@ -172,6 +176,7 @@ def _write_weights(
     bits: dict[str, dict[str, int]] = {}
     types: Counter[str] = Counter()
     unmapped: list[str] = []
+    longrope: dict[str, list[float]] = {}
     for path, reader in zip(source.files, readers, strict=True):
         for tensor in read_tensors(path, reader):
             done += tensor.file_bytes
@@ -179,6 +184,9 @@ def _write_weights(
             types[tensor.kind.name] += 1
             if tensor.name == "rope_freqs.weight":
                 config["rope_scaling"] = _llama3_rope(numpy_of(tensor.weight), config)
+                continue
+            if tensor.name in LONGROPE and arch.model_type == "phi3":
+                longrope[LONGROPE[tensor.name]] = numpy_of(tensor.weight).tolist()
                 continue
             target = arch.target(tensor.name)
             if target is None:
@@ -204,6 +212,10 @@ def _write_weights(
                 shards += 1
                 _save(folder, shards, shard)
                 shard, shard_bytes = {}, 0
+    if longrope:
+        if len(longrope) != len(LONGROPE):
+            raise GgufError(f"the GGUF has {', '.join(longrope)} but not both LongRoPE factors")
+        config["rope_scaling"] = {"type": "longrope", **longrope}
     if unmapped:
         raise GgufError(
             f"the GGUF's tensors {', '.join(unmapped[:5])} have no place in mlx-lm's "
