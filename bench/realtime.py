@@ -26,10 +26,10 @@ with the ratio gateway / in-process sum (the target is at most 1.1).
 ``--vad``: the turn ends by server_vad instead (``silence_duration_ms`` 500, or
 ``--silence-ms``): the clip and 2 s of silence after it are streamed in 100 ms
 chunks at the pace of speech, each sent when its 100 ms are over, and the time is
-from the end of the speech (when its last sample was spoken) to the first audio
-delta. Two gateways alternate, one with ``realtime.early_transcription`` (the
-transcription starts at the first silence) and one without (at the commit, after
-``silence_duration_ms``); no in-process side.
+from the end of the speech (``speech_stopped``'s ``audio_end_ms``, when it was
+spoken) to the first audio delta. Two gateways alternate, one with
+``realtime.early_transcription`` (the transcription starts at the first silence)
+and one without (at the commit, after ``silence_duration_ms``); no in-process side.
 """
 
 from __future__ import annotations
@@ -220,9 +220,7 @@ class Gateway:
                     break
         return {"first_audio": first, **self.marks(response)}
 
-    async def vad_turn(
-        self, audio: bytes, speech_end_s: float, lm_tokens: int, silence_ms: int
-    ) -> dict[str, float]:
+    async def vad_turn(self, audio: bytes, lm_tokens: int, silence_ms: int) -> dict[str, float]:
         """Seconds from the end of the speech to the first audio delta (server_vad,
         the audio streamed at the pace of speech), and the gateway's marks."""
         import openai
@@ -254,10 +252,12 @@ class Gateway:
 
             speaking = asyncio.ensure_future(speak())
             response: str | None = None
-            first = 0.0
+            first = speech_end_s = 0.0
             try:
                 async for event in conn:
-                    if event.type == "response.created":
+                    if event.type == "input_audio_buffer.speech_stopped":
+                        speech_end_s = event.audio_end_ms / 1000
+                    elif event.type == "response.created":
                         response = event.response.id
                     elif event.type == "response.output_audio.delta" and not first:
                         first = time.perf_counter() - start - speech_end_s
@@ -289,7 +289,6 @@ def vad_main(args: argparse.Namespace, samples: np.ndarray) -> None:
     """``--vad``: early transcription on against off, one after another."""
     lead, tail = np.zeros(4800), np.zeros(32000)  # 0.3 s before, 2 s after (16 kHz)
     audio = pcm24k(np.concatenate([lead, samples, tail]))
-    speech_end_s = (len(lead) + len(samples)) / 16000
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         whisper, lm, tts = models(args, workdir)
@@ -301,7 +300,7 @@ def vad_main(args: argparse.Namespace, samples: np.ndarray) -> None:
         try:
             for i in range(args.runs + 1):  # the first is a warm-up
                 for early, gateway in sides.items():
-                    turn = gateway.vad_turn(audio, speech_end_s, args.lm_tokens, args.silence_ms)
+                    turn = gateway.vad_turn(audio, args.lm_tokens, args.silence_ms)
                     figures = asyncio.run(turn)
                     if i:
                         runs[early].append(figures)
@@ -314,13 +313,14 @@ def vad_main(args: argparse.Namespace, samples: np.ndarray) -> None:
         f"{args.silence_ms}), {args.runs} runs (medians, seconds)"
     ]
     for early, name in ((False, "late"), (True, "early")):
-        figures[f"{name}_first_audio_s"] = median(runs[early], "first_audio")
+        figures[f"{name}_speech_end_to_first_audio_s"] = median(runs[early], "first_audio")
         for k in STAGES:
-            figures[f"{name}_{k}_s"] = median(runs[early], f"gateway_{k}")
-        marks = ", ".join(f"{k} {figures[f'{name}_{k}_s']}" for k in STAGES)
+            figures[f"{name}_gateway_{k}_s"] = median(runs[early], f"gateway_{k}")
+        marks = ", ".join(f"{k} {figures[f'{name}_gateway_{k}_s']}" for k in STAGES)
         lines.append(
             f"  early transcription {'on ' if early else 'off'}: "
-            f"{figures[f'{name}_first_audio_s']}; marks from the VAD's decision: {marks}"
+            f"{figures[f'{name}_speech_end_to_first_audio_s']}; gateway marks (vad, then "
+            f"from its decision): {marks}"
         )
     print("\n".join(lines))
     if args.json:

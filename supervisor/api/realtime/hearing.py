@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from uuid import uuid4
 
@@ -131,6 +132,7 @@ class Listening:
         self.settings = settings
         self.audio_ms = fmt.ms(len(audio))
         self.request_id = f"rt-{uuid4().hex}"
+        self.started = time.monotonic()
         self.transcript: Transcript | None = None
         self._deltas: list[str] = []
         self._failure: BaseException | None = None
@@ -254,10 +256,12 @@ class EarlyTranscription:
             return None
         self.run, self._audio = None, b""
         log.info(
-            "realtime session %s: item %s committed, its transcription %s started early",
+            "realtime session %s: item %s committed, its transcription %s started early "
+            "(%d ms before)",
             self.session_id,
             item_id,
             run.request_id,
+            round((time.monotonic() - run.started) * 1000),
         )
         return run
 
