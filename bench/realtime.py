@@ -4,6 +4,7 @@ the three stages called one after another in process.
     uv run python -m bench.realtime                 # tiny.en, the tiny lm, tiny Soprano
     uv run python -m bench.realtime --runs 5 --lm-tokens 48 --tts-tokens 40
     uv run python -m bench.realtime --lm mlx-community/Qwen3-0.6B-4bit --tts ... --whisper ...
+    uv run python -m bench.realtime --vad           # server_vad: early transcription on/off
 
 The same turn (espeak-ng's "The quick brown fox jumps over the lazy dog.", 2.8 s,
 the tests' fox clip) goes through both sides:
@@ -21,6 +22,14 @@ the tests' fox clip) goes through both sides:
 
 Runs alternate (in process, gateway, …) after one warm-up each; medians are printed,
 with the ratio gateway / in-process sum (the target is at most 1.1).
+
+``--vad``: the turn ends by server_vad instead (``silence_duration_ms`` 500, or
+``--silence-ms``): the clip and 2 s of silence after it are streamed in 100 ms
+chunks at the pace of speech, each sent when its 100 ms are over, and the time is
+from the end of the speech (``speech_stopped``'s ``audio_end_ms``, when it was
+spoken) to the first audio delta. Two gateways alternate, one with
+``realtime.early_transcription`` (the transcription starts at the first silence)
+and one without (at the commit, after ``silence_duration_ms``); no in-process side.
 """
 
 from __future__ import annotations
@@ -56,6 +65,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tts-tokens", type=int, default=40, help="tts max_tokens (0: off)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--vad", action="store_true", help="server_vad, early transcription on/off")
+    parser.add_argument("--silence-ms", type=int, default=500, help="--vad: silence_duration_ms")
     return parser.parse_args(argv)
 
 
@@ -140,7 +151,15 @@ class InProcess:
 
 
 class Gateway:
-    def __init__(self, workdir: Path, whisper: str, lm: str, tts: str, tts_tokens: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        whisper: str,
+        lm: str,
+        tts: str,
+        tts_tokens: int,
+        early: bool = True,
+    ) -> None:
         common = {"on_demand": False, "idle_timeout": 0}
         tts_entry: dict[str, Any] = {"served_model_name": TTS, "model_path": tts}
         tts_entry |= {"model_type": "tts", **common}
@@ -151,7 +170,14 @@ class Gateway:
             {"served_model_name": LM, "model_path": lm, **common},
             tts_entry,
         ]
-        self.server = launch_gateway(workdir, entries, {"log_level": "info"}, "the gateway")
+        self.server = launch_gateway(
+            workdir,
+            entries,
+            {"log_level": "info"},
+            f"the gateway (early transcription {'on' if early else 'off'})",
+            "gateway-early" if early else "gateway-late",
+            {"early_transcription": early},
+        )
         for name in (ASR, LM, TTS):
             wait_model_ready(self.server, name, 300)
 
@@ -194,6 +220,55 @@ class Gateway:
                     break
         return {"first_audio": first, **self.marks(response)}
 
+    async def vad_turn(self, audio: bytes, lm_tokens: int, silence_ms: int) -> dict[str, float]:
+        """Seconds from the end of the speech to the first audio delta (server_vad,
+        the audio streamed at the pace of speech), and the gateway's marks."""
+        import openai
+
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{self.server.port}/v1", api_key="x", max_retries=0
+        )
+        async with client.realtime.connect(model=LM) as conn:
+            vad = {"type": "server_vad", "silence_duration_ms": silence_ms}
+            await conn.session.update(
+                session={
+                    "type": "realtime",
+                    "instructions": INSTRUCTIONS,
+                    "output_modalities": ["audio"],
+                    "max_output_tokens": lm_tokens,
+                    "audio": {
+                        "input": {"transcription": {"model": ASR}, "turn_detection": vad},
+                        "output": {"format": {"type": "audio/pcm", "rate": 24000}},
+                    },
+                }
+            )
+            start = time.perf_counter()
+
+            async def speak() -> None:
+                for k, i in enumerate(range(0, len(audio), CHUNK)):
+                    await asyncio.sleep(max(0.0, start + (k + 1) * 0.1 - time.perf_counter()))
+                    chunk = base64.b64encode(audio[i : i + CHUNK]).decode()
+                    await conn.input_audio_buffer.append(audio=chunk)
+
+            speaking = asyncio.ensure_future(speak())
+            response: str | None = None
+            first = speech_end_s = 0.0
+            try:
+                async for event in conn:
+                    if event.type == "input_audio_buffer.speech_stopped":
+                        speech_end_s = event.audio_end_ms / 1000
+                    elif event.type == "response.created":
+                        response = event.response.id
+                    elif event.type == "response.output_audio.delta" and not first:
+                        first = time.perf_counter() - start - speech_end_s
+                    elif event.type == "error":
+                        raise RuntimeError(event.error.message)
+                    elif event.type == "response.done":
+                        break
+            finally:
+                speaking.cancel()
+        return {"first_audio": first, **self.marks(response)}
+
     def marks(self, response: str | None) -> dict[str, float]:
         """The stages of ``response`` from the gateway's ``realtime latency`` line."""
         for line in self.server.log().splitlines():
@@ -206,6 +281,52 @@ class Gateway:
         self.server.stop()
 
 
+CHUNK = 4800
+"""100 ms of pcm16 at 24 kHz."""
+
+
+def vad_main(args: argparse.Namespace, samples: np.ndarray) -> None:
+    """``--vad``: early transcription on against off, one after another."""
+    lead, tail = np.zeros(4800), np.zeros(32000)  # 0.3 s before, 2 s after (16 kHz)
+    audio = pcm24k(np.concatenate([lead, samples, tail]))
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        whisper, lm, tts = models(args, workdir)
+        sides = {
+            early: Gateway(workdir, whisper, lm, tts, args.tts_tokens, early)
+            for early in (False, True)
+        }
+        runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+        try:
+            for i in range(args.runs + 1):  # the first is a warm-up
+                for early, gateway in sides.items():
+                    turn = gateway.vad_turn(audio, args.lm_tokens, args.silence_ms)
+                    figures = asyncio.run(turn)
+                    if i:
+                        runs[early].append(figures)
+        finally:
+            for gateway in sides.values():
+                gateway.stop()
+    figures: dict[str, Any] = {"runs": args.runs, "silence_ms": args.silence_ms}
+    lines = [
+        f"first audio after the end of the speech, server_vad (silence_duration_ms "
+        f"{args.silence_ms}), {args.runs} runs (medians, seconds)"
+    ]
+    for early, name in ((False, "late"), (True, "early")):
+        figures[f"{name}_speech_end_to_first_audio_s"] = median(runs[early], "first_audio")
+        for k in STAGES:
+            figures[f"{name}_gateway_{k}_s"] = median(runs[early], f"gateway_{k}")
+        marks = ", ".join(f"{k} {figures[f'{name}_gateway_{k}_s']}" for k in STAGES)
+        lines.append(
+            f"  early transcription {'on ' if early else 'off'}: "
+            f"{figures[f'{name}_speech_end_to_first_audio_s']}; gateway marks (vad, then "
+            f"from its decision): {marks}"
+        )
+    print("\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+
+
 def median(runs: list[dict[str, float]], key: str) -> float:
     values = [r[key] for r in runs if key in r]
     return round(statistics.median(values), 3) if values else float("nan")
@@ -216,6 +337,9 @@ def main(argv: list[str] | None = None) -> None:
     reexec_with_openblas("bench.realtime", argv)  # as the gateway preloads it into workers
     args = parse_args(argv)
     samples = fox_16k()
+    if args.vad:
+        vad_main(args, samples)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         whisper, lm, tts = models(args, workdir)

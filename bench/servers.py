@@ -111,6 +111,7 @@ def launch_gateway(
     server: dict[str, Any] | None = None,
     name: str = "mlx-gateway",
     files: str = "gateway",
+    realtime: dict[str, Any] | None = None,
 ) -> Server:
     """``mlx-gateway launch --config …`` (the real command) with these model entries
     and server keys, on a free port, its config and log in ``workdir`` as
@@ -120,6 +121,8 @@ def launch_gateway(
         "server": {"port": port, "log_level": "warning", "shutdown_grace": 2, **(server or {})},
         "models": models,
     }
+    if realtime is not None:
+        config["realtime"] = realtime
     path = workdir / f"{files}.yaml"
     path.write_text(yaml.safe_dump(config))
     command = Path(sys.executable).with_name("mlx-gateway")

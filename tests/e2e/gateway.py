@@ -32,12 +32,16 @@ class Gateway:
         tmp: Path,
         models: list[dict[str, Any]],
         env: dict[str, str] | None = None,
+        realtime: dict[str, Any] | None = None,
         **server: Any,
     ) -> None:
         self.port = free_port()
         self.config_path = tmp / "config.yaml"
         server = {"port": self.port, "shutdown_grace": 2, "log_level": "info", **server}
-        self.config_path.write_text(yaml.safe_dump({"server": server, "models": models}))
+        config: dict[str, Any] = {"server": server, "models": models}
+        if realtime is not None:
+            config["realtime"] = realtime
+        self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = tmp / "gateway.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(

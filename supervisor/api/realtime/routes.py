@@ -89,7 +89,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     speakers = [h for h in handles if kind_of(h) in SPEECH_KINDS]
     tts = registry.resolve(chosen.speech_model) if chosen.speech_model else None
     tts = tts or (speakers[0] if speakers else None)
-    settings = Settings(voice=chosen.voice)
+    settings = Settings(voice=chosen.voice, early_transcription=chosen.early_transcription)
     if tts is None:
         settings.modalities = ["text"]
     if intent == "transcription":

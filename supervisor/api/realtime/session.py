@@ -25,6 +25,7 @@ from typing import Any
 from starlette.websockets import WebSocket
 
 from mlx_gateway.supervisor.api.realtime import settings as fields
+from mlx_gateway.supervisor.api.realtime.audio import AudioFormat
 from mlx_gateway.supervisor.api.realtime.conversation import (
     Conversation,
     Item,
@@ -32,13 +33,19 @@ from mlx_gateway.supervisor.api.realtime.conversation import (
     new_id,
     parse_item,
 )
-from mlx_gateway.supervisor.api.realtime.hearing import InputBuffer, pending, transcribe
+from mlx_gateway.supervisor.api.realtime.hearing import (
+    EarlyTranscription,
+    InputBuffer,
+    Listening,
+    pending,
+    transcribe,
+)
 from mlx_gateway.supervisor.api.realtime.latency import TurnClock
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
 from mlx_gateway.supervisor.api.realtime.response import Plan, ResponseRun
-from mlx_gateway.supervisor.api.realtime.settings import Settings
+from mlx_gateway.supervisor.api.realtime.settings import Settings, Transcription
 from mlx_gateway.supervisor.api.realtime.truncate import truncate_audio
-from mlx_gateway.supervisor.api.realtime.vad import SpeechStarted
+from mlx_gateway.supervisor.api.realtime.vad import SpeechPaused, SpeechResumed, SpeechStarted
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -68,6 +75,7 @@ class RealtimeSession:
         self._response_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._speech_item: str | None = None
+        self._early = EarlyTranscription(self.id)
         self._turn = TurnClock()
         """The end of the last audio turn, for the response that answers it."""
 
@@ -156,6 +164,7 @@ class RealtimeSession:
         if new.transcription is not None and new.transcription.model:
             self.models.whisper(new.transcription.model)  # 404 before anything changes
         self.settings = new
+        self._early.drop("session updated")
         self.buffer.configure(new.input_format, new.turn_detection)
         kind = "transcription_session.updated" if transcription_event else "session.updated"
         await self.out.send(kind, session=fields.rendered(new, self.id, self.beta))
@@ -175,6 +184,10 @@ class RealtimeSession:
         for vad_event in self.buffer.append(data):
             if isinstance(vad_event, SpeechStarted):
                 await self._speech_started(vad_event.audio_start_ms)
+            elif isinstance(vad_event, SpeechPaused):
+                self._transcribe_early(vad_event.audio_end_ms)
+            elif isinstance(vad_event, SpeechResumed):
+                self._early.drop("the speech went on")
             else:
                 item_id = self._speech_item or new_id("item")
                 self._speech_item = None
@@ -189,6 +202,14 @@ class RealtimeSession:
                 vad = self.settings.turn_detection
                 if vad is not None and vad.create_response and self.settings.kind == "realtime":
                     await self._start_response(self._plan({}))
+
+    def _transcribe_early(self, end_ms: int) -> None:
+        """The turn may end at ``end_ms``: start transcribing what it would commit."""
+        if not self.settings.early_transcription or self._speech_item is None:
+            return
+        with contextlib.suppress(GatewayError):  # no whisper model: the commit says so
+            hearing = self._hearing()
+            self._early.start(self._speech_item, *hearing, self.buffer.peek(end_ms))
 
     async def _speech_started(self, audio_start_ms: int) -> None:
         self.buffer.drop_before(audio_start_ms)
@@ -211,6 +232,7 @@ class RealtimeSession:
 
     async def _commit_buffer(self, item_id: str, end_ms: int | None) -> None:
         audio = self.buffer.take(end_ms)
+        early = self._early.run and self._early.take(item_id, audio, *self._hearing())
         item = Item(item_id, "message", role="user")
         item.content = [{"type": "input_audio", "transcript": None}]
         item.audio = audio
@@ -219,32 +241,34 @@ class RealtimeSession:
         await self.out.send(
             "input_audio_buffer.committed", previous_item_id=previous, item_id=item.id
         )
-        await self._item_added(item, previous)
+        await self._item_added(item, previous, early)
 
     async def _clear(self, event: dict[str, Any]) -> None:
         self.buffer.clear()
+        self._early.drop("buffer cleared")
         self._speech_item = None
         await self.out.send("input_audio_buffer.cleared")
 
     # ------------------------------------------------------------ the conversation
 
-    async def _item_added(self, item: Item, previous: str | None) -> None:
+    def _hearing(self) -> tuple[ModelHandle, AudioFormat, Transcription | None]:
+        """What the user's audio is transcribed by: the whisper model, the audio's
+        format, the session's transcription settings."""
+        s = self.settings
+        model = s.transcription.model if s.transcription else None
+        return self.models.whisper(model), s.input_format, s.transcription
+
+    async def _item_added(
+        self, item: Item, previous: str | None, early: Listening | None = None
+    ) -> None:
         rendered = item.rendered(self.beta)
         await self.out.send("conversation.item.added", previous_item_id=previous, item=rendered)
         if item.audio:
             settings = self.settings
             report = settings.transcription is not None or settings.kind == "transcription"
-            model = settings.transcription.model if settings.transcription else None
-            self._spawn(
-                transcribe(
-                    self.out,
-                    self.models.whisper(model),
-                    item,
-                    settings.input_format,
-                    settings.transcription,
-                    report,
-                )
-            )
+            run = early or Listening(*self._hearing(), item.audio)
+            task = self._spawn(transcribe(self.out, item, run, report))
+            task.add_done_callback(lambda _: run.cancel())  # even if it never started
         else:
             await self.out.send("conversation.item.done", item=rendered)
 
@@ -415,6 +439,7 @@ class RealtimeSession:
         """The client left: stop everything it started (the workers' requests are
         cancelled as their calls close)."""
         self.out.closed = True
+        self._early.drop("session closed")
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -49,6 +49,9 @@ class Settings:
     temperature: float | None = None
     max_output_tokens: int | None = None
     """``None``: ``inf``, the model's own limit."""
+    early_transcription: bool = True
+    """The gateway's ``realtime.early_transcription`` (no field of the API): with
+    server_vad, a turn's transcription starts at the first silence after its speech."""
 
 
 def _get(data: dict[str, Any], key: str, kind: type | tuple[type, ...], param: str) -> Any:

@@ -7,6 +7,11 @@ describes: speech starts at the first window whose probability reaches
 ``threshold`` (reported ``prefix_padding_ms`` earlier, the audio kept before it),
 and stops once the probability stayed below ``threshold - 0.15`` (Silero's
 recommended hysteresis) for ``silence_duration_ms``.
+
+In between, the first silent window says the speech *may* have ended there
+(:class:`SpeechPaused`) and the next speech window that it did not
+(:class:`SpeechResumed`): what the session's early transcription starts and drops
+on. Neither is an event of the API.
 """
 
 from __future__ import annotations
@@ -45,6 +50,22 @@ class SpeechStopped:
     audio_end_ms: int
 
 
+@dataclass(frozen=True)
+class SpeechPaused:
+    """Silence after speech: the turn ends at ``audio_end_ms`` (the
+    :class:`SpeechStopped` to come) unless a :class:`SpeechResumed` comes first."""
+
+    audio_end_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechResumed:
+    """Speech again after a :class:`SpeechPaused`, before the turn ended."""
+
+
+VadEvent = SpeechStarted | SpeechStopped | SpeechPaused | SpeechResumed
+
+
 def load_detector() -> Any:
     """A fresh Silero detector (its state is per stream)."""
     try:
@@ -73,9 +94,9 @@ class ServerVad:
         self._silence_ms = 0
         self._last_speech_ms = 0
 
-    def feed(self, data: bytes) -> list[SpeechStarted | SpeechStopped]:
+    def feed(self, data: bytes) -> list[VadEvent]:
         self._pending.extend(self._resample.feed(data))
-        events: list[SpeechStarted | SpeechStopped] = []
+        events: list[VadEvent] = []
         settings = self.settings
         while len(self._pending) >= WINDOW:
             window, self._pending = self._pending[:WINDOW], self._pending[WINDOW:]
@@ -88,9 +109,13 @@ class ServerVad:
                     self._last_speech_ms = self._ms
                     events.append(SpeechStarted(max(0, start - settings.prefix_padding_ms)))
             elif probability >= settings.threshold - HYSTERESIS:
+                if self._silence_ms:
+                    events.append(SpeechResumed())
                 self._silence_ms = 0
                 self._last_speech_ms = self._ms
             else:
+                if not self._silence_ms:
+                    events.append(SpeechPaused(self._last_speech_ms))
                 self._silence_ms += WINDOW_MS
                 if self._silence_ms >= settings.silence_duration_ms:
                     self.speaking = False

@@ -30,6 +30,14 @@ def test_left_out_the_section_chooses_nothing(tmp_path: Path) -> None:
     assert (realtime.transcription_model, realtime.speech_model, realtime.voice) == (None,) * 3
 
 
+def test_early_transcription_is_on_unless_turned_off(tmp_path: Path) -> None:
+    assert load(tmp_path, "").realtime.early_transcription is True  # type: ignore[attr-defined]
+    section = "realtime: {early_transcription: false}\n"
+    assert load(tmp_path, section).realtime.early_transcription is False  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="early_transcription"):
+        load(tmp_path, "realtime: {early_transcription: soon}\n")
+
+
 def test_it_names_a_whisper_and_a_tts_entry(tmp_path: Path) -> None:
     section = "realtime: {transcription_model: whisper, speech_model: tts-1, voice: af_heart}\n"
     realtime = load(tmp_path, section).realtime  # type: ignore[attr-defined]
