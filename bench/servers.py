@@ -112,11 +112,12 @@ def launch_gateway(
     name: str = "mlx-gateway",
     files: str = "gateway",
     realtime: dict[str, Any] | None = None,
+    port: int | None = None,
 ) -> Server:
     """``mlx-gateway launch --config …`` (the real command) with these model entries
     and server keys, on a free port, its config and log in ``workdir`` as
     ``<files>.yaml`` and ``<files>.log``; returned once ``/health`` answers."""
-    port = free_port()
+    port = port or free_port()
     config = {
         "server": {"port": port, "log_level": "warning", "shutdown_grace": 2, **(server or {})},
         "models": models,

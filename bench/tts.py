@@ -3,6 +3,8 @@
     uv run python -m bench.tts                      # the tiny random Soprano
     uv run python -m bench.tts --runs 5 --sentences 8 --tokens 80
     uv run python -m bench.tts --model mlx-community/Kokoro-82M-bf16 --tokens 0
+    uv run python -m bench.tts --sentences 1 --tokens 1000   # one long generation
+    uv run python -m bench.tts --generate split_pattern=' ' --tokens 300
 
 Both sides synthesize the same text on the same model (by default the tests' tiny
 random Soprano, 32 kHz, whose sentences each run to ``--tokens`` tokens of 64 ms):
@@ -35,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from .servers import launch_gateway, reexec_with_openblas, wait_model_ready
+from .servers import launch_gateway, reexec_with_openblas, wait_model_ready, yaml_pairs
 
 SERVED = "bench-tts"
 WORDS = (
@@ -50,6 +52,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=40, help="max_tokens per sentence (0: off)")
     parser.add_argument("--sentences", type=int, default=4)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--generate",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another keyword of the model's generate, on both sides (YAML value)",
+    )
+    parser.add_argument("--port", type=int, help="the gateway's port (default: a free one)")
     parser.add_argument("--json", help="write the figures to this file")
     return parser.parse_args(argv)
 
@@ -58,17 +68,17 @@ def text_of(sentences: int) -> str:
     return " ".join(f"Sentence {i + 1}: {WORDS}." for i in range(sentences))
 
 
-def generate_kwargs(tokens: int) -> dict[str, Any]:
-    return {"max_tokens": tokens} if tokens else {}
+def generate_kwargs(tokens: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**({"max_tokens": tokens} if tokens else {}), **(extra or {})}
 
 
 class InProcess:
-    def __init__(self, model_path: str, tokens: int) -> None:
+    def __init__(self, model_path: str, kwargs: dict[str, Any]) -> None:
         from mlx_audio.tts.utils import load_model
 
         path = Path(model_path)
         self.model = load_model(path if path.exists() else model_path)  # type: ignore[arg-type]
-        self.kwargs = generate_kwargs(tokens)
+        self.kwargs = kwargs
 
     def run(self, text: str) -> tuple[float, float, float]:
         """(wall seconds, audio seconds, CPU seconds) of one synthesis."""
@@ -86,7 +96,13 @@ class InProcess:
 
 
 class Gateway:
-    def __init__(self, workdir: Path, model_path: str, tokens: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        model_path: str,
+        kwargs: dict[str, Any],
+        port: int | None = None,
+    ) -> None:
         entry: dict[str, Any] = {
             "served_model_name": SERVED,
             "model_path": model_path,
@@ -95,9 +111,9 @@ class Gateway:
             "idle_timeout": 0,
             "max_input_chars": 100_000,
         }
-        if tokens:
-            entry["generate_kwargs"] = generate_kwargs(tokens)
-        self.server = launch_gateway(workdir, [entry], name="the gateway")
+        if kwargs:
+            entry["generate_kwargs"] = kwargs
+        self.server = launch_gateway(workdir, [entry], name="the gateway", port=port)
         self.port = self.server.port
         wait_model_ready(self.server, SERVED, 300)
 
@@ -141,8 +157,9 @@ def main(argv: list[str] | None = None) -> None:
             from tests.fixtures.tiny_soprano import build_tiny_soprano
 
             model = str(build_tiny_soprano(workdir / "tiny-soprano"))
-        inprocess = InProcess(model, args.tokens)
-        gateway = Gateway(workdir, model, args.tokens)
+        kwargs = generate_kwargs(args.tokens, yaml_pairs(args.generate, "--generate"))
+        inprocess = InProcess(model, kwargs)
+        gateway = Gateway(workdir, model, kwargs, args.port)
         try:
             inprocess.run(text)  # warm-up: compiled kernels, caches
             gateway.run(text)
@@ -161,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     figures = {
         "model": args.model or "tiny random Soprano (tests/fixtures/tiny_soprano.py)",
         "tokens_per_sentence": args.tokens,
+        "generate": args.generate,
         "sentences": args.sentences,
         "characters": len(text),
         "runs": args.runs,

@@ -4,7 +4,9 @@ sequence, every response format decoded by PyAV, voices, cancels and turn-taking
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -117,6 +119,53 @@ def test_reply_sequence_started_chunks_done(tts) -> None:
     assert done.usage.prompt_tokens == len(THREE)
     assert done.usage.completion_tokens == round(3 * SENTENCE_SECONDS * 1000)
     assert backend.counts() == (0, 0)
+
+
+LONG = 40
+"""Tokens of a long sentence: 2.56 s of audio, more than two of the worker's
+streaming intervals (``STREAMING_INTERVAL``, for models that stream)."""
+
+
+class DecoderCalls:
+    """Soprano's own decoder, run as it is, with the frames (hidden states, one per
+    token) of each call written down."""
+
+    def __init__(self, decoder: Callable[..., Any]) -> None:
+        self.decoder = decoder
+        self.frames: list[int] = []
+
+    def __call__(self, hidden_states: Any, *args: Any, **kwargs: Any) -> Any:
+        self.frames.append(int(hidden_states.shape[1]))
+        return self.decoder(hidden_states, *args, **kwargs)
+
+
+def test_long_sentences_are_decoded_once_each_as_in_process(tiny_soprano_path: Path) -> None:
+    """The worker decodes what mlx-audio in process decodes, no more: one decoder
+    call per sentence over that sentence's frames, never the audio so far again at
+    each chunk (work that grows with the square of the length)."""
+    import mlx.core as mx
+
+    backend, replies = make_backend(tiny_soprano_path, generate_kwargs={"max_tokens": LONG})
+    model = backend.model
+    calls = DecoderCalls(model.decoder)
+    model.decoder = calls  # this test's own model (make_backend loads one)
+    text = f"{ONE} It was a sunny day."
+    backend.submit(Synthesize(request_id="long", input=text, response_format="pcm"), [])
+    run(backend)
+    worker = list(calls.frames)
+    calls.frames.clear()
+    for piece in split_text(text):  # the worker's sentences, one generate each
+        for result in model.generate(text=piece, max_tokens=LONG, verbose=False):
+            mx.eval(result.audio)
+    # each sentence: the prompt's last hidden state and LONG tokens, decoded once
+    assert worker == calls.frames == [LONG + 1, LONG + 1]
+    chunks = [r for r, _ in of(replies, "long") if isinstance(r, SpeechChunk)]
+    assert [c.seconds for c in chunks[:-1]] == [
+        pytest.approx(LONG * TOKEN_SAMPLES / SAMPLE_RATE)
+    ] * 2
+    assert len(audio_of(of(replies, "long"))) / 2 / 24_000 == pytest.approx(
+        2 * LONG * TOKEN_SAMPLES / SAMPLE_RATE, abs=0.01
+    )
 
 
 @pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
