@@ -29,12 +29,15 @@ from mlx_gateway.supervisor.engine.kinds import (
     kind_of,
     require_kind,
 )
-from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 log = logging.getLogger("mlx_gateway.realtime")
 
 ENDPOINT = "/v1/realtime"
+OPENAI_TRANSCRIBERS = ("gpt-4o-mini-transcribe", "gpt-4o-transcribe", "whisper-1")
+"""OpenAI's transcription models, which clients name by default (the Agents SDK's
+``RealtimeAgent``: gpt-4o-mini-transcribe): a whisper entry's aliases serve them."""
 SUBPROTOCOL = "realtime"
 """What a browser offers beside its key (``openai-insecure-api-key.…``)."""
 
@@ -74,7 +77,10 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     def whisper(model: str | None) -> ModelHandle:
         model = model or chosen.transcription_model
         if model:
-            handle = registry.resolve(model)
+            try:
+                handle = registry.resolve(model)
+            except ModelNotFound:
+                raise _unserved(model, handles) from None
             require_kind(handle, TRANSCRIPTION_KINDS, f"{ENDPOINT} transcription")
             return handle
         found = [h for h in handles if kind_of(h) in TRANSCRIPTION_KINDS]
@@ -105,3 +111,20 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     require_kind(lm, CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
     return settings, Models(lm, whisper, tts)
+
+
+def _unserved(model: str, handles: list[ModelHandle]) -> GatewayError:
+    """An unknown transcription model: which whisper models are served, and the alias
+    that would serve it."""
+    found = [h.name for h in handles if kind_of(h) in TRANSCRIPTION_KINDS]
+    served = f"whisper models served: {', '.join(found)}" if found else "no whisper model"
+    names = OPENAI_TRANSCRIBERS if model in OPENAI_TRANSCRIBERS else (model,)
+    return GatewayError(
+        f"The transcription model '{model}' is not served by this gateway ({served}). "
+        f"Name one of them, or add '{model}' to a whisper entry's aliases "
+        f"(aliases: [{', '.join(names)}]).",
+        status=404,
+        type="invalid_request_error",
+        param="model",
+        code="model_not_found",
+    )

@@ -162,7 +162,12 @@ class RealtimeSession:
                 code="invalid_event",
             )
         if new.transcription is not None and new.transcription.model:
-            self.models.whisper(new.transcription.model)  # 404 before anything changes
+            try:
+                self.models.whisper(new.transcription.model)  # 404 before anything changes
+            except GatewayError as exc:
+                flat = "session.input_audio_transcription"
+                exc.param = f"{flat if self.beta else 'session.audio.input.transcription'}.model"
+                raise
         self.settings = new
         self._early.drop("session updated")
         self.buffer.configure(new.input_format, new.turn_detection)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_gateway.supervisor.api.realtime.audio import PCM16, AudioFormat, parse_format
-from mlx_gateway.supervisor.api.realtime.vad import TurnDetection
+from mlx_gateway.supervisor.api.realtime.vad import EAGERNESS_SILENCE_MS, TurnDetection
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.errors import BadRequest
 
@@ -51,7 +51,8 @@ class Settings:
     """``None``: ``inf``, the model's own limit."""
     early_transcription: bool = True
     """The gateway's ``realtime.early_transcription`` (no field of the API): with
-    server_vad, a turn's transcription starts at the first silence after its speech."""
+    server_vad or semantic_vad, a turn's transcription starts at the first silence
+    after its speech."""
 
 
 def _get(data: dict[str, Any], key: str, kind: type | tuple[type, ...], param: str) -> Any:
@@ -74,13 +75,18 @@ def turn_detection(value: Any, param: str) -> TurnDetection | None:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid type for '{param}'.", param=param, code="invalid_type")
     kind = value.get("type", "server_vad")
-    if kind != "server_vad":
+    if kind not in ("server_vad", "semantic_vad"):
         raise BadRequest(
             f"Invalid value for '{param}.type': {kind!r}. This server offers 'server_vad' "
-            "(or null: no turn detection).",
+            "and 'semantic_vad' (or null: no turn detection).",
             param=f"{param}.type",
             code="invalid_value",
         )
+    flags = {
+        k: _get(value, k, bool, f"{param}.{k}") for k in ("create_response", "interrupt_response")
+    }
+    if kind == "semantic_vad":
+        return _semantic(value, param, flags)
     base = TurnDetection()
     threshold = _get(value, "threshold", (int, float), f"{param}.threshold")
     if threshold is not None and not 0 <= threshold <= 1:
@@ -93,15 +99,32 @@ def turn_detection(value: Any, param: str) -> TurnDetection | None:
         if number is not None and not 0 <= number <= 10_000:
             raise BadRequest(f"'{param}.{key}' must be 0 to 10000.", param=f"{param}.{key}")
         ms[key] = number
-    flags = {
-        k: _get(value, k, bool, f"{param}.{k}") for k in ("create_response", "interrupt_response")
-    }
     return TurnDetection(
         threshold=base.threshold if threshold is None else float(threshold),
         prefix_padding_ms=_or(ms["prefix_padding_ms"], base.prefix_padding_ms),
         silence_duration_ms=_or(ms["silence_duration_ms"], base.silence_duration_ms),
         create_response=_or(flags["create_response"], True),
         interrupt_response=_or(flags["interrupt_response"], True),
+    )
+
+
+def _semantic(value: dict[str, Any], param: str, flags: dict[str, Any]) -> TurnDetection:
+    """``semantic_vad``: the server VAD, its silence chosen by ``eagerness``."""
+    eagerness = _get(value, "eagerness", str, f"{param}.eagerness") or "auto"
+    if eagerness not in EAGERNESS_SILENCE_MS:
+        allowed = ", ".join(repr(e) for e in EAGERNESS_SILENCE_MS)
+        raise BadRequest(
+            f"Invalid value for '{param}.eagerness': {eagerness!r}. Supported values are: "
+            f"{allowed}.",
+            param=f"{param}.eagerness",
+            code="invalid_value",
+        )
+    return TurnDetection(
+        silence_duration_ms=EAGERNESS_SILENCE_MS[eagerness],
+        create_response=_or(flags["create_response"], True),
+        interrupt_response=_or(flags["interrupt_response"], True),
+        type="semantic_vad",
+        eagerness=eagerness,
     )
 
 
@@ -295,8 +318,20 @@ def _tools(settings: Settings) -> list[dict[str, Any]]:
 
 
 def _vad(settings: Settings) -> dict[str, Any] | None:
+    """The turn detection as the client set it (``semantic_vad`` with its eagerness)."""
     vad = settings.turn_detection
-    return None if vad is None else {"type": "server_vad", **dataclasses.asdict(vad)}
+    if vad is None:
+        return None
+    flags = {"create_response": vad.create_response, "interrupt_response": vad.interrupt_response}
+    if vad.type == "semantic_vad":
+        return {"type": "semantic_vad", "eagerness": vad.eagerness, **flags}
+    return {
+        "type": "server_vad",
+        "threshold": vad.threshold,
+        "prefix_padding_ms": vad.prefix_padding_ms,
+        "silence_duration_ms": vad.silence_duration_ms,
+        **flags,
+    }
 
 
 def _transcription(settings: Settings) -> dict[str, Any] | None:

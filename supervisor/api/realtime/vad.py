@@ -8,6 +8,10 @@ describes: speech starts at the first window whose probability reaches
 and stops once the probability stayed below ``threshold - 0.15`` (Silero's
 recommended hysteresis) for ``silence_duration_ms``.
 
+``semantic_vad`` is served by the same VAD: no model of the end of an utterance
+runs here, its ``eagerness`` picks the silence that ends the turn
+(:data:`EAGERNESS_SILENCE_MS`).
+
 In between, the first silent window says the speech *may* have ended there
 (:class:`SpeechPaused`) and the next speech window that it did not
 (:class:`SpeechResumed`): what the session's early transcription starts and drops
@@ -28,16 +32,25 @@ WINDOW = 512
 WINDOW_MS = WINDOW * 1000 // To16k.RATE
 HYSTERESIS = 0.15
 
+EAGERNESS_SILENCE_MS = {"low": 1500, "medium": 800, "high": 500, "auto": 800}
+"""``semantic_vad``'s ``eagerness`` as the silence (ms) that ends a turn. OpenAI's
+low waits longer for the user to go on, high ends turns sooner, auto is medium;
+its semantic model decides sooner than its timeouts (8, 4 and 2 s) where the words
+sound finished. high is server_vad's 500 ms, low three times that."""
+
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """A session's ``turn_detection`` of type ``server_vad``."""
+    """A session's ``turn_detection``: ``server_vad``, or ``semantic_vad`` (its
+    ``eagerness`` set, ``silence_duration_ms`` from it)."""
 
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
     create_response: bool = True
     interrupt_response: bool = True
+    type: str = "server_vad"
+    eagerness: str | None = None
 
 
 @dataclass(frozen=True)
