@@ -32,6 +32,11 @@ from .gateway import Gateway, wait_until
 pytestmark = pytest.mark.slow
 
 ASR, LM, TTS = "whisper-tiny.en", "tiny-lm", "tiny-tts"
+OPENAI_NAMES = {
+    ASR: ["gpt-4o-mini-transcribe", "gpt-4o-transcribe", "whisper-1"],
+    LM: ["gpt-realtime"],
+}
+"""Aliases of the module's gateway: the names OpenAI's clients send by default."""
 KEY = "sk-realtime-test"
 TIMEOUT = 180
 TTS_TOKENS = 6
@@ -72,6 +77,8 @@ def gateway(
     lm = build_tiny_lm(tmp_path_factory.mktemp("endless-lm"), context_length=32768, eos_weight=-8.0)
     models = voice_models(tiny_en_path, lm, tiny_soprano_path, max_tokens=TTS_TOKENS)
     models[1]["tool_call_parser"] = "hermes"
+    for entry in models[:2]:
+        entry["aliases"] = OPENAI_NAMES[entry["served_model_name"]]
     gw = Gateway(tmp_path_factory.mktemp("realtime"), models, api_keys=[KEY])
     yield gw
     gw.stop()

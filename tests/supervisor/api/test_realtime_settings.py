@@ -1,13 +1,16 @@
 """``turn_detection`` in ``session.update``: ``semantic_vad`` is accepted (the
 Agents SDK's default), served by the server VAD with the silence its ``eagerness``
-picks, and echoed as the client set it; an unknown eagerness changes nothing."""
+picks, and echoed as the client set it; an unknown eagerness changes nothing. An
+unserved transcription model's error names the whisper models and the aliases."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from mlx_gateway.supervisor.api.realtime.routes import _unserved
 from mlx_gateway.supervisor.api.realtime.settings import Settings, rendered, updated
 from mlx_gateway.supervisor.api.realtime.vad import EAGERNESS_SILENCE_MS, TurnDetection
 from mlx_gateway.supervisor.errors import BadRequest
@@ -83,3 +86,16 @@ def test_an_unknown_type_is_refused_naming_both() -> None:
         updated(Settings(), {"turn_detection": {"type": "push_to_talk"}}, beta=True)
     assert refused.value.param == "session.turn_detection.type"
     assert "'server_vad' and 'semantic_vad'" in refused.value.message
+
+
+def test_an_unserved_transcription_model_names_the_whisper_models_and_aliases() -> None:
+    handles: Any = [
+        SimpleNamespace(name=name, config=SimpleNamespace(model_type=kind))
+        for name, kind in (("tiny-lm", "lm"), ("whisper-turbo", "whisper"), ("kokoro", "tts"))
+    ]
+    error = _unserved("gpt-4o-mini-transcribe", handles)
+    assert (error.status, error.code) == (404, "model_not_found")
+    assert "whisper models served: whisper-turbo)" in error.message
+    assert "aliases: [gpt-4o-mini-transcribe, gpt-4o-transcribe, whisper-1]" in error.message
+    assert "aliases: [my-asr]" in _unserved("my-asr", handles[:1]).message
+    assert "no whisper model" in _unserved("my-asr", handles[:1]).message
