@@ -6,8 +6,8 @@ may name another) and its answers spoken by ``speech_model`` (a tts entry) with
 ``voice`` unless the session names one. Left out: the first whisper and the first
 tts entry of ``models:``, and the tts entry's own default voice.
 
-``early_transcription`` (on unless ``false``): with server_vad, a turn's
-transcription starts at the first silence after its speech, not once
+``early_transcription`` (on unless ``false``): with server_vad or semantic_vad, a
+turn's transcription starts at the first silence after its speech, not once
 ``silence_duration_ms`` passed and the turn is committed (dropped, and the whisper
 worker's request cancelled, when the speech goes on).
 """

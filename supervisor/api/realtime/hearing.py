@@ -197,7 +197,7 @@ class Listening:
 
 
 class EarlyTranscription:
-    """A session's turn transcribed before it ends (server_vad and the gateway's
+    """A session's turn transcribed before it ends (a VAD and the gateway's
     ``realtime.early_transcription``): started at the VAD's first silent window on
     the audio the commit will take if the turn ends there, so that the commit finds
     it running or done. The commit adopts it when it takes exactly that audio to be

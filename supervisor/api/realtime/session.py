@@ -6,9 +6,10 @@ on. Work that takes time runs beside the event loop, so that audio keeps being
 read while a response is written: the transcription of each committed turn, and
 at most one response at a time.
 
-Barge-in: with ``server_vad`` (``interrupt_response``), speech that starts while a
-response runs cancels it (the lm and the tts worker stop at their next step) and
-its assistant item is truncated to the audio the client can have played.
+Barge-in: with ``server_vad`` or ``semantic_vad`` (``interrupt_response``), speech
+that starts while a response runs cancels it (the lm and the tts worker stop at
+their next step) and its assistant item is truncated to the audio the client can
+have played.
 """
 
 from __future__ import annotations
