@@ -324,20 +324,23 @@ async def test_stuck_step_is_killed_and_its_requests_end_with_a_clear_error() ->
                 assert f"model '{MODELS[0]}'" in message and "stuck" in message, message
                 assert "decode of" in message and "step_timeout" in message, message
             assert ended < 12, ended  # the limit (2 s) + a heartbeat + a check, with slack
-            # A plain answer whose padding already went out is left unfinished (see
-            # reply/answer.py: clients read it as a broken connection and retry);
-            # one still before its headers gets the 503 body.
-            try:
-                answer = await asyncio.wait_for(plain, 10)
-            except httpx.RemoteProtocolError:
-                pass
+            # A plain answer whose 200 already went out (it waited stream_keepalive
+            # seconds) is computed again on the model's next worker (see
+            # reply/answer.py) and arrives whole; one still before its headers gets
+            # the 503 body.
+            answer = await asyncio.wait_for(plain, 20)
+            if answer.status_code == 200:
+                content = answer.json()["choices"][0]["message"]["content"]
+                assert content == "w " * 50, answer.text
             else:
                 assert answer.status_code == 503, answer.text
                 assert "stuck" in answer.json()["error"]["message"], answer.text
             line = (await asyncio.wait_for(ollama, 10)).text.strip().splitlines()[-1]
             assert "stuck" in json.loads(line)["error"], line
             status = (await http.get(f"/v1/models/{MODELS[0]}")).json()
-            assert status["stalls"] == 1 and "stuck" in status["error"], status
+            assert status["stalls"] == 1, status
+            if answer.status_code != 200:  # (a re-run started the model again: no error)
+                assert "stuck" in status["error"], status
             again = await stream_chat(http, MODELS[0], "back again")
             assert answered(again, "back again")
             assert victim.pid != pid and victim.crashes == 1
