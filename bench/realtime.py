@@ -37,12 +37,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -183,24 +185,7 @@ class Gateway:
 
     async def turn(self, audio: bytes, lm_tokens: int) -> dict[str, float]:
         """Seconds from the commit to the first audio delta, and the gateway's marks."""
-        import openai
-
-        client = openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{self.server.port}/v1", api_key="x", max_retries=0
-        )
-        async with client.realtime.connect(model=LM) as conn:
-            await conn.session.update(
-                session={
-                    "type": "realtime",
-                    "instructions": INSTRUCTIONS,
-                    "output_modalities": ["audio"],
-                    "max_output_tokens": lm_tokens,
-                    "audio": {
-                        "input": {"transcription": {"model": ASR}, "turn_detection": None},
-                        "output": {"format": {"type": "audio/pcm", "rate": 24000}},
-                    },
-                }
-            )
+        async with self.connect(lm_tokens, None) as conn:
             for i in range(0, len(audio), 9600):
                 chunk = base64.b64encode(audio[i : i + 9600]).decode()
                 await conn.input_audio_buffer.append(audio=chunk)
@@ -223,25 +208,8 @@ class Gateway:
     async def vad_turn(self, audio: bytes, lm_tokens: int, silence_ms: int) -> dict[str, float]:
         """Seconds from the end of the speech to the first audio delta (server_vad,
         the audio streamed at the pace of speech), and the gateway's marks."""
-        import openai
-
-        client = openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{self.server.port}/v1", api_key="x", max_retries=0
-        )
-        async with client.realtime.connect(model=LM) as conn:
-            vad = {"type": "server_vad", "silence_duration_ms": silence_ms}
-            await conn.session.update(
-                session={
-                    "type": "realtime",
-                    "instructions": INSTRUCTIONS,
-                    "output_modalities": ["audio"],
-                    "max_output_tokens": lm_tokens,
-                    "audio": {
-                        "input": {"transcription": {"model": ASR}, "turn_detection": vad},
-                        "output": {"format": {"type": "audio/pcm", "rate": 24000}},
-                    },
-                }
-            )
+        vad = {"type": "server_vad", "silence_duration_ms": silence_ms}
+        async with self.connect(lm_tokens, vad) as conn:
             start = time.perf_counter()
 
             async def speak() -> None:
@@ -268,6 +236,35 @@ class Gateway:
             finally:
                 speaking.cancel()
         return {"first_audio": first, **self.marks(response)}
+
+    @contextlib.asynccontextmanager
+    async def connect(
+        self, lm_tokens: int, turn_detection: dict[str, Any] | None
+    ) -> AsyncIterator[Any]:
+        """A realtime connection to the gateway, its session set for spoken answers
+        (pcm16 out) with ``turn_detection``."""
+        import openai
+
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{self.server.port}/v1", api_key="x", max_retries=0
+        )
+        async with client.realtime.connect(model=LM) as conn:
+            await conn.session.update(
+                session={
+                    "type": "realtime",
+                    "instructions": INSTRUCTIONS,
+                    "output_modalities": ["audio"],
+                    "max_output_tokens": lm_tokens,
+                    "audio": {
+                        "input": {
+                            "transcription": {"model": ASR},
+                            "turn_detection": turn_detection,
+                        },
+                        "output": {"format": {"type": "audio/pcm", "rate": 24000}},
+                    },
+                }
+            )
+            yield conn
 
     def marks(self, response: str | None) -> dict[str, float]:
         """The stages of ``response`` from the gateway's ``realtime latency`` line."""
