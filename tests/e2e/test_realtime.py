@@ -373,6 +373,13 @@ async def test_response_cancel_stops_the_lm(gateway: Gateway) -> None:
     assert tokens < 16384
 
 
+def inflight(gateway: Gateway, model: str) -> int:
+    """The requests ``model`` has in flight, from ``/v1/models/{model}``."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    reply = httpx.get(f"{gateway.base_url}/v1/models/{model}", headers=headers, timeout=10)
+    return int(reply.raise_for_status().json().get("inflight", 0))
+
+
 def cancelled_lines(gateway: Gateway, what: str) -> list[str]:
     """The workers' log lines of cancelled requests (``generation …`` for the lm,
     ``speech …`` for the tts worker)."""

@@ -17,7 +17,6 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from .gateway import Gateway, wait_until
@@ -27,6 +26,7 @@ from .test_realtime import (
     append,
     cancelled_lines,
     fox,
+    inflight,
     sdk,
     types,
     until,
@@ -57,12 +57,6 @@ def gateway(
     gw = Gateway(tmp_path_factory.mktemp("realtime-barge-in"), models, api_keys=[KEY])
     yield gw
     gw.stop()
-
-
-def inflight(gateway: Gateway, model: str) -> int:
-    headers = {"Authorization": f"Bearer {KEY}"}
-    reply = httpx.get(f"{gateway.base_url}/v1/models/{model}", headers=headers, timeout=10)
-    return int(reply.raise_for_status().json().get("inflight", 0))
 
 
 def speaking_only(gateway: Gateway) -> bool:

@@ -20,11 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from .gateway import Gateway, wait_until
-from .test_realtime import ASR, KEY, append, fox, sdk, types, until
+from .test_realtime import ASR, KEY, append, fox, inflight, sdk, types, until
 
 pytestmark = pytest.mark.slow
 
@@ -54,12 +53,6 @@ def late_gateway(tiny_en_path: Path, tmp_path_factory: pytest.TempPathFactory) -
     )
     yield gw
     gw.stop()
-
-
-def whisper_inflight(gateway: Gateway) -> int:
-    headers = {"Authorization": f"Bearer {KEY}"}
-    reply = httpx.get(f"{gateway.base_url}/v1/models/{ASR}", headers=headers, timeout=10)
-    return int(reply.raise_for_status().json().get("inflight", 0))
 
 
 def early_lines(gateway: Gateway) -> list[str]:
@@ -95,7 +88,7 @@ async def two_turns(gateway: Gateway, wait_for_early: bool) -> list[Any]:
             # went to the worker behind the first turn's
             def sent() -> bool:
                 return len(re.findall("transcribed early", gateway.log())) >= 2 and (
-                    whisper_inflight(gateway) >= 2
+                    inflight(gateway, ASR) >= 2
                 )
 
             assert await asyncio.to_thread(wait_until, sent, 60), early_lines(gateway)
@@ -144,4 +137,4 @@ async def test_a_pause_inside_a_turn_cancels_its_early_transcription(
         wait_until, lambda: f"transcription {dropped} cancelled" in gateway.log(), 60
     ), early_lines(gateway)
     assert not any(f"transcription {r} cancelled" in gateway.log() for r in (kept_one, kept_two))
-    assert await asyncio.to_thread(wait_until, lambda: whisper_inflight(gateway) == 0, 60)
+    assert await asyncio.to_thread(wait_until, lambda: inflight(gateway, ASR) == 0, 60)
