@@ -4,7 +4,6 @@ that never stops early, the prompts, and each request's ``max_tokens``."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +17,12 @@ SERVED_NAME = "tiny"
 
 
 def build_model(out: Path) -> Path:
-    """The tests' tiny llama, with the EOS row of its output layer zeroed: EOS then
-    has logit 0, below the best of the other tokens, so greedy decoding never stops
+    """The tests' tiny llama (its default size and seed), with the EOS row of its
+    output layer zeroed (:func:`.speculative.build`): greedy decoding never stops
     before ``max_tokens`` and every setup generates the same number of tokens."""
-    import mlx.core as mx
+    from .speculative import build
 
-    from tests.fixtures.tiny_models import build_tiny_lm
-
-    build_tiny_lm(out)
-    eos = json.loads((out / "config.json").read_text())["eos_token_id"]
-    weights = mx.load(str(out / "model.safetensors"))
-    head = weights["lm_head.weight"]
-    weights["lm_head.weight"] = head * (mx.arange(head.shape[0]) != eos)[:, None]
-    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    return out
+    return build(out, hidden=64, layers=2, inert=0, seed=0)
 
 
 def messages_for(i: int, story: bool = False) -> list[dict[str, str]]:
