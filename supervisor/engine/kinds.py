@@ -30,12 +30,20 @@ def serves(handle: ModelHandle, surface: str) -> bool:
     return kind_serves(kind_of(handle), surface)
 
 
+OLLAMA_ROUTES = {kinds.CHAT: "/api/chat or /api/generate", kinds.EMBEDDINGS: "/api/embed"}
+"""Where Ollama's API serves a surface, named to a client of an ``/api/`` route."""
+
+
 def require_kind(handle: ModelHandle, kinds: tuple[str, ...], endpoint: str) -> None:
-    """Raise a 400 (param ``model``) unless ``handle``'s model is one of ``kinds``."""
+    """Raise a 400 (param ``model``) unless ``handle``'s model is one of ``kinds``;
+    it names the routes that serve the model (Ollama's to an Ollama client)."""
     kind = kind_of(handle)
     if kind in kinds:
         return
     where = KINDS[kind].endpoints if kind in KINDS else None
+    if endpoint.startswith("/api/"):
+        ollama = (route for surface, route in OLLAMA_ROUTES.items() if serves(handle, surface))
+        where = next(ollama, where)
     hint = f"; use {where} for it" if where else ""
     raise BadRequest(
         f"The model '{handle.name}' (model_type {handle.config.model_type}) cannot be "

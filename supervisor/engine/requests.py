@@ -19,6 +19,7 @@ from mlx_gateway.supervisor.engine.tools import (
     ResponseFormat,
     ToolChoiceMode,
 )
+from mlx_gateway.supervisor.errors import BadRequest
 
 # ---------------------------------------------------------------- value ranges
 
@@ -201,3 +202,19 @@ def messages_to_builtins(messages: list[Message]) -> list[dict[str, Any]]:
     """The parsed messages as plain dicts for :class:`~mlx_gateway.protocol.messages.Generate`
     (``role`` included, unset optional keys left out, content part lists kept)."""
     return msgspec.to_builtins(messages)
+
+
+def check_common(req: SamplingFields) -> None:
+    """Checks across fields, beyond what the schema types express."""
+    if isinstance(req, ChatCompletionRequest):
+        if req.top_logprobs is not None and not req.logprobs:
+            raise BadRequest(
+                "'top_logprobs' is only allowed when 'logprobs' is true.", param="top_logprobs"
+            )
+    elif req.n is not None and req.n != 1:
+        raise BadRequest("Only n=1 is supported.", param="n")
+    if req.stream_options is not None and not req.stream:
+        raise BadRequest(
+            "The 'stream_options' parameter is only allowed when 'stream' is true.",
+            param="stream_options",
+        )

@@ -8,7 +8,6 @@ from mlx_gateway.protocol.messages import SamplingParams
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, SamplingFields
-from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.model_files import sampling_defaults
 
 T = TypeVar("T")
@@ -36,22 +35,6 @@ def _first(*values: T | None, default: T) -> T:
         if value is not None:
             return value
     return default
-
-
-def check_common(req: SamplingFields) -> None:
-    """Checks across fields, beyond what the schema types express."""
-    if isinstance(req, ChatCompletionRequest):
-        if req.top_logprobs is not None and not req.logprobs:
-            raise BadRequest(
-                "'top_logprobs' is only allowed when 'logprobs' is true.", param="top_logprobs"
-            )
-    elif req.n is not None and req.n != 1:
-        raise BadRequest("Only n=1 is supported.", param="n")
-    if req.stream_options is not None and not req.stream:
-        raise BadRequest(
-            "The 'stream_options' parameter is only allowed when 'stream' is true.",
-            param="stream_options",
-        )
 
 
 def sampling_params(req: SamplingFields, defaults: ModelDefaults) -> SamplingParams:

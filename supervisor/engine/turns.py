@@ -41,7 +41,7 @@ from mlx_gateway.supervisor.engine.parsers.markers import StopScanner
 from mlx_gateway.supervisor.engine.parsers.reasoning import make_splitter, resolve_reasoning
 from mlx_gateway.supervisor.engine.parsers.tool_calls import ToolCallStream, ToolFormat
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
-from mlx_gateway.supervisor.errors import BadRequest, ContextLengthExceeded
+from mlx_gateway.supervisor.errors import ContextLengthExceeded
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 CONSTRAINED_KINDS = kinds_serving(CONSTRAINED)
@@ -56,6 +56,9 @@ class TurnRequest:
 
     messages: list[dict[str, Any]]
     sampling: SamplingParams
+    prompt: str | list[int] | None = None
+    """A prompt the model gets as it is, instead of ``messages``: no chat template,
+    no parsers (``/v1/completions``, Ollama's ``raw``)."""
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     tools: ToolSpec = field(default_factory=ToolSpec)
     output: OutputSpec = field(default_factory=OutputSpec)
@@ -148,25 +151,6 @@ def template_kwargs(
     return kwargs
 
 
-def check_turn(handle: ModelHandle, turn: TurnRequest, logprobs_param: str = "logprobs") -> None:
-    """Refuse what the model's kind cannot do, before any worker starts."""
-    kind = kind_of(handle)
-    if kind in CONSTRAINED_KINDS:
-        return
-    if turn.output.kind != "text":
-        raise BadRequest(
-            f"Structured output ({turn.output.kind}) needs a model of model_type lm; "
-            f"'{handle.name}' is {handle.config.model_type}.",
-            param=turn.output.param.split(".")[0],
-        )
-    if turn.logprobs is not None:
-        raise BadRequest(
-            f"Log-probabilities need a model of model_type lm; '{handle.name}' is "
-            f"{handle.config.model_type}.",
-            param=logprobs_param,
-        )
-
-
 def text_settings(handle: ModelHandle) -> TextModelConfig:
     """The settings of ``handle``'s model, a language or vision model."""
     return settings_as(handle.config, TextModelConfig)
@@ -220,7 +204,8 @@ class Turn:
         long for the context goes through the model's ``context_overflow`` policy
         (see :mod:`.overflow`) and is tried once more."""
         policy = text_settings(handle).context_overflow
-        if policy == "error" or kind_of(handle) not in CONSTRAINED_KINDS:
+        raw = turn.prompt is not None
+        if raw or policy == "error" or kind_of(handle) not in CONSTRAINED_KINDS:
             return await cls._start(handle, turn, request_id)
         try:
             return await cls._start(handle, turn, request_id)
@@ -268,7 +253,8 @@ class Turn:
             messages.append(
                 Generate(
                     request_id=request_id if turn.n == 1 else f"{request_id}-{i}",
-                    messages=turn.messages,
+                    messages=turn.messages if turn.prompt is None else None,
+                    prompt=turn.prompt,
                     sampling=sampling,
                     chat_template_kwargs=turn.template_kwargs,
                     images=turn.images,
@@ -300,6 +286,23 @@ class Turn:
             if not task.cancelled() and task.exception() is None:
                 await task.result().aclose()
         raise failure
+
+    def plain(self) -> bool:
+        """Whether the turn needs none of the parsers: one choice of text, no tools,
+        no log-probabilities, no thinking markers (its chunks can be relayed as they are)."""
+        request = self.request
+        return (
+            request.n == 1
+            and not request.tools.active
+            and request.logprobs is None
+            and (
+                request.prompt is not None
+                or resolve_reasoning(
+                    text_settings(self.handle).reasoning_parser, _extra(self.handle)
+                )
+                is None
+            )
+        )
 
     def choice(self, index: int) -> AsyncIterator[TurnEvent]:
         """The events of choice ``index``, ending with :class:`Finished`."""
@@ -391,13 +394,16 @@ class _ChoiceParser:
         self.generation = turn.generations[index]
         request = turn.request
         started = self.generation.started
-        markers = resolve_reasoning(
-            text_settings(turn.handle).reasoning_parser, _extra(turn.handle)
+        raw = request.prompt is not None  # no template, so nothing to parse
+        markers = (
+            None
+            if raw
+            else resolve_reasoning(text_settings(turn.handle).reasoning_parser, _extra(turn.handle))
         )
         self.splitter = (
             make_splitter(markers, inside=bool(started and started.reasoning)) if markers else None
         )
-        fmt = tool_format(turn.handle) if request.tools.active else None
+        fmt = tool_format(turn.handle) if request.tools.active and not raw else None
         self.parallel = request.tools.parallel
         self.calls = (
             ToolCallStream(fmt, request.tools.functions, parallel=request.tools.parallel)

@@ -33,7 +33,7 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from mlx_gateway.supervisor.reply import turn
+from mlx_gateway.supervisor.reply import serve
 
 from ..supervisor.fakes import FAKE_WORKER
 from ..supervisor.live import LiveGateway
@@ -227,7 +227,7 @@ def test_codex_stays_connected_through_a_prefill_longer_than_its_watchdog(
     ``response.in_progress`` keeps it: here a 6-s watchdog, a 12-s prefill (the fake
     worker's ``prefill``), and the API's event every 2 s instead of 30."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(turn, "API_EVENT_SECONDS", 2.0)
+        patch.setattr(serve, "API_EVENT_SECONDS", 2.0)
         with LiveGateway({"model_path": "fake/ok"}, stream_keepalive=1.0) as gw:
             events = codex_exec(
                 codex,

@@ -10,31 +10,29 @@ can say which one matched. Errors are Anthropic-shaped:
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import thinking_of, to_chat, tool_spec
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
-from mlx_gateway.supervisor.engine.adapters import adapters_for
-from mlx_gateway.supervisor.engine.conversation import for_template
-from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
-from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
-from mlx_gateway.supervisor.engine.overflow import count_tokens as prompt_tokens
 from mlx_gateway.supervisor.engine.requests import SamplingFields
-from mlx_gateway.supervisor.engine.sampling import sampling_params
-from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.exceptions import errors_shaped_by
-from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.reply.inputs import prepare_images
-from mlx_gateway.supervisor.reply.turn import serve_turn
+from mlx_gateway.supervisor.reply.serve import (
+    Ask,
+    ChoiceReply,
+    TextModel,
+    Turn,
+    TurnEvent,
+    count,
+    serve,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -104,60 +102,83 @@ def check_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> 
             )
 
 
+def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> Ask:
+    """The turn a Messages body asks for (a token count's body: the same prompt)."""
+    tools = tool_spec(req.tools, req.tool_choice)
+    if isinstance(req, CountTokensRequest):
+        thinking = thinking_of(req.thinking)
+        fields = SamplingFields(model=req.model)
+        keep_alive, ttl, adapter, stops = None, None, None, []
+    else:
+        thinking = thinking_of(req.thinking, req.enable_thinking, req.thinking_budget)
+        fields = SamplingFields(
+            model=req.model,
+            max_tokens=req.max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+        )
+        keep_alive, ttl, adapter = req.keep_alive, req.ttl, req.adapter
+        stops = [s for s in req.stop_sequences or [] if s]
+    return Ask(
+        model=req.model,
+        endpoint=endpoint,
+        id_prefix="msg_",
+        sampling=fields,
+        messages=to_chat(req.system, req.messages),
+        keep_alive=keep_alive,
+        ttl=ttl,
+        enable_thinking=thinking.enabled,
+        thinking_budget=thinking.budget,
+        tools=tools,
+        stops=stops,
+        adapter=adapter,
+        call_id_prefix="toolu_",
+    )
+
+
+class MessageReply(ChoiceReply):
+    """A turn as Anthropic's message events or one ``message`` object."""
+
+    ping = True
+
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
+        self.builder = MessageBuilder("", "", stream=stream)
+
+    def begin(self, model: TextModel, request_id: str) -> None:
+        self.builder = MessageBuilder(request_id, model.name, stream=self.stream)
+
+    def opening(self, running: Turn) -> bytes:
+        started = running.generations[0].started
+        return self.builder.opening(started.prompt_tokens if started else 0)
+
+    def on(self, event: TurnEvent) -> bytes | None:
+        return self.builder.on(event)
+
+    def body(self) -> Any:
+        return self.builder.message
+
+    def failed(self, exc: GatewayError) -> bytes:
+        return self.builder.error(error_type(exc.status), error_message(exc))
+
+    def error_body(self, exc: GatewayError) -> Any:
+        return {
+            "type": "error",
+            "error": {"type": error_type(exc.status), "message": error_message(exc)},
+        }
+
+    def alive(self) -> bytes:
+        return self.builder.keepalive()
+
+
 @anthropic_errors
 async def create_message(request: Request) -> Response:
     """``POST /v1/messages``: JSON or, with ``stream``, Anthropic's event stream."""
     req = await read_json(request, MessagesRequest)
     check_betas(request, req)
-    handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, CHAT_KINDS, "/v1/messages")
-    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
-    tools = tool_spec(req.tools, req.tool_choice)
-    inputs = await prepare_images(request, handle, for_template(to_chat(req.system, req.messages)))
-    fields = SamplingFields(
-        model=req.model,
-        max_tokens=req.max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-    )
-    thinking = thinking_of(req.thinking, req.enable_thinking, req.thinking_budget)
-    turn = TurnRequest(
-        messages=inputs.messages,
-        sampling=sampling_params(fields, handle.config),
-        template_kwargs=template_kwargs(None, tools, thinking.enabled),
-        thinking_budget=thinking.budget,
-        adapters=adapters_for(handle, req.adapter),
-        tools=tools,
-        stops=[s for s in req.stop_sequences or [] if s],
-        files=inputs.files,
-        images=inputs.frame_indices,
-        call_id_prefix="toolu_",
-    )
-    check_turn(handle, turn)
-    message_id = recorder.name_request("msg_")
-    builder = MessageBuilder(message_id, handle.name, stream=req.stream)
-
-    def opening(running: Turn) -> bytes:
-        started = running.generations[0].started
-        return builder.opening(started.prompt_tokens if started else 0)
-
-    def failed(exc: GatewayError) -> bytes:
-        return builder.error(error_type(exc.status), error_message(exc))
-
-    return await serve_turn(
-        request,
-        handle,
-        lambda: Turn.start(handle, turn, message_id),
-        stream=req.stream,
-        keepalive=keepalive_for(request.app.state, anthropic=True),
-        opening=opening,
-        on=builder.on,
-        broke=lambda exc: [failed(exc)],
-        body=lambda: builder.message,
-        failed=failed,
-        alive=builder.keepalive,
-    )
+    ask = messages_ask(req, "/v1/messages")
+    return await serve(request, ask, MessageReply(req.stream), stream=req.stream)
 
 
 @anthropic_errors
@@ -166,11 +187,5 @@ async def count_tokens(request: Request) -> Response:
     own tokenizer and chat template (the worker renders it as for a real turn)."""
     req = await read_json(request, CountTokensRequest)
     check_betas(request, req)
-    handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, CHAT_KINDS, "/v1/messages/count_tokens")
-    tools = tool_spec(req.tools, req.tool_choice)
-    inputs = await prepare_images(request, handle, for_template(to_chat(req.system, req.messages)))
-    kwargs = template_kwargs(None, tools, thinking_of(req.thinking).enabled)
-    work = prompt_tokens(handle, inputs.messages, kwargs, inputs.files, inputs.frame_indices)
-    tokens = await unless_disconnected(request, work)
+    tokens = await count(request, messages_ask(req, "/v1/messages/count_tokens"))
     return JSONResponse({"input_tokens": tokens})

@@ -136,3 +136,22 @@ def _call_head(call: ToolCallMade) -> ToolCallDelta:
         type="function",
         function=FunctionDelta(name=call.name, arguments=""),
     )
+
+
+class ChatEvents(ChatStream):
+    """The ``chat.completion.chunk`` events of a plain text stream (one choice; no
+    tools, reasoning or log-probabilities), as :func:`~...reply.streaming.relay`
+    writes them: the content event is a template filled with each text."""
+
+    def __init__(self, id: str, created: int, model: str, include_usage: bool) -> None:
+        super().__init__(id, created, model, include_usage, logprobs=False)
+        self._content = sse.Template(self.chunk_object(0, DeltaOut(content=sse.HOLE)))
+
+    def opening(self) -> bytes:
+        return self.chunk(0, DeltaOut(role="assistant", content=""))
+
+    def content(self, text: str) -> bytes:
+        return self._content.fill(text)
+
+    def finish(self, finish_reason: str) -> bytes:
+        return self.chunk(0, DeltaOut(), finish_reason)

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.protocol.messages import Generate
-from mlx_gateway.supervisor import recorder
-from mlx_gateway.supervisor.engine.adapters import adapters_for
-from mlx_gateway.supervisor.engine.generation import Generation
-from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
-from mlx_gateway.supervisor.engine.kinds import COMPLETION_KINDS, require_kind
 from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice, Usage, usage_from
-from mlx_gateway.supervisor.engine.requests import CompletionRequest
-from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
+from mlx_gateway.supervisor.engine.requests import CompletionRequest, check_common
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.keepalive import keepalive_for
-from mlx_gateway.supervisor.reply.answer import json_answer
-from mlx_gateway.supervisor.reply.loading import start_stream
+from mlx_gateway.supervisor.reply.serve import COMPLETION_KINDS, Ask, Reply, TextModel, Turn, serve
 from mlx_gateway.supervisor.reply.streaming import relay
 
 
@@ -94,47 +85,54 @@ class CompletionEvents:
 
 
 async def create_completion(request: Request) -> Response:
-    """Validate, resolve the model, generate; answer as JSON or as an SSE stream."""
+    """Validate, then answer as JSON or as an SSE stream."""
     req = await read_json(request, CompletionRequest)
     check_common(req)
     prompt = single_prompt(req.prompt)
     if req.echo and not isinstance(prompt, str):
         raise BadRequest("'echo' is only supported with a text prompt.", param="echo")
-    echo = prompt if req.echo and isinstance(prompt, str) else ""
-    handle = request.app.state.registry.resolve(req.model)
-    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
-    require_kind(handle, COMPLETION_KINDS, "/v1/completions")
-    msg = Generate(
-        request_id=recorder.name_request("cmpl-"),
+    ask = Ask(
+        model=req.model,
+        endpoint="/v1/completions",
+        id_prefix="cmpl-",
+        sampling=req,
         prompt=prompt,
-        sampling=sampling_params(req, handle.config),
-        adapters=adapters_for(handle, req.adapter),
+        kinds=COMPLETION_KINDS,
+        keep_alive=req.keep_alive,
+        ttl=req.ttl,
+        adapter=req.adapter,
     )
-    created = int(time.time())
-    if req.stream:
-        include_usage = req.stream_options is not None and req.stream_options.include_usage
-        events = CompletionEvents(msg.request_id, created, handle.name, include_usage, echo)
-        start = unless_disconnected(request, Generation.start(handle, msg))
-        keepalive = keepalive_for(request.app.state)
-        return await start_stream(handle, start, lambda g: relay(g, events), keepalive)
-    generation = await unless_disconnected(request, Generation.start(handle, msg))
+    echo = prompt if req.echo and isinstance(prompt, str) else ""
+    return await serve(request, ask, CompletionReply(req, echo), stream=req.stream)
 
-    async def answer(generation: Generation) -> Completion:
+
+class CompletionReply(Reply):
+    """A raw generation as ``text_completion`` events or one ``text_completion``."""
+
+    def __init__(self, req: CompletionRequest, echo: str) -> None:
+        self.id = ""
+        self.created = int(time.time())
+        self.include_usage = req.stream_options is not None and req.stream_options.include_usage
+        self.echo = echo
+
+    def begin(self, model: TextModel, request_id: str) -> None:
+        self.id = request_id
+
+    def events(self, running: Turn) -> AsyncIterator[bytes]:
+        name = running.handle.name
+        events = CompletionEvents(self.id, self.created, name, self.include_usage, self.echo)
+        return relay(running.generations[0], events)
+
+    async def whole(self, running: Turn) -> Any:
         try:
-            text, done = await generation.collect()
+            text, done = await running.generations[0].collect()
         finally:
-            await generation.aclose()
-        choice = CompletionChoice(index=0, text=echo + text, finish_reason=done.finish_reason)
+            await running.aclose()
+        choice = CompletionChoice(index=0, text=self.echo + text, finish_reason=done.finish_reason)
         return Completion(
-            id=msg.request_id,
-            created=created,
-            model=handle.name,
+            id=self.id,
+            created=self.created,
+            model=running.handle.name,
             choices=[choice],
             usage=usage_from(done.usage),
         )
-
-    async def again() -> Completion:
-        return await answer(await Generation.start(handle, msg))
-
-    interval = keepalive_for(request.app.state).interval
-    return await json_answer(request, answer(generation), interval, again)

@@ -9,14 +9,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Embed
-from mlx_gateway.supervisor.api.ollama.names import require_kind, resolve
+from mlx_gateway.supervisor.api.ollama.names import resolve
 from mlx_gateway.supervisor.api.ollama.options import read_options
 from mlx_gateway.supervisor.api.ollama.replies import Clock, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import EmbeddingsRequest, EmbedRequest
 from mlx_gateway.supervisor.engine.embeddings import embed as run_embed
 from mlx_gateway.supervisor.engine.embeddings import float_rows
 from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive
-from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS
+from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_gateway.protocol import kinds
-from mlx_gateway.supervisor.engine.kinds import require_kind as engine_require_kind
-from mlx_gateway.supervisor.engine.kinds import serves
-from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
+from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 DEFAULT_TAG = ":latest"
@@ -42,23 +39,3 @@ def resolve(registry: Any, name: str) -> ModelHandle:
             continue
     served = [listed(h.name) for h in registry.handles]
     raise ModelNotFound(name, served)
-
-
-def require_kind(handle: ModelHandle, allowed: tuple[str, ...], endpoint: str) -> None:
-    """A 400 unless ``handle``'s model is one of ``allowed``, naming the Ollama route
-    that serves it (or, for other kinds, the OpenAI one)."""
-    try:
-        engine_require_kind(handle, allowed, endpoint)
-    except BadRequest as exc:
-        if serves(handle, kinds.CHAT):
-            where = "/api/chat or /api/generate"
-        elif serves(handle, kinds.EMBEDDINGS):
-            where = "/api/embed"
-        else:
-            raise
-        raise BadRequest(
-            f"The model '{handle.name}' (model_type {handle.config.model_type}) cannot be "
-            f"used with {endpoint}; use {where} for it.",
-            param="model",
-            code=exc.code,
-        ) from None

@@ -1,50 +1,49 @@
-"""A Responses API body as the worker gets it: the stored conversation it continues,
-its new input items as chat messages (images read), its tools, the chat template's
-variables. Shared by the response itself and ``/v1/responses/input_tokens``, so
-both render exactly the same prompt."""
+"""A Responses API body as the turn it asks for: the stored conversation it
+continues, its new input items as chat messages, its tools, sampling and output
+format. Shared by the response itself and ``/v1/responses/input_tokens``, so both
+render exactly the same prompt."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
-
 from mlx_gateway.supervisor.api.responses.convert import to_chat
 from mlx_gateway.supervisor.api.responses.schemas import (
     FunctionToolChoice,
     ResponsesRequest,
+    TextFormatJsonObject,
+    TextFormatJsonSchema,
     input_items,
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.api.responses.tools import RequestTools, flat_name, request_tools
-from mlx_gateway.supervisor.engine.conversation import for_template
-from mlx_gateway.supervisor.engine.thinking import Thinking, from_effort
-from mlx_gateway.supervisor.engine.tools import ToolSpec, checked_spec
-from mlx_gateway.supervisor.engine.turns import template_kwargs
-from mlx_gateway.supervisor.engine.vision_input import ImageInputs
+from mlx_gateway.supervisor.engine.requests import SamplingFields
+from mlx_gateway.supervisor.engine.thinking import from_effort
+from mlx_gateway.supervisor.engine.tools import OutputSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.pool.model_handle import ModelHandle
-from mlx_gateway.supervisor.reply.inputs import prepare_images
+from mlx_gateway.supervisor.reply.serve import Ask
 
 
 @dataclass
 class ResponseInput:
+    ask: Ask
+    """The turn the request asks for."""
     items: list[Any]
     """The request's input items."""
     earlier: list[dict[str, Any]]
     """The conversation of ``previous_response_id`` (chat messages)."""
     new_messages: list[dict[str, Any]]
     tools: RequestTools
-    spec: ToolSpec
-    inputs: ImageInputs
-    thinking: Thinking
-    kwargs: dict[str, Any]
 
 
-async def response_input(
-    request: Request, req: ResponsesRequest, handle: ModelHandle, store: ResponseStore
-) -> ResponseInput:
+_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}
+"""The engine's names of request fields (chat completions') → this API's."""
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -> ResponseInput:
     """Check and convert ``req``'s input (and the conversation it continues)."""
     items = input_items(req.input)
     earlier: list[dict[str, Any]] = []
@@ -70,8 +69,46 @@ async def response_input(
         "tool_choice",
     )
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
-    inputs = await prepare_images(request, handle, for_template([*system, *earlier, *new_messages]))
     effort = req.reasoning.effort if req.reasoning else None
     thinking = from_effort(effort, req.enable_thinking, req.thinking_budget)
-    kwargs = template_kwargs(req.chat_template_kwargs, spec, thinking.enabled)
-    return ResponseInput(items, earlier, new_messages, tools, spec, inputs, thinking, kwargs)
+    fields = SamplingFields(
+        model=req.model,
+        max_tokens=req.max_output_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        min_p=req.min_p,
+        seed=req.seed,
+        repetition_penalty=req.repetition_penalty,
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+    )
+    logprobs = LOGPROBS_INCLUDE in (req.include or [])
+    ask = Ask(
+        model=req.model,
+        endpoint=endpoint,
+        id_prefix="resp_",
+        sampling=fields,
+        messages=[*system, *earlier, *new_messages],
+        keep_alive=req.keep_alive,
+        ttl=req.ttl,
+        chat_template_kwargs=req.chat_template_kwargs,
+        enable_thinking=thinking.enabled,
+        thinking_budget=thinking.budget,
+        tools=spec,
+        output=_output_spec(req),
+        logprobs=(req.top_logprobs or 0) if logprobs else None,
+        logprobs_param="include",
+        adapter=req.adapter,
+        params=_PARAMS,
+    )
+    return ResponseInput(ask, items, earlier, new_messages, tools)
+
+
+def _output_spec(req: ResponsesRequest) -> OutputSpec:
+    fmt = req.text.format if req.text else None
+    if isinstance(fmt, TextFormatJsonObject):
+        return OutputSpec("json_object", None, "text.format")
+    if isinstance(fmt, TextFormatJsonSchema):
+        return OutputSpec("json_schema", fmt.schema, "text.format.schema")
+    return OutputSpec()

@@ -17,34 +17,28 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.supervisor.api.responses.convert import new_id, output_items, stored_input, to_chat
+from mlx_gateway.supervisor.api.responses.convert import output_items, stored_input, to_chat
 from mlx_gateway.supervisor.api.responses.events import ResponseBuilder
-from mlx_gateway.supervisor.api.responses.inputs import response_input
+from mlx_gateway.supervisor.api.responses.inputs import ResponseInput, response_input
 from mlx_gateway.supervisor.api.responses.schemas import (
     FunctionToolChoice,
     ResponsesRequest,
-    TextFormatJsonObject,
     TextFormatJsonSchema,
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
-from mlx_gateway.supervisor.engine.adapters import adapters_for
-from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
-from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, require_kind
-from mlx_gateway.supervisor.engine.overflow import count_tokens
-from mlx_gateway.supervisor.engine.requests import SamplingFields
-from mlx_gateway.supervisor.engine.sampling import sampling_params
-from mlx_gateway.supervisor.engine.tools import OutputSpec
-from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.disconnect import unless_disconnected
-from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.reply.turn import serve_turn
+from mlx_gateway.supervisor.reply.serve import (
+    ChoiceReply,
+    TextModel,
+    Turn,
+    TurnEvent,
+    count,
+    serve,
+)
 
 logger = logging.getLogger(__name__)
-
-LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 class NotFound(GatewayError):
@@ -63,16 +57,7 @@ def response_store(request: Request) -> ResponseStore:
     return store
 
 
-def _output_spec(req: ResponsesRequest) -> OutputSpec:
-    fmt = req.text.format if req.text else None
-    if isinstance(fmt, TextFormatJsonObject):
-        return OutputSpec("json_object", None, "text.format")
-    if isinstance(fmt, TextFormatJsonSchema):
-        return OutputSpec("json_schema", fmt.schema, "text.format.schema")
-    return OutputSpec()
-
-
-def _skeleton(req: ResponsesRequest, name: str, tools: list[Any]) -> dict[str, Any]:
+def _skeleton(req: ResponsesRequest, id: str, name: str, tools: list[Any]) -> dict[str, Any]:
     """The response object's fields that come from the request."""
     choice: Any = req.tool_choice or "auto"
     if isinstance(choice, FunctionToolChoice):
@@ -89,7 +74,7 @@ def _skeleton(req: ResponsesRequest, name: str, tools: list[Any]) -> dict[str, A
             if spec.description:
                 fmt["description"] = spec.description
     return {
-        "id": new_id("resp"),
+        "id": id,
         "object": "response",
         "created_at": int(time.time()),
         "model": name,
@@ -121,97 +106,63 @@ async def count_input_tokens(request: Request) -> Response:
     (instructions, the conversation of ``previous_response_id``, tools and images
     included), counted by the worker as the response would be."""
     req = await read_json(request, ResponsesRequest)
-    handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, CHAT_KINDS, "/v1/responses/input_tokens")
-    given = await response_input(request, req, handle, response_store(request))
-    inputs = given.inputs
-    work = count_tokens(handle, inputs.messages, given.kwargs, inputs.files, inputs.frame_indices)
-    tokens = await unless_disconnected(request, work)
+    given = response_input(req, response_store(request), "/v1/responses/input_tokens")
+    tokens = await count(request, given.ask)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": tokens})
 
 
 async def create_response(request: Request) -> Response:
-    """Validate, resolve the model, run the turn; answer as JSON or as an event stream."""
+    """Validate, then answer as JSON or as an event stream."""
     req = await read_json(request, ResponsesRequest)
-    handle = request.app.state.registry.resolve(req.model)
-    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
-    require_kind(handle, CHAT_KINDS, "/v1/responses")
     store = response_store(request)
-    given = await response_input(request, req, handle, store)
-    items, earlier, new_messages = given.items, given.earlier, given.new_messages
-    tools, spec, inputs, thinking = given.tools, given.spec, given.inputs, given.thinking
-    fields = SamplingFields(
-        model=req.model,
-        max_tokens=req.max_output_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        min_p=req.min_p,
-        seed=req.seed,
-        repetition_penalty=req.repetition_penalty,
-        presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty,
-    )
-    logprobs = LOGPROBS_INCLUDE in (req.include or [])
-    turn = TurnRequest(
-        messages=inputs.messages,
-        sampling=sampling_params(fields, handle.config),
-        template_kwargs=given.kwargs,
-        thinking_budget=thinking.budget,
-        adapters=adapters_for(handle, req.adapter),
-        tools=spec,
-        output=_output_spec(req),
-        logprobs=(req.top_logprobs or 0) if logprobs else None,
-        files=inputs.files,
-        images=inputs.frame_indices,
-    )
-    check_turn(handle, turn, logprobs_param="include")
-    skeleton = _skeleton(req, handle.name, tools.listing)
-    builder = ResponseBuilder(skeleton, stream=req.stream, logprobs=logprobs, origin=tools.origin)
+    given = response_input(req, store, "/v1/responses")
+    reply = ResponseReply(req, given, store)
+    return await serve(request, given.ask, reply, stream=req.stream)
 
-    def keep() -> None:
-        if req.store:
-            response = builder.response
-            conversation = [*earlier, *new_messages, *to_chat(output_items(response["output"]))]
-            store.put(response, stored_input(items), conversation)
 
-    def broke(exc: GatewayError) -> list[bytes]:
+class ResponseReply(ChoiceReply):
+    """A turn as the Responses API's events or one ``response`` object, stored
+    unless ``store`` is false."""
+
+    def __init__(self, req: ResponsesRequest, given: ResponseInput, store: ResponseStore) -> None:
+        self.req, self.given, self.store = req, given, store
+        self.builder = self._builder("", "")
+
+    def _builder(self, model: str, request_id: str) -> ResponseBuilder:
+        req, given = self.req, self.given
+        skeleton = _skeleton(req, request_id, model, given.tools.listing)
+        logprobs = given.ask.logprobs is not None
+        return ResponseBuilder(
+            skeleton, stream=req.stream, logprobs=logprobs, origin=given.tools.origin
+        )
+
+    def begin(self, model: TextModel, request_id: str) -> None:
+        self.builder = self._builder(model.name, request_id)
+
+    def opening(self, running: Turn) -> bytes:
+        return self.builder.opening()
+
+    def on(self, event: TurnEvent) -> bytes | None:
+        return self.builder.on(event)
+
+    def body(self) -> Any:
+        return self.builder.response
+
+    def finished(self) -> None:
+        if self.req.store:
+            given, response = self.given, self.builder.response
+            conversation = [*given.earlier, *given.new_messages]
+            conversation += to_chat(output_items(response["output"]))
+            self.store.put(response, stored_input(given.items), conversation)
+
+    def broke(self, exc: GatewayError) -> list[bytes]:
         return [
-            builder.error(exc.message, exc.code, exc.param),
-            builder.fail(exc.message, exc.code),
+            self.builder.error(exc.message, exc.code, exc.param),
+            self.builder.fail(exc.message, exc.code),
         ]
 
-    return await serve_turn(
-        request,
-        handle,
-        lambda: _start(handle, turn, skeleton["id"]),
-        stream=req.stream,
-        keepalive=keepalive_for(request.app.state),
-        opening=lambda running: builder.opening(),
-        on=builder.on,
-        broke=broke,
-        body=lambda: builder.response,
-        finished=keep,
-        alive=builder.keepalive,
-    )
-
-
-_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens"}
-"""The workers' names of request fields (chat completions') → this API's."""
-
-
-async def _start(handle: Any, turn: TurnRequest, request_id: str) -> Turn:
-    """:meth:`Turn.start`, with a rejection worded in this API's field names (a
-    prompt beyond the context is about ``input``, not ``messages``)."""
-    try:
-        return await Turn.start(handle, turn, request_id)
-    except GatewayError as exc:
-        if exc.code == "context_length_exceeded":
-            for word in ("the", "your"):
-                exc.message = exc.message.replace(f"{word} messages", f"{word} input")
-        if exc.param in _PARAMS:
-            exc.param = _PARAMS[exc.param]
-        raise
+    def alive(self) -> bytes:
+        return self.builder.keepalive()
 
 
 def _stored(request: Request) -> Any:

@@ -25,7 +25,7 @@ import httpx
 import openai
 import pytest
 
-from mlx_gateway.supervisor.reply import turn
+from mlx_gateway.supervisor.reply import serve
 
 from ..live import LiveGateway
 
@@ -44,7 +44,7 @@ TEXT = f"{PROMPT} "
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[LiveGateway]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(turn, "API_EVENT_SECONDS", EVENT_SECONDS)
+        patch.setattr(serve, "API_EVENT_SECONDS", EVENT_SECONDS)
         with LiveGateway({"model_path": MODEL}, stream_keepalive=INTERVAL) as gw:
             yield gw
 

@@ -13,9 +13,10 @@ from mlx_gateway.supervisor.api.completions.routes import single_prompt
 from mlx_gateway.supervisor.engine.requests import (
     ChatCompletionRequest,
     CompletionRequest,
+    check_common,
     messages_to_builtins,
 )
-from mlx_gateway.supervisor.engine.sampling import check_common, sampling_params
+from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import decode
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from mlx_gateway.protocol.messages import Usage as WireUsage
-from mlx_gateway.supervisor.api.chat.routes import ChatEvents
+from mlx_gateway.supervisor.api.chat.stream import ChatEvents
 from mlx_gateway.supervisor.api.completions.routes import CompletionEvents
 from mlx_gateway.supervisor.engine.objects import usage_from
 from mlx_gateway.supervisor.errors import WorkerCrashed

@@ -14,7 +14,7 @@ from msgspec import UNSET
 
 from mlx_gateway.protocol.messages import Cancel, Chunk, Done, Error, Started, Usage
 from mlx_gateway.supervisor.api.chat.objects import ChatChunkOut, ChunkChoiceOut, DeltaOut
-from mlx_gateway.supervisor.api.chat.routes import ChatEvents
+from mlx_gateway.supervisor.api.chat.stream import ChatEvents
 from mlx_gateway.supervisor.api.completions.routes import CompletionEvents
 from mlx_gateway.supervisor.engine.generation import Generation
 from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice
