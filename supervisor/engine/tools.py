@@ -16,6 +16,8 @@ from msgspec import Meta, Struct
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.errors import BadRequest
 
+__all__ = ["Function", "OutputSpec", "ToolSpec", "checked_spec", "output_spec", "tool_spec"]
+
 FunctionName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
 """OpenAI's rule for function names (dots allowed too, as some clients use them)."""
 

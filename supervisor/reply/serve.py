@@ -55,6 +55,7 @@ from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.inputs import prepare_images
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
+from mlx_gateway.supervisor.reply.streaming import relay
 
 __all__ = [  # what a dialect is written against, besides the serve itself
     "CHAT_KINDS",
@@ -71,6 +72,7 @@ __all__ = [  # what a dialect is written against, besides the serve itself
     "Turn",
     "TurnEvent",
     "count",
+    "relay",
     "serve",
     "warm",
 ]

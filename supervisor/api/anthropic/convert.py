@@ -31,9 +31,8 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.thinking import Thinking, from_anthropic
-from mlx_gateway.supervisor.engine.tools import ToolSpec, checked_spec
+from mlx_gateway.supervisor.engine.tools import Function, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
 
 

@@ -24,8 +24,7 @@ from mlx_gateway.supervisor.engine.objects import usage_from
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, messages_to_builtins
 from mlx_gateway.supervisor.engine.thinking import from_effort
 from mlx_gateway.supervisor.engine.tools import output_spec, tool_spec
-from mlx_gateway.supervisor.reply.serve import Ask, ChoiceResult, Reply, TextModel, Turn
-from mlx_gateway.supervisor.reply.streaming import relay
+from mlx_gateway.supervisor.reply.serve import Ask, ChoiceResult, Reply, TextModel, Turn, relay
 
 ENDPOINT = "/v1/chat/completions"
 

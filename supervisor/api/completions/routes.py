@@ -15,8 +15,15 @@ from mlx_gateway.supervisor.engine.requests import CompletionRequest, check_comm
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.reply.serve import COMPLETION_KINDS, Ask, Reply, TextModel, Turn, serve
-from mlx_gateway.supervisor.reply.streaming import relay
+from mlx_gateway.supervisor.reply.serve import (
+    COMPLETION_KINDS,
+    Ask,
+    Reply,
+    TextModel,
+    Turn,
+    relay,
+    serve,
+)
 
 
 def single_prompt(prompt: str | list[str | int | list[int]]) -> str | list[int]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import base64
 from typing import Any
-from uuid import uuid4
 
 import anyio
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.protocol.messages import Embed, Embeddings
+from mlx_gateway.protocol.messages import Embeddings
 from mlx_gateway.supervisor.api.embeddings.inputs import (
     Embedding,
     EmbeddingList,
@@ -25,13 +24,8 @@ from mlx_gateway.supervisor.api.embeddings.inputs import (
     EmbeddingUsage,
     split_input,
 )
-from mlx_gateway.supervisor.config.kinds import settings_as
-from mlx_gateway.supervisor.config.kinds.embeddings import EmbeddingsConfig
-from mlx_gateway.supervisor.engine.embeddings import embed, floats, split_rows
-from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
-from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.reply.embed import EmbedAsk, embed_for, floats, split_rows
 
 ENDPOINT = "/v1/embeddings"
 INLINE_VALUES = 1 << 16
@@ -39,23 +33,23 @@ INLINE_VALUES = 1 << 16
 
 
 async def create_embeddings(request: Request) -> Response:
-    """Validate, resolve the model, embed every input in one worker request."""
+    """Validate, then embed every input in one worker request."""
     req = await read_json(request, EmbeddingRequest)
     texts, token_ids = split_input(req.input)
-    handle = request.app.state.registry.resolve(req.model)
-    client_lifetime(request.app.state, handle, req.keep_alive, req.ttl)
-    require_kind(handle, EMBEDDING_KINDS, ENDPOINT)
-    msg = Embed(
-        request_id=f"embd-{uuid4().hex}",
+    ask = EmbedAsk(
+        model=req.model,
+        endpoint=ENDPOINT,
         texts=texts,
         token_ids=token_ids,
         dimensions=req.dimensions,
-        truncate=settings_as(handle.config, EmbeddingsConfig).truncate,
+        keep_alive=req.keep_alive,
+        ttl=req.ttl,
     )
-    header, matrix, prompt_tokens = await unless_disconnected(request, embed(handle, msg))
-    usage = EmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens)
-    args = (header, matrix, req.encoding_format, handle.name, usage)
-    if header.rows * header.dims <= INLINE_VALUES:
+    matrix = await embed_for(request, ask)
+    tokens = matrix.prompt_tokens
+    usage = EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens)
+    args = (matrix.header, matrix.data, req.encoding_format, matrix.model, usage)
+    if matrix.header.rows * matrix.header.dims <= INLINE_VALUES:
         body = render(*args)
     else:
         # Hundreds of milliseconds for the largest float replies: not on the event loop.

@@ -23,9 +23,8 @@ from mlx_gateway.supervisor.api.ollama.schemas import (
     OllamaTool,
     Think,
 )
-from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.thinking import Thinking, from_effort
-from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec, checked_spec
+from mlx_gateway.supervisor.engine.tools import Function, OutputSpec, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
 
 ROLES = ("system", "user", "assistant", "tool")

@@ -3,40 +3,18 @@ a string) and Ollama's older ``POST /api/embeddings`` (one ``prompt``; ``embeddi
 
 from __future__ import annotations
 
-from uuid import uuid4
-
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.protocol.messages import Embed
-from mlx_gateway.supervisor.api.ollama.names import resolve
 from mlx_gateway.supervisor.api.ollama.options import read_options
 from mlx_gateway.supervisor.api.ollama.replies import Clock, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import EmbeddingsRequest, EmbedRequest
-from mlx_gateway.supervisor.engine.embeddings import embed as run_embed
-from mlx_gateway.supervisor.engine.embeddings import float_rows
-from mlx_gateway.supervisor.engine.keep_alive import apply_keep_alive
-from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.embed import EmbedAsk, embed_for, float_rows
 
 MAX_INPUTS = 2048
-
-
-async def _vectors(
-    request: Request, handle: ModelHandle, texts: list[str], truncate: bool, dims: int | None
-) -> tuple[list[list[float]], int]:
-    msg = Embed(
-        request_id=f"ollama-embd-{uuid4().hex}",
-        texts=texts,
-        dimensions=dims,
-        truncate=truncate,
-    )
-    header, matrix, tokens = await unless_disconnected(request, run_embed(handle, msg))
-    return float_rows(header, matrix), tokens
 
 
 @ollama_errors
@@ -50,18 +28,24 @@ async def embed(request: Request) -> Response:
             f"'input' must hold 1 to {MAX_INPUTS} strings, not {len(texts)}.", param="input"
         )
     read_options(req.options)
-    handle = resolve(request.app.state.registry, req.model)
-    require_kind(handle, EMBEDDING_KINDS, "/api/embed")
-    apply_keep_alive(request.app.state, handle, req.keep_alive)
-    vectors, tokens = await _vectors(request, handle, texts, req.truncate, req.dimensions)
+    ask = EmbedAsk(
+        model=req.model,
+        endpoint="/api/embed",
+        texts=texts,
+        dimensions=req.dimensions,
+        truncate=req.truncate,
+        keep_alive=req.keep_alive,
+        id_prefix="ollama-embd-",
+    )
+    matrix = await embed_for(request, ask)
     clock.mark_accepted()
     durations = clock.durations(None)
     body = {
         "model": req.model,
-        "embeddings": vectors,
+        "embeddings": float_rows(matrix.header, matrix.data),
         "total_duration": durations["total_duration"],
         "load_duration": durations["load_duration"],
-        "prompt_eval_count": tokens,
+        "prompt_eval_count": matrix.prompt_tokens,
     }
     return JSONResponse(body)
 
@@ -71,8 +55,13 @@ async def embeddings(request: Request) -> Response:
     """``POST /api/embeddings``."""
     req = await read_json(request, EmbeddingsRequest)
     read_options(req.options)
-    handle = resolve(request.app.state.registry, req.model)
-    require_kind(handle, EMBEDDING_KINDS, "/api/embeddings")
-    apply_keep_alive(request.app.state, handle, req.keep_alive)
-    vectors, _ = await _vectors(request, handle, [req.prompt], True, None)
-    return JSONResponse({"embedding": vectors[0]})
+    ask = EmbedAsk(
+        model=req.model,
+        endpoint="/api/embeddings",
+        texts=[req.prompt],
+        truncate=True,
+        keep_alive=req.keep_alive,
+        id_prefix="ollama-embd-",
+    )
+    matrix = await embed_for(request, ask)
+    return JSONResponse({"embedding": float_rows(matrix.header, matrix.data)[0]})

@@ -9,34 +9,27 @@ is downloaded) and from what its worker reported once loaded.
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.protocol import kinds
 from mlx_gateway.supervisor.api.ollama.names import listed, resolve
 from mlx_gateway.supervisor.api.ollama.replies import FOREVER, iso, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import ModelRequest
-from mlx_gateway.supervisor.config.kinds import settings_as
-from mlx_gateway.supervisor.config.text import TextModelConfig
-from mlx_gateway.supervisor.engine.kinds import serves
-from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
+from mlx_gateway.supervisor.engine.model_facts import (
+    ModelFiles,
+    capabilities,
+    context_length,
+    idle_until,
+    model_files,
+)
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.replies import JSONResponse
-from mlx_gateway.supervisor.pool.keep_alive import expires_at
-from mlx_gateway.supervisor.pool.memory import model_dir, text_config, weights_on_disk
-from mlx_gateway.supervisor.pool.model_files import configured_context_window
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 OLLAMA_VERSION = "0.12.0"
 """The Ollama release whose API these routes follow (clients gate features on it)."""
-
-
-def _files(handle: ModelHandle) -> tuple[Path | None, dict[str, Any]]:
-    folder = model_dir(handle.config.model_path)
-    return folder, text_config(folder) if folder is not None else {}
 
 
 def digest(handle: ModelHandle) -> str:
@@ -56,7 +49,8 @@ def _parameters(meta: dict[str, Any], size: int) -> str:
     return str(int(count))
 
 
-def details(handle: ModelHandle, meta: dict[str, Any], size: int) -> dict[str, Any]:
+def details(handle: ModelHandle, files: ModelFiles) -> dict[str, Any]:
+    meta, size = files.meta, files.weights
     quant = meta.get("quantization")
     bits = quant.get("bits") if isinstance(quant, dict) else None
     family = str(meta.get("model_type") or handle.config.model_type)
@@ -70,49 +64,17 @@ def details(handle: ModelHandle, meta: dict[str, Any], size: int) -> dict[str, A
     }
 
 
-def _modified(folder: Path | None) -> str:
-    try:
-        return iso(folder.stat().st_mtime) if folder is not None else iso(0)
-    except OSError:
-        return iso(0)
-
-
 def tag_entry(handle: ModelHandle, name: str) -> dict[str, Any]:
-    folder, meta = _files(handle)
-    size = weights_on_disk(folder) if folder is not None else 0
+    files = model_files(handle)
     return {
         "name": listed(name),
         "model": listed(name),
-        "modified_at": _modified(folder),
-        "size": size,
+        "modified_at": iso(files.modified()),
+        "size": files.weights,
         "digest": digest(handle),
-        "details": details(handle, meta, size),
+        "details": details(handle, files),
         "source": handle.config.source,
     }
-
-
-def capabilities(handle: ModelHandle) -> list[str]:
-    """Ollama's capability names, from the surfaces the model's kind serves."""
-    if serves(handle, kinds.EMBEDDINGS):
-        return ["embedding"]
-    if not serves(handle, kinds.CHAT):
-        return []
-    found = ["completion", "tools"]
-    if serves(handle, kinds.IMAGE_INPUT):
-        found.append("vision")
-    extra = handle.facts.extra if handle.facts is not None else None
-    if (
-        resolve_reasoning(settings_as(handle.config, TextModelConfig).reasoning_parser, extra)
-        is not None
-    ):
-        found.append("thinking")
-    return found
-
-
-def context_length(handle: ModelHandle) -> int | None:
-    if handle.facts is not None and handle.facts.context_length:
-        return handle.facts.context_length
-    return configured_context_window(handle.config)
 
 
 @ollama_errors
@@ -130,8 +92,8 @@ async def show(request: Request) -> Response:
     """``POST /api/show``."""
     req = await read_json(request, ModelRequest)
     handle = resolve(request.app.state.registry, req.target)
-    folder, meta = _files(handle)
-    size = weights_on_disk(folder) if folder is not None else 0
+    files = model_files(handle)
+    meta = files.meta
     arch = str(meta.get("model_type") or handle.config.model_type)
     info: dict[str, Any] = {"general.architecture": arch}
     if (window := context_length(handle)) is not None:
@@ -149,10 +111,10 @@ async def show(request: Request) -> Response:
             "modelfile": f"FROM {handle.config.model_path}\n",
             "parameters": "",
             "template": "",
-            "details": details(handle, meta, size),
+            "details": details(handle, files),
             "model_info": info,
             "capabilities": capabilities(handle),
-            "modified_at": _modified(folder),
+            "modified_at": iso(files.modified()),
         }
     )
 
@@ -168,10 +130,8 @@ async def ps(request: Request) -> Response:
         status = handle.status()
         if status.state != "ready":
             continue
-        folder, meta = _files(handle)
         size = int(status.memory or status.memory_need or 0)
-        weights = weights_on_disk(folder) if folder is not None else 0
-        expires = expires_at(handle)
+        expires = idle_until(handle)
         models.append(
             {
                 "name": listed(handle.name),
@@ -179,7 +139,7 @@ async def ps(request: Request) -> Response:
                 "size": size,
                 "size_vram": size,
                 "digest": digest(handle),
-                "details": details(handle, meta, weights),
+                "details": details(handle, model_files(handle)),
                 "expires_at": iso(expires) if expires is not None else FOREVER,
                 "context_length": context_length(handle) or 0,
             }

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from mlx_gateway.supervisor.api.responses.schemas import ResponsesFunctionTool
-from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
+from mlx_gateway.supervisor.engine.tools import Function
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import validation_error
 
