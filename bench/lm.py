@@ -100,6 +100,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "repeatable, combines with the other --also options), e.g. "
         "--also-entry prompt_cache_entries=0",
     )
+    parser.add_argument(
+        "--also-checkout",
+        type=Path,
+        metavar="DIR",
+        help="a second gateway run from another clone of this repo (its .venv, made with "
+        "uv sync), e.g. a worktree of the commit before a change: two versions side by side",
+    )
     parser.add_argument("--conversations", type=int, default=5, help="2,000-token conversations")
     parser.add_argument("--no-mlx-lm-server", action="store_true", help="skip mlx_lm.server")
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
@@ -383,6 +390,8 @@ def also_gateway(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         parts += [f"{k}={v}" for k, v in env.items()]
     extra.update(yaml_pairs(args.also_entry, "--also-entry"))
     parts += args.also_entry
+    if args.also_checkout is not None:
+        parts.append(args.also_checkout.name)
     label = args.also_label or ",".join(parts).replace("/", "|")  # '/' splits figure keys
     return "mlx-gateway@" + label, extra
 
@@ -427,12 +436,19 @@ def main(argv: list[str] | None = None) -> int:
             servers["mlx-gateway"] = start_gateway(
                 workdir, model_dir, SERVED_NAME, big, args.prefill_batch, extra
             )
-            if args.also_interval is not None or args.also_worker_env or args.also_entry:
+            also = (args.also_interval, args.also_checkout)
+            if any(v is not None for v in also) or args.also_worker_env or args.also_entry:
                 label, extra = also_gateway(args)
                 print(f"starting {label} …", flush=True)
                 (workdir / "also").mkdir(exist_ok=True)
                 servers[label] = start_gateway(
-                    workdir / "also", model_dir, SERVED_NAME, big, args.prefill_batch, extra
+                    workdir / "also",
+                    model_dir,
+                    SERVED_NAME,
+                    big,
+                    args.prefill_batch,
+                    extra,
+                    args.also_checkout,
                 )
             if not args.no_mlx_lm_server:
                 print("starting mlx_lm.server …", flush=True)

@@ -113,10 +113,13 @@ def launch_gateway(
     files: str = "gateway",
     realtime: dict[str, Any] | None = None,
     port: int | None = None,
+    checkout: Path | None = None,
 ) -> Server:
     """``mlx-gateway launch --config …`` (the real command) with these model entries
     and server keys, on a free port, its config and log in ``workdir`` as
-    ``<files>.yaml`` and ``<files>.log``; returned once ``/health`` answers."""
+    ``<files>.yaml`` and ``<files>.log``; returned once ``/health`` answers.
+    ``checkout``: the command of another clone of the repo (its ``.venv``), to
+    measure two versions of the code side by side."""
     port = port or free_port()
     config = {
         "server": {"port": port, "log_level": "warning", "shutdown_grace": 2, **(server or {})},
@@ -127,6 +130,8 @@ def launch_gateway(
     path = workdir / f"{files}.yaml"
     path.write_text(yaml.safe_dump(config))
     command = Path(sys.executable).with_name("mlx-gateway")
+    if checkout is not None:
+        command = checkout / ".venv" / "bin" / "mlx-gateway"
     gateway = Server(
         name,
         [str(command), "launch", "--config", str(path)],
@@ -171,9 +176,10 @@ def start_gateway(
     max_concurrency: int,
     prefill_batch: int,
     extra: dict[str, Any] | None = None,
+    checkout: Path | None = None,
 ) -> Server:
     """``mlx-gateway launch --config …`` serving the benchmark model, loaded at launch
-    (``extra``: more keys of its model entry)."""
+    (``extra``: more keys of its model entry; ``checkout``: another clone's command)."""
     entry = {
         "served_model_name": served_name,
         "model_path": str(model_dir),
@@ -183,7 +189,7 @@ def start_gateway(
         "prefill_batch_size": prefill_batch,
         **(extra or {}),
     }
-    server = launch_gateway(workdir, [entry])
+    server = launch_gateway(workdir, [entry], checkout=checkout)
     server.model_name = served_name
     return server
 
