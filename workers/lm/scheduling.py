@@ -6,8 +6,10 @@ soon as another request arrives. Requests are admitted in arrival order, grouped
 adapter set, against the KV cache the budget leaves (:mod:`..common.kv`); long prompts
 are read in slices sized by :mod:`.prefill_pace`, with ``Prefilled`` progress; a
 request whose prefix another is prefilling waits for it (:mod:`.shared_prefix`). A
-request's state is an :class:`~.active.LmActive`; loading and request checks are in
-:mod:`.backend`.
+request's state is an :class:`~.active.LmActive`. The :class:`Scheduler` is made at
+load by :mod:`.backend`, which checks each request and hands it over; it owns the
+request maps, the generator, the solo request and the prefill pace, and is given
+what it needs of the model (its prompt cache and adapters, shared with the backend).
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import make_prompt_cache
-from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from mlx_gateway.protocol.messages import (
     Chunk,
@@ -29,59 +31,122 @@ from mlx_gateway.protocol.messages import (
     Prefilled,
     Usage,
 )
-from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.batch_requests import (
     BatchRequests,
 )
+from mlx_gateway.workers.common.coalesce import Coalescer
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, cache_bytes
-from mlx_gateway.workers.common.tool_prompt import ToolPrompt
 from mlx_gateway.workers.lm import checkpoints as cp
 from mlx_gateway.workers.lm.active import LmActive
 from mlx_gateway.workers.lm.adapters import Adapters
-from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
 from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
 from mlx_gateway.workers.lm.shared_prefix import awaits_prefix
 from mlx_gateway.workers.lm.solo import SoloDecode, private_copy
 from mlx_gateway.workers.lm.speculative import Draft, SpeculativeDecode
+from mlx_gateway.workers.runtime.contract import Emit
 
 log = logging.getLogger(__name__)
 
 
-class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
-    """Request state and the step loop of the ``lm`` backend."""
+class Scheduler(BatchRequests[LmActive, BatchGenerator]):
+    """Which request runs, and the step loop, for one loaded model (made by
+    :meth:`.backend.LmBackend.load`, which checks requests and hands them over by
+    :meth:`add`).
 
-    def __init__(self) -> None:
+    ``eos_token_ids``: the tokenizer's end tokens (its own set). ``concurrency``:
+    most requests running at once; ``prefill_batch_size``: most prompts prefilled in
+    one step (1 for a model whose padded batch mlx-lm gets wrong, :mod:`.ssm_lengths`).
+    ``solo``: a request that runs alone decodes outside the batch (:mod:`.solo`),
+    with ``draft`` when there is one (:mod:`.speculative`). ``cuts`` and
+    ``checkpoint_every``: how the prompt cache keeps prefixes (:mod:`.checkpoints`).
+    ``stream_interval``: the coalescer's interval (:mod:`..common.coalesce`)."""
+
+    def __init__(
+        self,
+        model: Any,
+        eos_token_ids: AbstractSet[int],
+        *,
+        emit: Emit,
+        stream: mx.Stream,
+        concurrency: int,
+        prefill_batch_size: int,
+        prefill_step_size: int,
+        kv: KvSettings,
+        kv_admission: KvAdmission,
+        prompt_cache: PromptCache,
+        adapters: Adapters,
+        draft: Draft | None,
+        solo: bool,
+        cuts: bool,
+        checkpoint_every: int,
+        stream_interval: float,
+    ) -> None:
         super().__init__()
-        self.model: Any = None
-        self.tokenizer: TokenizerWrapper | None = None
-        self.context_length: int | None = None
-        self._spec: WorkerSpec | None = None
-        self.kv = KvSettings()
-        self.kv_admission = KvAdmission()
-        self._stream: mx.Stream | None = None
-        self.prompt_cache = PromptCache(0, 0)
-        self.grammars: Grammars | None = None
-        self.solo_enabled = False
-        """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
-        self.prefill_together = True
-        """Whether prompts of different lengths may be prefilled in one step; False for
-        a model whose layers mlx-lm gets wrong in a padded batch and that could not be
-        corrected (:mod:`.ssm_lengths`): it prefills one prompt per step."""
-        self._solo: LmActive | None = None
-        self.tool_prompt = ToolPrompt()
-        """Whether the chat template renders tools (else the worker does; see
-        :mod:`.tool_prompt`), found once at load."""
-        self.pace = PrefillPace(2048)
-        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
-        self.draft: Draft | None = None
-        """The draft model solo requests decode with (see :mod:`.speculative`)."""
-        self.adapters: Adapters | None = None
+        self.model = model
+        self._eos = eos_token_ids
+        self._emit = emit
+        self._stream = stream
+        self._concurrency = concurrency
+        self._prefill_batch_size = prefill_batch_size
+        self._prefill_step_size = prefill_step_size
+        self.kv = kv
+        self.kv_admission = kv_admission
+        """Admission by KV cache bytes; :meth:`set_limits` updates what is free."""
+        self.prompt_cache = prompt_cache
+        self.adapters = adapters
         """The LoRA adapters mounted on the model (see :mod:`.adapters`)."""
-        self.cuts = True
+        self.draft = draft
+        """The draft model solo requests decode with (see :mod:`.speculative`)."""
+        self.solo_enabled = solo
+        """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
+        self.cuts = cuts
         """The model's cache can be cut at any prefix (every layer a plain KV cache)."""
-        self.checkpoint_every = 0
+        self.checkpoint_every = checkpoint_every
         """Tokens between two interval checkpoints of a long prefill (see :mod:`.checkpoints`)."""
+        self.pace = PrefillPace(prefill_step_size)
+        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
+        self._solo: LmActive | None = None
+        self._out = Coalescer(self._emit_batch, stream_interval)
+        self._generator = self._new_generator()
+
+    def _new_generator(self) -> BatchGenerator:
+        return BatchGenerator(
+            self.model,
+            stop_tokens=[[t] for t in sorted(self._eos)],
+            completion_batch_size=self._concurrency,
+            prefill_batch_size=self._prefill_batch_size,
+            prefill_step_size=self._prefill_step_size,
+            stream=self._stream,
+            max_kv_size=self.kv.max_size,
+        )
+
+    # ------------------------------------------------------------ requests
+
+    def knows(self, request_id: str) -> bool:
+        """Whether ``request_id`` is queued or running."""
+        return request_id in self._by_id
+
+    def add(self, active: LmActive) -> None:
+        """Queue an accepted request (it starts when :meth:`step` admits it)."""
+        self._queue.append(active)
+        self._by_id[active.request_id] = active
+
+    def adapter_users(self, adapter_id: str) -> int:
+        """Queued and running requests that name the adapter ``adapter_id``."""
+        return sum(adapter_id in a.adapters for a in self._by_id.values())
+
+    def step_label(self) -> str:
+        """``prefill of 4096 tokens``, ``decode of 2 requests``, or both."""
+        actives = list(self._by_id.values())
+        prefill = [a for a in actives if a.solo is None and not a.decoding]
+        decode = len(actives) - len(prefill)
+        parts = []
+        if prefill:
+            parts.append(f"prefill of {sum(a.prompt_tokens for a in prefill)} tokens")
+        if decode or not prefill:
+            parts.append(f"decode of {decode} request{'s' if decode != 1 else ''}")
+        return ", ".join(parts)
 
     def _queued(self, active: LmActive) -> bool:
         return active.uid is None and active.solo is None
@@ -116,7 +181,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
             batch = getattr(generator, part, None)
             with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
                 active += cache_bytes(getattr(batch, "prompt_cache", None))
-        kept = self.prompt_cache.nbytes if self.prompt_cache is not None else 0
+        kept = self.prompt_cache.nbytes
         admission = self.kv_admission
         limits = [x for x in (admission.budget, admission.free) if x is not None]
         return active, kept, min(limits) if limits else 0
@@ -227,8 +292,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
 
     def _solo_finish(self, active: LmActive, token: int) -> str | None:
         """The finish a batch would report for this token (EOS wins over the budget)."""
-        assert self.tokenizer is not None
-        if token in self.tokenizer.eos_token_ids:
+        if token in self._eos:
             return "stop"
         if active.generated + 1 >= active.max_tokens:
             return "length"
@@ -236,9 +300,8 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
 
     def _admit(self, generator: BatchGenerator) -> bool:
         """Start queued requests while there is room; True if any started."""
-        assert self._spec is not None
         running = len(self._by_uid) + (self._solo is not None)
-        if not self._queue or running >= max(self._spec.max_concurrency, 1):
+        if not self._queue or running >= self._concurrency:
             return False
         group = self._queue[0].adapters
         if not self._group_turn(group, running):
@@ -250,7 +313,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
             return True
         while (
             self._queue
-            and len(self._by_uid) < max(self._spec.max_concurrency, 1)
+            and len(self._by_uid) < self._concurrency
             and self._queue[0].adapters == group
         ):
             reserved = sum(a.kv_reserved for a in self._by_uid.values())
@@ -317,7 +380,6 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         requests share one set (one step runs one set of weights): a request of
         another set waits until they end, then the model switches to its set and
         the queue goes on in order (later requests of the running set do not pass it)."""
-        assert self.adapters is not None
         if group == self.adapters.active:
             return True
         if running:
@@ -331,7 +393,6 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         return self.prompt_cache.fetch(active.prompt, active.space)
 
     def _start_solo(self, active: LmActive) -> None:
-        assert self._spec is not None and self._stream is not None
         hit = self._cached(active)
         if hit is None:
             cache, cached = make_prompt_cache(self.model), 0
@@ -346,7 +407,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
                 cached=active.prompt[:cached],
                 prompt=active.prompt[cached:],
                 sampler=active.sampler,
-                prefill_step_size=self._spec.prefill_step_size,
+                prefill_step_size=self._prefill_step_size,
                 draft=self.draft,
                 budget=active.max_tokens,
             )
@@ -360,7 +421,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
             prompt=active.prompt[cached:],
             sampler=active.sampler,
             processors=active.processors,
-            prefill_step_size=self._spec.prefill_step_size,
+            prefill_step_size=self._prefill_step_size,
             quantize=self.kv.quantize if self.kv.bits is not None else None,
         )
         self._solo = active
