@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
 
     from mlx_gateway.protocol.messages import Done, Generate, SamplingParams
     from mlx_gateway.protocol.spec import WorkerSpec
-    from mlx_gateway.workers.lm import batch_filter, solo
+    from mlx_gateway.workers.lm import batch_filter, prefill, solo
     from mlx_gateway.workers.lm.backend import LmBackend
 
     from .inprocess import batch_generator_run
@@ -328,7 +328,7 @@ def main(argv: list[str]) -> int:
         timers.wrap(backend.scheduler._generator, "next", "model step (BatchGenerator.next)")
     timers.wrap(backend.scheduler, "_keep_cache", "prompt cache (_keep_cache)")
     timers.wrap(backend.scheduler, "_finish", "ending a request (_finish)")
-    timers.wrap(backend.scheduler, "_prefill_progress", "prefill progress (_prefill_progress)")
+    timers.wrap(prefill, "progress", "prefill progress (prefill.progress)")
     timers.wrap(backend.scheduler, "_admit", "admission (_admit)")
     timers.wrap(backend.scheduler, "step", "backend.step")
 

@@ -84,14 +84,13 @@ from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.lm.checkpoints import checkpoint_settings
 from mlx_gateway.workers.lm.detokenize import Detokenizers
-from mlx_gateway.workers.lm.disk_cache import DiskCache, model_key
 from mlx_gateway.workers.lm.gguf.convert import gguf_model
 from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.loading import (
     context_length_of,
-    kv_option_names,
     load_sharded,
     option_int,
+    prompt_cache_for,
     read_template,
 )
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
@@ -107,10 +106,6 @@ from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, Reque
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 
 log = logging.getLogger(__name__)
-
-PROMPT_CACHE_BYTES = 512 * 1024**2
-PROMPT_CACHE_ENTRIES = 32
-"""Prompt cache caps when the spec's options leave them out."""
 
 
 def create_backend() -> LmBackend:
@@ -219,37 +214,10 @@ class LmBackend(Backend):
         draft = None
         if draft_path := spec.options.get("draft_model_path"):
             draft = self._load_draft(str(draft_path), spec, parallel, downloading, solo, kv)
-        cache_bytes = option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES)
-        if parallel == "pipeline" and cache_bytes:
-            # Each rank holds other layers, so the same cache takes other bytes on
-            # each, and a byte bound would evict different entries on different
-            # ranks (then their prefills differ and the group falls out of step).
-            log.info("prompt cache off: pipeline ranks cannot agree on its bytes")
-            cache_bytes = 0
-        self.prompt_cache = PromptCache(
-            cache_bytes, option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES)
-        )
-        if folder := spec.options.get("prompt_cache_dir"):
-            kv_options = ",".join(
-                f"{k}={spec.options.get(k)}" for k in sorted(kv_option_names(spec))
-            )
-            adapters = self.adapters
-
-            def disk_tier(adapter: str) -> DiskCache:
-                """The disk tier of the base model ("") or of an adapter set: a folder
-                whose key names the adapters' files, so a changed adapter misses."""
-                return DiskCache(
-                    Path(str(folder)).expanduser(),
-                    model_key(spec.model_path, Path(path), adapter=adapter, kv=kv_options),
-                    option_int(spec, "prompt_cache_disk_bytes", 0),
-                    option_int(spec, "prompt_cache_dir_bytes", 0) or None,
-                )
-
-            self.prompt_cache.disk = disk_tier("")
-            self.prompt_cache.space_disk = lambda space: disk_tier(adapters.identity(space))
+        self.prompt_cache = prompt_cache_for(spec, Path(path), self.adapters, parallel)
         self.system_ends = SystemEnds()
         cuts, checkpoint_every = checkpoint_settings(
-            model, stream, self.context_length, cache_bytes, measure=not parallel
+            model, stream, self.context_length, self.prompt_cache.max_bytes, measure=not parallel
         )
         concurrency = max(spec.max_concurrency, 1)
         self._scheduler = Scheduler(

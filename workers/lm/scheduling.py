@@ -37,13 +37,14 @@ from mlx_gateway.workers.common.batch_requests import (
 from mlx_gateway.workers.common.coalesce import Coalescer
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, cache_bytes
 from mlx_gateway.workers.lm import checkpoints as cp
+from mlx_gateway.workers.lm import prefill
 from mlx_gateway.workers.lm.active import LmActive
 from mlx_gateway.workers.lm.adapters import Adapters
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
 from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
 from mlx_gateway.workers.lm.shared_prefix import awaits_prefix
-from mlx_gateway.workers.lm.solo import SoloDecode, private_copy
-from mlx_gateway.workers.lm.speculative import Draft, SpeculativeDecode
+from mlx_gateway.workers.lm.solo import SpeculativeDecode, decode_alone, private_copy
+from mlx_gateway.workers.lm.speculative import Draft
 from mlx_gateway.workers.runtime.contract import Emit
 
 log = logging.getLogger(__name__)
@@ -52,15 +53,10 @@ log = logging.getLogger(__name__)
 class Scheduler(BatchRequests[LmActive, BatchGenerator]):
     """Which request runs, and the step loop, for one loaded model (made by
     :meth:`.backend.LmBackend.load`, which checks requests and hands them over by
-    :meth:`add`).
-
-    ``eos_token_ids``: the tokenizer's end tokens (its own set). ``concurrency``:
-    most requests running at once; ``prefill_batch_size``: most prompts prefilled in
-    one step (1 for a model whose padded batch mlx-lm gets wrong, :mod:`.ssm_lengths`).
-    ``solo``: a request that runs alone decodes outside the batch (:mod:`.solo`),
-    with ``draft`` when there is one (:mod:`.speculative`). ``cuts`` and
-    ``checkpoint_every``: how the prompt cache keeps prefixes (:mod:`.checkpoints`).
-    ``stream_interval``: the coalescer's interval (:mod:`..common.coalesce`)."""
+    :meth:`add`). ``eos_token_ids``: the tokenizer's own set; ``concurrency``: most
+    requests running at once; ``prefill_batch_size``: most prompts prefilled in one
+    step (1 for a model mlx-lm pads wrong, :mod:`.ssm_lengths`); ``stream_interval``:
+    the coalescer's (:mod:`..common.coalesce`)."""
 
     def __init__(
         self,
@@ -173,9 +169,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         active = 0
         solo = self._solo
         if solo is not None and solo.solo is not None:
-            active += cache_bytes(solo.solo.cache)
-            if isinstance(solo.solo, SpeculativeDecode):
-                active += cache_bytes(solo.solo.draft_cache)
+            active += solo.solo.nbytes()
         generator = self._generator
         for part in ("_generation_batch", "_prompt_batch"):  # mlx-lm's own batches
             batch = getattr(generator, part, None)
@@ -204,7 +198,9 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
             generator.prefill_step_size = self.pace.slice(rows)
             with generator.stats() as stats:  # its prompt time leaves the decoding out
                 prompts, responses = generator.next()
-            self._prefill_progress(prompts)
+            prefill.progress(
+                prompts, self._by_uid, generator, self._emit, self.cuts, self.prompt_cache
+            )
             self.pace.done(stats.prompt_tokens, stats.prompt_time)
         else:
             _, responses = generator.next()
@@ -227,43 +223,6 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         self._out.add(chunks)
         for active in finished:
             self._finish(active, active.finish or "stop")
-
-    def _prefill_progress(self, prompts: list[Any]) -> None:
-        """Report long prompts' progress (``prompts``: the generator's prompt
-        responses of a step), note the prompts it finished and take the checkpoints
-        it reached."""
-        due: list[LmActive] = []
-        for response in prompts:
-            active = self._by_uid.get(response.uid)
-            if active is None:
-                continue
-            done, total = response.progress
-            active.prefilled = active.prompt_tokens - (total - done)
-            if response.end_of_prompt:
-                active.decoding = True
-                continue
-            if response.end_of_segment and active.prefilled in active.marks:
-                due.append(active)
-            if total - done > 1:  # more slices follow
-                self._emit(Prefilled(active.request_id, active.prefilled, active.prompt_tokens))
-        if due:
-            self._take_checkpoints(due)
-
-    def _take_checkpoints(self, due: list[LmActive]) -> None:
-        """Take the checkpoints the requests ``due`` have just reached (see
-        :mod:`.checkpoints`); where another request waits for that prefix, or it
-        is the end of the system prompt, the cache there is stored as an entry."""
-        assert self._generator is not None
-        extracted = self._generator.extract_cache([a.uid for a in due])
-        for active in due:
-            cache, tokens = extracted.get(active.uid, (None, None))
-            mark = active.marks.pop(active.prefilled, None)
-            if cache is None or tokens is None or mark is None or len(tokens) != active.prefilled:
-                continue
-            if not self.cuts:
-                active.checkpoints.append(cp.take(cache, active.prefilled, mark))
-            if mark == cp.SYSTEM or active.prefilled in active.wanted:
-                self.prompt_cache.store(list(tokens), cache, active.space)
 
     def _solo_step(self, active: LmActive) -> None:
         solo = active.solo
@@ -399,21 +358,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         else:
             cache, cached = private_copy(hit.cache, hit.tokens), hit.tokens
         active.cached = cached
-        if self.draft is not None and not active.processors:
-            active.solo = SpeculativeDecode(
-                self.model,
-                self._stream,
-                cache,
-                cached=active.prompt[:cached],
-                prompt=active.prompt[cached:],
-                sampler=active.sampler,
-                prefill_step_size=self._prefill_step_size,
-                draft=self.draft,
-                budget=active.max_tokens,
-            )
-            self._solo = active
-            return
-        active.solo = SoloDecode(
+        active.solo = decode_alone(
             self.model,
             self._stream,
             cache,
@@ -422,6 +367,8 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
             sampler=active.sampler,
             processors=active.processors,
             prefill_step_size=self._prefill_step_size,
+            draft=self.draft,
+            budget=active.max_tokens,
             quantize=self.kv.quantize if self.kv.bits is not None else None,
         )
         self._solo = active

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.messages import Batch, Generate, SamplingParams
-from mlx_gateway.workers.lm.speculative import SpeculativeDecode
+from mlx_gateway.workers.lm.solo import SpeculativeDecode
 from mlx_gateway.workers.runtime.contract import LoadError
 from tests.fixtures.tiny_models import build_tiny_lm
 
