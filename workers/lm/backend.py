@@ -2,7 +2,8 @@
 
 Accepted requests share one ``BatchGenerator``: requests join and leave it
 between steps, up to ``spec.max_concurrency`` at once; later ones wait in arrival
-order. Each call of :meth:`LmBackend.step` runs one generator step (a decode step
+order. Each call of :meth:`LmBackend.step` runs one step of its
+:class:`~.scheduling.Scheduler` (made at load), one generator step (a decode step
 for the running requests plus at most ``prefill_step_size`` prompt tokens of the
 joining ones), so cancels and new requests are seen between steps. A request that
 runs alone decodes outside the batch (:mod:`.solo`, faster for one stream) and
