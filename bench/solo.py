@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
 
     from mlx_gateway.protocol.messages import Done, Generate, SamplingParams
     from mlx_gateway.protocol.spec import WorkerSpec
-    from mlx_gateway.workers.lm import batch_filter, solo
+    from mlx_gateway.workers.lm import batch_filter, prefill, solo
     from mlx_gateway.workers.lm.backend import LmBackend
 
     from .inprocess import batch_generator_run
@@ -200,7 +200,7 @@ def main(argv: list[str]) -> int:
 
     def backend_side() -> tuple[float, list[int]]:
         tokens: list[int] = []
-        advance, take_plain = backend._advance, backend._take_plain
+        advance, take_plain = backend.scheduler._advance, backend.scheduler._take_plain
 
         def spy(active: Any, token: int, *rest: Any) -> Any:
             tokens.append(token)
@@ -210,8 +210,8 @@ def main(argv: list[str]) -> int:
             tokens.append(token)
             take_plain(active, token)
 
-        backend._advance = spy  # type: ignore[method-assign]
-        backend._take_plain = spy_plain  # type: ignore[method-assign]
+        backend.scheduler._advance = spy  # type: ignore[method-assign]
+        backend.scheduler._take_plain = spy_plain  # type: ignore[method-assign]
         replies.clear()
         cpu_started, started = time.process_time(), time.perf_counter()
         total = args.streams * requests
@@ -233,7 +233,7 @@ def main(argv: list[str]) -> int:
                 sent += 1
         seconds = time.perf_counter() - started
         cpu["backend"] += time.process_time() - cpu_started
-        backend._advance, backend._take_plain = advance, take_plain  # type: ignore[method-assign]
+        backend.scheduler._advance, backend.scheduler._take_plain = advance, take_plain  # type: ignore[method-assign]
         assert sum(isinstance(r, Done) for r in replies) == total
         return seconds, tokens
 
@@ -317,20 +317,20 @@ def main(argv: list[str]) -> int:
     # few µs per token themselves).
     timers = Timers()
     timers.wrap(solo.SoloDecode, "step", "model step (SoloDecode.step)")
-    timers.wrap(backend, "_take_token", "detokenize (_take_token)")
-    timers.wrap(backend, "_take_plain", "a plain request's token (_take_plain)")
-    timers.wrap(backend, "_apply_stops", "stop strings (_apply_stops)")
-    timers.wrap(backend, "_advance", "the rest of _advance (logprobs, tools, Chunk)")
-    timers.wrap(backend, "_solo_finish", "finish check (_solo_finish)")
-    timers.wrap(backend, "_solo_step", "the rest of _solo_step (prefill pace, finish)")
-    timers.wrap(backend._out, "add", "coalescer (Coalescer.add)")
-    if backend._generator is not None:
-        timers.wrap(backend._generator, "next", "model step (BatchGenerator.next)")
-    timers.wrap(backend, "_keep_cache", "prompt cache (_keep_cache)")
-    timers.wrap(backend, "_finish", "ending a request (_finish)")
-    timers.wrap(backend, "_prefill_progress", "prefill progress (_prefill_progress)")
-    timers.wrap(backend, "_admit", "admission (_admit)")
-    timers.wrap(backend, "step", "backend.step")
+    timers.wrap(backend.scheduler, "_take_token", "detokenize (_take_token)")
+    timers.wrap(backend.scheduler, "_take_plain", "a plain request's token (_take_plain)")
+    timers.wrap(backend.scheduler, "_apply_stops", "stop strings (_apply_stops)")
+    timers.wrap(backend.scheduler, "_advance", "the rest of _advance (logprobs, tools, Chunk)")
+    timers.wrap(backend.scheduler, "_solo_finish", "finish check (_solo_finish)")
+    timers.wrap(backend.scheduler, "_solo_step", "the rest of _solo_step (prefill pace, finish)")
+    timers.wrap(backend.scheduler._out, "add", "coalescer (Coalescer.add)")
+    if backend.scheduler._generator is not None:
+        timers.wrap(backend.scheduler._generator, "next", "model step (BatchGenerator.next)")
+    timers.wrap(backend.scheduler, "_keep_cache", "prompt cache (_keep_cache)")
+    timers.wrap(backend.scheduler, "_finish", "ending a request (_finish)")
+    timers.wrap(prefill, "progress", "prefill progress (prefill.progress)")
+    timers.wrap(backend.scheduler, "_admit", "admission (_admit)")
+    timers.wrap(backend.scheduler, "step", "backend.step")
 
     steps = 0
     for _ in range(args.profiled):

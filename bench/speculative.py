@@ -98,13 +98,13 @@ class Setup:
         from mlx_gateway.protocol.messages import Done, Generate, SamplingParams
 
         tokens: list[int] = []
-        advance = self.backend._advance
+        advance = self.backend.scheduler._advance
 
         def spy(active: Any, token: int, *rest: Any) -> Any:
             tokens.append(token)
             return advance(active, token, *rest)
 
-        self.backend._advance = spy  # type: ignore[method-assign]
+        self.backend.scheduler._advance = spy  # type: ignore[method-assign]
         self.replies.clear()
         started = time.perf_counter()
         self.backend.submit(
@@ -118,7 +118,7 @@ class Setup:
         while self.backend.has_work():
             self.backend.step()
         seconds = time.perf_counter() - started
-        self.backend._advance = advance  # type: ignore[method-assign]
+        self.backend.scheduler._advance = advance  # type: ignore[method-assign]
         done = next(r for r in self.replies if isinstance(r, Done))
         return seconds, tokens, done.usage.draft_proposed, done.usage.draft_accepted
 

@@ -369,3 +369,91 @@ def test_the_engine_step_check_sees_one() -> None:
     assert _engine_steps(ast.parse("TurnRequest(messages=[])")) == [1]
     assert _engine_steps(ast.parse("task.start()")) == []
     assert len(surface_imports("chat")) > 0
+
+
+def _is_interface(node: ast.ClassDef) -> bool:
+    """A Protocol, an exception, or an ABC whose methods are all abstract (its body
+    only annotations, docstrings and ``@abstractmethod`` stubs): a contract, no state."""
+    bases = {ast.unparse(base).split("[")[0].rpartition(".")[2] for base in node.bases}
+    if bases & {"Protocol", "Exception", "ValueError", "RuntimeError"}:
+        return True
+    if "ABC" not in bases:
+        return False
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+            if not any(ast.unparse(d).endswith("abstractmethod") for d in item.decorator_list):
+                return False
+        elif not isinstance(item, ast.AnnAssign | ast.Expr | ast.Pass):
+            return False
+    return True
+
+
+def _split_classes(sources: dict[str, str]) -> list[str]:
+    """Classes of ``sources`` (module name → source, the modules of one kind) whose
+    base is a class of another of these modules, unless that base is an interface;
+    each as ``module:line Class(base)``."""
+    trees = {module: ast.parse(source) for module, source in sources.items()}
+    classes = {
+        (module, node.name): node
+        for module, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
+    wrong = []
+    for module, tree in trees.items():
+        names: dict[str, str] = {}  # a local name → the dotted name it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {a.asname or a.name: a.name for a in node.names if a.asname}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for base in node.bases:
+                spelled = ast.unparse(base).split("[")[0]
+                head, dot, rest = spelled.partition(".")
+                owner, _, name = (names.get(head, head) + dot + rest).rpartition(".")
+                defined = classes.get((owner, name))
+                if owner != module and defined is not None and not _is_interface(defined):
+                    wrong.append(f"{module}:{node.lineno} {node.name}({spelled})")
+    return wrong
+
+
+def test_no_base_class_split_inside_a_worker_kind() -> None:
+    """A worker kind's classes are composed, not cut in two across modules: no class in
+    ``workers/<kind>/`` derives from a class defined in another module of that kind (the
+    lm backend owns its :class:`~mlx_gateway.workers.lm.scheduling.Scheduler`, as the
+    pool's handle owns its parts), so no attribute is set in one file and read by a
+    class of another. Inheritance within one module is fine (read in one place), and
+    so are bases from ``workers/common`` or ``workers/runtime`` (the ``Backend``
+    contract, the request bookkeeping several kinds share). A base that is only an
+    interface may sit in its own module: a Protocol, an exception, or an ABC whose
+    methods are all abstract (the rerank worker's ``Scorer``)."""
+    wrong = []
+    for kind in KINDS:
+        sources = {
+            module: path.read_text(encoding="utf-8")
+            for module, path in _modules()
+            if _under(module, f"{W}.{kind}")
+        }
+        wrong += _split_classes(sources)
+    assert not wrong, "classes deriving from another module of their kind:\n" + "\n".join(wrong)
+
+
+def test_the_base_class_check_sees_a_split() -> None:
+    base = (
+        "from abc import ABC, abstractmethod\n"
+        "class Part:\n    def __init__(self):\n        self.x = 1\n"
+        "class Shape(ABC):\n    name: str\n    @abstractmethod\n    def f(self): ...\n"
+    )
+    user = (
+        "from k.base import Part, Shape\n"
+        "from k import base\n"
+        "class A(Part):\n    pass\nclass B(Shape):\n    pass\nclass C(base.Part):\n    pass\n"
+        "class D(A):\n    pass\n"
+    )
+    assert _split_classes({"k.base": base, "k.user": user}) == [
+        "k.user:3 A(Part)",
+        "k.user:7 C(base.Part)",
+    ]

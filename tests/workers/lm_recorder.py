@@ -1,5 +1,5 @@
 """An lm backend in process that records what it emitted and the token ids it
-generated (observed by wrapping ``LmBackend._advance`` and ``LmBackend._take_plain``,
+generated (observed by wrapping ``Scheduler._advance`` and ``Scheduler._take_plain``,
 the methods that take each token; the generation itself is untouched)."""
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ class Recorder:
         self.backend = LmBackend()
         self.backend.load(spec, self.replies.append)
         if solo_check:
-            assert self.backend.solo_enabled  # a llama: a plain KVCache per layer
-            self.backend.solo_enabled = solo
+            assert self.backend.scheduler.solo_enabled  # a llama: a plain KVCache per layer
+            self.backend.scheduler.solo_enabled = solo
         self.tokens: dict[str, list[int]] = defaultdict(list)
-        advance, take_plain = self.backend._advance, self.backend._take_plain
+        advance, take_plain = self.backend.scheduler._advance, self.backend.scheduler._take_plain
 
         def spy(active, token, *rest):  # type: ignore[no-untyped-def]
             self.tokens[active.request_id].append(token)
@@ -57,8 +57,8 @@ class Recorder:
             self.tokens[active.request_id].append(token)
             take_plain(active, token)
 
-        self.backend._advance = spy  # type: ignore[method-assign]
-        self.backend._take_plain = spy_plain  # type: ignore[method-assign]
+        self.backend.scheduler._advance = spy  # type: ignore[method-assign]
+        self.backend.scheduler._take_plain = spy_plain  # type: ignore[method-assign]
 
     def submit(
         self, request_id: str, content: str, max_tokens: int = 24, **sampling: object

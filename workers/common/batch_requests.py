@@ -17,7 +17,7 @@ completion budget) are here too, so that they answer in the same words.
 from __future__ import annotations
 
 import logging
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +33,7 @@ from mlx_gateway.protocol.messages import (
 )
 from mlx_gateway.workers.common.coalesce import Coalescer
 from mlx_gateway.workers.common.stops import scan_stops
-from mlx_gateway.workers.runtime.contract import Backend, Emit, RequestError, drop
+from mlx_gateway.workers.runtime.contract import Emit, RequestError, drop
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,11 @@ A = TypeVar("A", bound=Active)
 G = TypeVar("G", bound=Generator)
 
 
-class BatchRequests(Backend, Generic[A, G]):
-    """The request maps of a continuously batched backend and what only touches them."""
+class BatchRequests(ABC, Generic[A, G]):
+    """The request maps of a continuously batched backend and what only touches them
+    (its ``cancel``, ``counts``, ``fail_active``… are those of the runtime's
+    ``Backend``: the vlm backend is one and a ``Backend``, the lm backend's
+    :class:`~..lm.scheduling.Scheduler` one it owns)."""
 
     def __init__(self) -> None:
         self._emit: Emit = drop

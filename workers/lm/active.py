@@ -40,7 +40,7 @@ class LmActive(Active):
     """The LoRA adapters it runs with (see :mod:`.adapters`); empty: the base model."""
     plain: bool = False
     """No stop strings, log-probs or tool parsing (set once these are): the batch
-    takes its tokens by :meth:`LmScheduling._take_plain`."""
+    takes its tokens by :meth:`.scheduling.Scheduler._take_plain`."""
     system_end: int = 0
     """Where its first user turn starts (0: not a chat, or unknown)."""
     marks: dict[int, str] = dataclasses.field(default_factory=dict)

@@ -2,7 +2,8 @@
 
 Accepted requests share one ``BatchGenerator``: requests join and leave it
 between steps, up to ``spec.max_concurrency`` at once; later ones wait in arrival
-order. Each call of :meth:`LmBackend.step` runs one generator step (a decode step
+order. Each call of :meth:`LmBackend.step` runs one step of its
+:class:`~.scheduling.Scheduler` (made at load), one generator step (a decode step
 for the running requests plus at most ``prefill_step_size`` prompt tokens of the
 joining ones), so cancels and new requests are seen between steps. A request that
 runs alone decodes outside the batch (:mod:`.solo`, faster for one stream) and
@@ -46,13 +47,14 @@ from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm import load as load_model_and_tokenizer
-from mlx_lm.generate import BatchGenerator
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from mlx_gateway.protocol.messages import (
     CountTokens,
     Detokenize,
     Done,
     Generate,
+    Limits,
     ModelFacts,
     MountAdapter,
     Progress,
@@ -68,7 +70,7 @@ from mlx_gateway.workers.common.batch_requests import (
     completion_budget,
     overflow_message,
 )
-from mlx_gateway.workers.common.coalesce import Coalescer, interval_option
+from mlx_gateway.workers.common.coalesce import interval_option
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, compute_dtype_bytes
 from mlx_gateway.workers.common.sampling import (
     make_request_processors,
@@ -76,56 +78,73 @@ from mlx_gateway.workers.common.sampling import (
 )
 from mlx_gateway.workers.common.token_bound import TokenBound, refuse_unfittable
 from mlx_gateway.workers.common.tokenize import detokenized, text_tokens, tokens_reply
-from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
+from mlx_gateway.workers.common.tool_prompt import ToolPrompt, probe_tool_prompt
 from mlx_gateway.workers.lm import batch_filter, ssm_lengths
+from mlx_gateway.workers.lm.active import LmActive
 from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.lm.checkpoints import checkpoint_settings
 from mlx_gateway.workers.lm.detokenize import Detokenizers
-from mlx_gateway.workers.lm.disk_cache import DiskCache, model_key
 from mlx_gateway.workers.lm.gguf.convert import gguf_model
 from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.loading import (
     context_length_of,
-    kv_option_names,
     load_sharded,
     option_int,
+    prompt_cache_for,
     read_template,
 )
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
-from mlx_gateway.workers.lm.prefill_pace import PrefillPace
 from mlx_gateway.workers.lm.prompt import SystemEnds, prompt_tokens
 from mlx_gateway.workers.lm.prompt_cache import PromptCache
-from mlx_gateway.workers.lm.scheduling import LmActive, LmScheduling
+from mlx_gateway.workers.lm.scheduling import Scheduler
 from mlx_gateway.workers.lm.solo import supports_solo
 from mlx_gateway.workers.lm.speculative import DRAFT_TOKENS, Draft, load_draft
 from mlx_gateway.workers.lm.thinking_budget import make_thinking_budget
 from mlx_gateway.workers.lm.tool_scan import make_tool_scan
 from mlx_gateway.workers.runtime.blas import blas_in_use
-from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
+from mlx_gateway.workers.runtime.contract import Backend, Emit, LoadError, RequestError, drop
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 
 log = logging.getLogger(__name__)
-
-PROMPT_CACHE_BYTES = 512 * 1024**2
-PROMPT_CACHE_ENTRIES = 32
-"""Prompt cache caps when the spec's options leave them out."""
 
 
 def create_backend() -> LmBackend:
     return LmBackend()
 
 
-class LmBackend(LmScheduling):
-    """The ``lm`` backend (see the module docstring for the reply sequence)."""
+class LmBackend(Backend):
+    """The ``lm`` backend (see the module docstring for the reply sequence): loads
+    the model, checks each request and turns it into an :class:`~.active.LmActive`;
+    its :class:`~.scheduling.Scheduler`, made at load, runs them."""
 
     token_bound = TokenBound(None)
     """Refuses a prompt that cannot fit before it is tokenized (set at load)."""
 
+    def __init__(self) -> None:
+        self._scheduler: Scheduler | None = None
+        self._emit: Emit = drop
+        self.model: Any = None
+        self.tokenizer: TokenizerWrapper | None = None
+        self.context_length: int | None = None
+        self.prompt_cache = PromptCache(0, 0)
+        self.grammars: Grammars | None = None
+        self.tool_prompt = ToolPrompt()
+        """Whether the chat template renders tools (else the worker does; see
+        :mod:`.tool_prompt`), found once at load."""
+        self.adapters: Adapters | None = None
+        """The LoRA adapters mounted on the model (see :mod:`.adapters`)."""
+        self.system_ends = SystemEnds()
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """Runs the accepted requests (made by :meth:`load`)."""
+        assert self._scheduler is not None, "the model is not loaded"
+        return self._scheduler
+
     # ------------------------------------------------------------ loading
 
     def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
-        self._spec = spec
         self._emit = emit
 
         def downloading(repo: str) -> None:
@@ -157,18 +176,16 @@ class LmBackend(LmScheduling):
         self.model, self.tokenizer = model, tokenizer
         self.token_bound = TokenBound.of(tokenizer)
         self.detokenizers = Detokenizers(tokenizer)
-        self.kv = KvSettings.from_spec(spec)
-        self.kv.check_model(config)
-        self.kv_admission = KvAdmission.for_model(config, spec, compute_dtype_bytes(model))
+        kv = KvSettings.from_spec(spec)
+        kv.check_model(config)
+        kv_admission = KvAdmission.for_model(config, spec, compute_dtype_bytes(model))
         self.context_length = spec.context_length or context_length_of(config, tokenizer)
         # Made here, on the MLX thread: a stream belongs to the thread that made it
         # (mlx-lm's module-level generation_stream belongs to whoever imported it).
-        self._stream = mx.new_stream(mx.default_device())
-        with mx.stream(self._stream):
+        stream = mx.new_stream(mx.default_device())
+        with mx.stream(stream):
             batch_filter.install()
-            self.prefill_together = ssm_lengths.batches_right(model)
-        self._generator = self._new_generator()
-        self.pace = PrefillPace(spec.prefill_step_size)
+            prefill_together = ssm_lengths.batches_right(model)
         self.grammars = Grammars(tokenizer)
         if tokenizer.has_chat_template:
 
@@ -180,8 +197,8 @@ class LmBackend(LmScheduling):
                 )
 
             self.tool_prompt = probe_tool_prompt(render, spec.served_model_name)
-        self.solo_enabled = supports_solo(model) and self.kv.max_size is None
-        if self.kv.bits is not None and not self.solo_enabled:
+        solo = supports_solo(model) and kv.max_size is None
+        if kv.bits is not None and not solo:
             raise LoadError(
                 "kv_bits needs a model whose KV cache is a plain cache in every layer "
                 "(llama, qwen, mistral…) and no max_kv_size: mlx-lm quantizes only such "
@@ -195,38 +212,34 @@ class LmBackend(LmScheduling):
             except RequestError as exc:  # the model serves on; requests naming it get a 400
                 log.warning("adapter %s not mounted: %s", adapter_id, exc.message)
                 skipped.append(f"{adapter_id}: {exc.message}")
+        draft = None
         if draft_path := spec.options.get("draft_model_path"):
-            self.draft = self._load_draft(str(draft_path), spec, parallel, downloading)
-        self._out = Coalescer(self._emit_batch, interval_option(spec.options))
-        cache_bytes = option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES)
-        if parallel == "pipeline" and cache_bytes:
-            # Each rank holds other layers, so the same cache takes other bytes on
-            # each, and a byte bound would evict different entries on different
-            # ranks (then their prefills differ and the group falls out of step).
-            log.info("prompt cache off: pipeline ranks cannot agree on its bytes")
-            cache_bytes = 0
-        self.prompt_cache = PromptCache(
-            cache_bytes, option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES)
-        )
-        if folder := spec.options.get("prompt_cache_dir"):
-            kv = ",".join(f"{k}={spec.options.get(k)}" for k in sorted(kv_option_names(spec)))
-            adapters = self.adapters
-
-            def disk_tier(adapter: str) -> DiskCache:
-                """The disk tier of the base model ("") or of an adapter set: a folder
-                whose key names the adapters' files, so a changed adapter misses."""
-                return DiskCache(
-                    Path(str(folder)).expanduser(),
-                    model_key(spec.model_path, Path(path), adapter=adapter, kv=kv),
-                    option_int(spec, "prompt_cache_disk_bytes", 0),
-                    option_int(spec, "prompt_cache_dir_bytes", 0) or None,
-                )
-
-            self.prompt_cache.disk = disk_tier("")
-            self.prompt_cache.space_disk = lambda space: disk_tier(adapters.identity(space))
+            draft = self._load_draft(str(draft_path), spec, parallel, downloading, solo, kv)
+        self.prompt_cache = prompt_cache_for(spec, Path(path), self.adapters, parallel)
         self.system_ends = SystemEnds()
-        self.cuts, self.checkpoint_every = checkpoint_settings(
-            model, self._stream, self.context_length, cache_bytes, measure=not parallel
+        cuts, checkpoint_every = checkpoint_settings(
+            model, stream, self.context_length, self.prompt_cache.max_bytes, measure=not parallel
+        )
+        concurrency = max(spec.max_concurrency, 1)
+        self._scheduler = Scheduler(
+            model,
+            tokenizer.eos_token_ids,
+            emit=emit,
+            stream=stream,
+            concurrency=concurrency,
+            prefill_batch_size=(
+                max(min(spec.prefill_batch_size, concurrency), 1) if prefill_together else 1
+            ),
+            prefill_step_size=spec.prefill_step_size,
+            kv=kv,
+            kv_admission=kv_admission,
+            prompt_cache=self.prompt_cache,
+            adapters=self.adapters,
+            draft=draft,
+            solo=solo,
+            cuts=cuts,
+            checkpoint_every=checkpoint_every,
+            stream_interval=interval_option(spec.options),
         )
         extra = {
             "vocab_size": str(config.get("vocab_size", "")),
@@ -238,22 +251,31 @@ class LmBackend(LmScheduling):
             extra["adapters"] = ", ".join(self.adapters.mounted)
         if skipped:
             extra["adapters_skipped"] = "; ".join(skipped)
-        if self.draft is not None:
-            extra["draft_model"] = f"{self.draft.path} ({self.draft.tokens} tokens a round)"
+        if draft is not None:
+            extra["draft_model"] = f"{draft.path} ({draft.tokens} tokens a round)"
         return ModelFacts(
             context_length=self.context_length,
             model_type=config.get("model_type"),
             extra=extra,
         )
 
-    def _load_draft(self, path: str, spec: WorkerSpec, parallel: object, downloading: Any) -> Draft:
-        """The draft model of ``draft_model_path``, checked against this model."""
+    def _load_draft(
+        self,
+        path: str,
+        spec: WorkerSpec,
+        parallel: object,
+        downloading: Any,
+        solo: bool,
+        kv: KvSettings,
+    ) -> Draft:
+        """The draft model of ``draft_model_path``, checked against this model
+        (``solo``: whether its requests may decode alone)."""
         if parallel:
             raise LoadError(
                 "draft_model_path cannot be used with distributed: remove one of them "
                 "from this model's entry"
             )
-        if not self.solo_enabled or self.kv.bits is not None:
+        if not solo or kv.bits is not None:
             raise LoadError(
                 "speculative decoding (draft_model_path) needs a model whose KV cache is a "
                 "plain, unquantized cache in every layer (llama, qwen, mistral…), without "
@@ -279,34 +301,43 @@ class LmBackend(LmScheduling):
                 log.info("wrote %d prompt cache entries to disk", written)
         except Exception:  # the worker stops anyway; a lost cache only costs a prefill
             log.exception("writing the prompt cache to disk failed")
-        super().close()
+        if self._scheduler is not None:
+            self._scheduler.close()
+
+    # ------------------------------------------------------------ the scheduler's
+
+    def step(self) -> None:
+        self.scheduler.step()
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def cancel(self, request_id: str) -> None:
+        self.scheduler.cancel(request_id)
+
+    def cancel_all(self) -> None:
+        self.scheduler.cancel_all()
+
+    def fail_active(self, message: str) -> None:
+        self.scheduler.fail_active(message)
+
+    def counts(self) -> tuple[int, int]:
+        return self.scheduler.counts()
+
+    def set_limits(self, limits: Limits) -> None:
+        self.scheduler.set_limits(limits)
+
+    def kv_bytes(self) -> tuple[int, int, int]:
+        return self.scheduler.kv_bytes()
+
+    def prefill_rate(self) -> float:
+        return self.scheduler.prefill_rate()
+
+    def generation_stream(self) -> mx.Stream | None:
+        return self.scheduler.generation_stream()
 
     def step_label(self) -> str:
-        """``prefill of 4096 tokens``, ``decode of 2 requests``, or both."""
-        actives = list(self._by_id.values())
-        prefill = [a for a in actives if a.solo is None and not a.decoding]
-        decode = len(actives) - len(prefill)
-        parts = []
-        if prefill:
-            parts.append(f"prefill of {sum(a.prompt_tokens for a in prefill)} tokens")
-        if decode or not prefill:
-            parts.append(f"decode of {decode} request{'s' if decode != 1 else ''}")
-        return ", ".join(parts)
-
-    def _new_generator(self) -> BatchGenerator:
-        spec = self._spec
-        assert spec is not None and self.tokenizer is not None
-        concurrency = max(spec.max_concurrency, 1)
-        prompts = max(min(spec.prefill_batch_size, concurrency), 1) if self.prefill_together else 1
-        return BatchGenerator(
-            self.model,
-            stop_tokens=[[t] for t in sorted(self.tokenizer.eos_token_ids)],
-            completion_batch_size=concurrency,
-            prefill_batch_size=prompts,
-            prefill_step_size=spec.prefill_step_size,
-            stream=self._stream,
-            max_kv_size=self.kv.max_size,
-        )
+        return self.scheduler.step_label()
 
     # ------------------------------------------------------------ requests
 
@@ -322,7 +353,8 @@ class LmBackend(LmScheduling):
             return
         if not isinstance(request, Generate):
             raise RequestError(f"an lm worker does not serve '{type(request).__name__}' requests")
-        if request.request_id in self._by_id:
+        scheduler = self.scheduler
+        if scheduler.knows(request.request_id):
             log.warning("duplicate request_id %s ignored", request.request_id)
             return
         params = request.sampling
@@ -332,7 +364,8 @@ class LmBackend(LmScheduling):
         self._refuse_unfittable(request, params.max_tokens)
         prompt, where = self._prompt_tokens(request)
         max_tokens = self._max_tokens(len(prompt), params.max_tokens, where, params.fit_max_tokens)
-        max_tokens = self.kv_admission.admit(len(prompt), max_tokens, params.max_tokens is not None)
+        admission = scheduler.kv_admission
+        max_tokens = admission.admit(len(prompt), max_tokens, params.max_tokens is not None)
         assert self.tokenizer is not None
         processors = make_request_processors(params, len(prompt))
         if request.constraint is not None:
@@ -350,7 +383,7 @@ class LmBackend(LmScheduling):
             processors=processors,
             stops=[s for s in params.stop if s],
             detokenizer=self.detokenizers.new(),
-            kv_reserved=self.kv_admission.bytes_for(len(prompt) + max_tokens),
+            kv_reserved=admission.bytes_for(len(prompt) + max_tokens),
             adapters=adapters,
         )
         if request.logprobs is not None:
@@ -366,8 +399,7 @@ class LmBackend(LmScheduling):
                 self.tool_prompt,
                 prompt,
             )
-        self._queue.append(active)
-        self._by_id[active.request_id] = active
+        scheduler.add(active)
         self._emit(
             Started(
                 request_id=active.request_id,
@@ -379,7 +411,7 @@ class LmBackend(LmScheduling):
     def _adapter_request(self, request: MountAdapter | UnmountAdapter) -> None:
         """Mount or unmount an adapter between two steps; answered at once."""
         assert self.adapters is not None
-        users = sum(request.adapter_id in a.adapters for a in self._by_id.values())
+        users = self.scheduler.adapter_users(request.adapter_id)
         finish = self.adapters.apply(request, users)
         self._forget_caches_of(request.adapter_id)  # a replaced one's are stale
         log.info("%s adapter %s", finish, request.adapter_id)

@@ -3,6 +3,7 @@ the chat template file, and the worker options read at load."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, cast
 
@@ -10,7 +11,12 @@ import mlx.core as mx
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from mlx_gateway.protocol.spec import WorkerSpec
+from mlx_gateway.workers.lm.adapters import Adapters
+from mlx_gateway.workers.lm.disk_cache import DiskCache, model_key
+from mlx_gateway.workers.lm.prompt_cache import PromptCache
 from mlx_gateway.workers.runtime.contract import LoadError
+
+log = logging.getLogger(__name__)
 
 _UNBOUNDED = 10**7  # tokenizers without a limit report model_max_length ≈ 1e30
 
@@ -69,3 +75,39 @@ def load_sharded(
     except ValueError as exc:  # the model cannot be split that way
         raise LoadError(f"cannot shard {path} ({parallel} parallel): {exc}") from None
     return cast(tuple[Any, Any, dict[str, Any]], loaded)
+
+
+PROMPT_CACHE_BYTES = 512 * 1024**2
+PROMPT_CACHE_ENTRIES = 32
+"""Prompt cache caps when the spec's options leave them out."""
+
+
+def prompt_cache_for(
+    spec: WorkerSpec, model_dir: Path, adapters: Adapters, parallel: object
+) -> PromptCache:
+    """The prompt cache the spec's options ask for (``model_dir``: the model's
+    folder; ``parallel``: the ``distributed`` option), with its disk tier."""
+    cache_bytes = option_int(spec, "prompt_cache_bytes", PROMPT_CACHE_BYTES)
+    if parallel == "pipeline" and cache_bytes:
+        # Each rank holds other layers, so the same cache takes other bytes on
+        # each, and a byte bound would evict different entries on different
+        # ranks (then their prefills differ and the group falls out of step).
+        log.info("prompt cache off: pipeline ranks cannot agree on its bytes")
+        cache_bytes = 0
+    cache = PromptCache(cache_bytes, option_int(spec, "prompt_cache_entries", PROMPT_CACHE_ENTRIES))
+    if folder := spec.options.get("prompt_cache_dir"):
+        kv = ",".join(f"{k}={spec.options.get(k)}" for k in sorted(kv_option_names(spec)))
+
+        def disk_tier(adapter: str) -> DiskCache:
+            """The disk tier of the base model ("") or of an adapter set: a folder
+            whose key names the adapters' files, so a changed adapter misses."""
+            return DiskCache(
+                Path(str(folder)).expanduser(),
+                model_key(spec.model_path, model_dir, adapter=adapter, kv=kv),
+                option_int(spec, "prompt_cache_disk_bytes", 0),
+                option_int(spec, "prompt_cache_dir_bytes", 0) or None,
+            )
+
+        cache.disk = disk_tier("")
+        cache.space_disk = lambda space: disk_tier(adapters.identity(space))
+    return cache

@@ -6,8 +6,10 @@ soon as another request arrives. Requests are admitted in arrival order, grouped
 adapter set, against the KV cache the budget leaves (:mod:`..common.kv`); long prompts
 are read in slices sized by :mod:`.prefill_pace`, with ``Prefilled`` progress; a
 request whose prefix another is prefilling waits for it (:mod:`.shared_prefix`). A
-request's state is an :class:`~.active.LmActive`; loading and request checks are in
-:mod:`.backend`.
+request's state is an :class:`~.active.LmActive`. The :class:`Scheduler` is made at
+load by :mod:`.backend`, which checks each request and hands it over; it owns the
+request maps, the generator, the solo request and the prefill pace, and is given
+what it needs of the model (its prompt cache and adapters, shared with the backend).
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 from mlx_lm.models.cache import make_prompt_cache
-from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from mlx_gateway.protocol.messages import (
     Chunk,
@@ -29,59 +31,118 @@ from mlx_gateway.protocol.messages import (
     Prefilled,
     Usage,
 )
-from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.workers.common.batch_requests import (
     BatchRequests,
 )
+from mlx_gateway.workers.common.coalesce import Coalescer
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, cache_bytes
-from mlx_gateway.workers.common.tool_prompt import ToolPrompt
 from mlx_gateway.workers.lm import checkpoints as cp
+from mlx_gateway.workers.lm import prefill
 from mlx_gateway.workers.lm.active import LmActive
 from mlx_gateway.workers.lm.adapters import Adapters
-from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
 from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
 from mlx_gateway.workers.lm.shared_prefix import awaits_prefix
-from mlx_gateway.workers.lm.solo import SoloDecode, private_copy
-from mlx_gateway.workers.lm.speculative import Draft, SpeculativeDecode
+from mlx_gateway.workers.lm.solo import SpeculativeDecode, decode_alone, private_copy
+from mlx_gateway.workers.lm.speculative import Draft
+from mlx_gateway.workers.runtime.contract import Emit
 
 log = logging.getLogger(__name__)
 
 
-class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
-    """Request state and the step loop of the ``lm`` backend."""
+class Scheduler(BatchRequests[LmActive, BatchGenerator]):
+    """Which request runs, and the step loop, for one loaded model (made by
+    :meth:`.backend.LmBackend.load`, which checks requests and hands them over by
+    :meth:`add`). ``eos_token_ids``: the tokenizer's own set; ``concurrency``: most
+    requests running at once; ``prefill_batch_size``: most prompts prefilled in one
+    step (1 for a model mlx-lm pads wrong, :mod:`.ssm_lengths`); ``stream_interval``:
+    the coalescer's (:mod:`..common.coalesce`)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        model: Any,
+        eos_token_ids: AbstractSet[int],
+        *,
+        emit: Emit,
+        stream: mx.Stream,
+        concurrency: int,
+        prefill_batch_size: int,
+        prefill_step_size: int,
+        kv: KvSettings,
+        kv_admission: KvAdmission,
+        prompt_cache: PromptCache,
+        adapters: Adapters,
+        draft: Draft | None,
+        solo: bool,
+        cuts: bool,
+        checkpoint_every: int,
+        stream_interval: float,
+    ) -> None:
         super().__init__()
-        self.model: Any = None
-        self.tokenizer: TokenizerWrapper | None = None
-        self.context_length: int | None = None
-        self._spec: WorkerSpec | None = None
-        self.kv = KvSettings()
-        self.kv_admission = KvAdmission()
-        self._stream: mx.Stream | None = None
-        self.prompt_cache = PromptCache(0, 0)
-        self.grammars: Grammars | None = None
-        self.solo_enabled = False
-        """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
-        self.prefill_together = True
-        """Whether prompts of different lengths may be prefilled in one step; False for
-        a model whose layers mlx-lm gets wrong in a padded batch and that could not be
-        corrected (:mod:`.ssm_lengths`): it prefills one prompt per step."""
-        self._solo: LmActive | None = None
-        self.tool_prompt = ToolPrompt()
-        """Whether the chat template renders tools (else the worker does; see
-        :mod:`.tool_prompt`), found once at load."""
-        self.pace = PrefillPace(2048)
-        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
-        self.draft: Draft | None = None
-        """The draft model solo requests decode with (see :mod:`.speculative`)."""
-        self.adapters: Adapters | None = None
+        self.model = model
+        self._eos = eos_token_ids
+        self._emit = emit
+        self._stream = stream
+        self._concurrency = concurrency
+        self._prefill_batch_size = prefill_batch_size
+        self._prefill_step_size = prefill_step_size
+        self.kv = kv
+        self.kv_admission = kv_admission
+        """Admission by KV cache bytes; :meth:`set_limits` updates what is free."""
+        self.prompt_cache = prompt_cache
+        self.adapters = adapters
         """The LoRA adapters mounted on the model (see :mod:`.adapters`)."""
-        self.cuts = True
+        self.draft = draft
+        """The draft model solo requests decode with (see :mod:`.speculative`)."""
+        self.solo_enabled = solo
+        """Whether a request that runs alone decodes outside the batch (see :mod:`.solo`)."""
+        self.cuts = cuts
         """The model's cache can be cut at any prefix (every layer a plain KV cache)."""
-        self.checkpoint_every = 0
+        self.checkpoint_every = checkpoint_every
         """Tokens between two interval checkpoints of a long prefill (see :mod:`.checkpoints`)."""
+        self.pace = PrefillPace(prefill_step_size)
+        """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
+        self._solo: LmActive | None = None
+        self._out = Coalescer(self._emit_batch, stream_interval)
+        self._generator = self._new_generator()
+
+    def _new_generator(self) -> BatchGenerator:
+        return BatchGenerator(
+            self.model,
+            stop_tokens=[[t] for t in sorted(self._eos)],
+            completion_batch_size=self._concurrency,
+            prefill_batch_size=self._prefill_batch_size,
+            prefill_step_size=self._prefill_step_size,
+            stream=self._stream,
+            max_kv_size=self.kv.max_size,
+        )
+
+    # ------------------------------------------------------------ requests
+
+    def knows(self, request_id: str) -> bool:
+        """Whether ``request_id`` is queued or running."""
+        return request_id in self._by_id
+
+    def add(self, active: LmActive) -> None:
+        """Queue an accepted request (it starts when :meth:`step` admits it)."""
+        self._queue.append(active)
+        self._by_id[active.request_id] = active
+
+    def adapter_users(self, adapter_id: str) -> int:
+        """Queued and running requests that name the adapter ``adapter_id``."""
+        return sum(adapter_id in a.adapters for a in self._by_id.values())
+
+    def step_label(self) -> str:
+        """``prefill of 4096 tokens``, ``decode of 2 requests``, or both."""
+        actives = list(self._by_id.values())
+        prefill = [a for a in actives if a.solo is None and not a.decoding]
+        decode = len(actives) - len(prefill)
+        parts = []
+        if prefill:
+            parts.append(f"prefill of {sum(a.prompt_tokens for a in prefill)} tokens")
+        if decode or not prefill:
+            parts.append(f"decode of {decode} request{'s' if decode != 1 else ''}")
+        return ", ".join(parts)
 
     def _queued(self, active: LmActive) -> bool:
         return active.uid is None and active.solo is None
@@ -108,15 +169,13 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         active = 0
         solo = self._solo
         if solo is not None and solo.solo is not None:
-            active += cache_bytes(solo.solo.cache)
-            if isinstance(solo.solo, SpeculativeDecode):
-                active += cache_bytes(solo.solo.draft_cache)
+            active += solo.solo.nbytes()
         generator = self._generator
         for part in ("_generation_batch", "_prompt_batch"):  # mlx-lm's own batches
             batch = getattr(generator, part, None)
             with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
                 active += cache_bytes(getattr(batch, "prompt_cache", None))
-        kept = self.prompt_cache.nbytes if self.prompt_cache is not None else 0
+        kept = self.prompt_cache.nbytes
         admission = self.kv_admission
         limits = [x for x in (admission.budget, admission.free) if x is not None]
         return active, kept, min(limits) if limits else 0
@@ -139,7 +198,9 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
             generator.prefill_step_size = self.pace.slice(rows)
             with generator.stats() as stats:  # its prompt time leaves the decoding out
                 prompts, responses = generator.next()
-            self._prefill_progress(prompts)
+            prefill.progress(
+                prompts, self._by_uid, generator, self._emit, self.cuts, self.prompt_cache
+            )
             self.pace.done(stats.prompt_tokens, stats.prompt_time)
         else:
             _, responses = generator.next()
@@ -162,43 +223,6 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         self._out.add(chunks)
         for active in finished:
             self._finish(active, active.finish or "stop")
-
-    def _prefill_progress(self, prompts: list[Any]) -> None:
-        """Report long prompts' progress (``prompts``: the generator's prompt
-        responses of a step), note the prompts it finished and take the checkpoints
-        it reached."""
-        due: list[LmActive] = []
-        for response in prompts:
-            active = self._by_uid.get(response.uid)
-            if active is None:
-                continue
-            done, total = response.progress
-            active.prefilled = active.prompt_tokens - (total - done)
-            if response.end_of_prompt:
-                active.decoding = True
-                continue
-            if response.end_of_segment and active.prefilled in active.marks:
-                due.append(active)
-            if total - done > 1:  # more slices follow
-                self._emit(Prefilled(active.request_id, active.prefilled, active.prompt_tokens))
-        if due:
-            self._take_checkpoints(due)
-
-    def _take_checkpoints(self, due: list[LmActive]) -> None:
-        """Take the checkpoints the requests ``due`` have just reached (see
-        :mod:`.checkpoints`); where another request waits for that prefix, or it
-        is the end of the system prompt, the cache there is stored as an entry."""
-        assert self._generator is not None
-        extracted = self._generator.extract_cache([a.uid for a in due])
-        for active in due:
-            cache, tokens = extracted.get(active.uid, (None, None))
-            mark = active.marks.pop(active.prefilled, None)
-            if cache is None or tokens is None or mark is None or len(tokens) != active.prefilled:
-                continue
-            if not self.cuts:
-                active.checkpoints.append(cp.take(cache, active.prefilled, mark))
-            if mark == cp.SYSTEM or active.prefilled in active.wanted:
-                self.prompt_cache.store(list(tokens), cache, active.space)
 
     def _solo_step(self, active: LmActive) -> None:
         solo = active.solo
@@ -227,8 +251,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
 
     def _solo_finish(self, active: LmActive, token: int) -> str | None:
         """The finish a batch would report for this token (EOS wins over the budget)."""
-        assert self.tokenizer is not None
-        if token in self.tokenizer.eos_token_ids:
+        if token in self._eos:
             return "stop"
         if active.generated + 1 >= active.max_tokens:
             return "length"
@@ -236,9 +259,8 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
 
     def _admit(self, generator: BatchGenerator) -> bool:
         """Start queued requests while there is room; True if any started."""
-        assert self._spec is not None
         running = len(self._by_uid) + (self._solo is not None)
-        if not self._queue or running >= max(self._spec.max_concurrency, 1):
+        if not self._queue or running >= self._concurrency:
             return False
         group = self._queue[0].adapters
         if not self._group_turn(group, running):
@@ -250,7 +272,7 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
             return True
         while (
             self._queue
-            and len(self._by_uid) < max(self._spec.max_concurrency, 1)
+            and len(self._by_uid) < self._concurrency
             and self._queue[0].adapters == group
         ):
             reserved = sum(a.kv_reserved for a in self._by_uid.values())
@@ -317,7 +339,6 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         requests share one set (one step runs one set of weights): a request of
         another set waits until they end, then the model switches to its set and
         the queue goes on in order (later requests of the running set do not pass it)."""
-        assert self.adapters is not None
         if group == self.adapters.active:
             return True
         if running:
@@ -331,28 +352,13 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
         return self.prompt_cache.fetch(active.prompt, active.space)
 
     def _start_solo(self, active: LmActive) -> None:
-        assert self._spec is not None and self._stream is not None
         hit = self._cached(active)
         if hit is None:
             cache, cached = make_prompt_cache(self.model), 0
         else:
             cache, cached = private_copy(hit.cache, hit.tokens), hit.tokens
         active.cached = cached
-        if self.draft is not None and not active.processors:
-            active.solo = SpeculativeDecode(
-                self.model,
-                self._stream,
-                cache,
-                cached=active.prompt[:cached],
-                prompt=active.prompt[cached:],
-                sampler=active.sampler,
-                prefill_step_size=self._spec.prefill_step_size,
-                draft=self.draft,
-                budget=active.max_tokens,
-            )
-            self._solo = active
-            return
-        active.solo = SoloDecode(
+        active.solo = decode_alone(
             self.model,
             self._stream,
             cache,
@@ -360,7 +366,9 @@ class LmScheduling(BatchRequests[LmActive, BatchGenerator]):
             prompt=active.prompt[cached:],
             sampler=active.sampler,
             processors=active.processors,
-            prefill_step_size=self._spec.prefill_step_size,
+            prefill_step_size=self._prefill_step_size,
+            draft=self.draft,
+            budget=active.max_tokens,
             quantize=self.kv.quantize if self.kv.bits is not None else None,
         )
         self._solo = active

@@ -68,7 +68,7 @@ from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, compute_dtype
 from mlx_gateway.workers.common.token_bound import TokenBound, refuse_unfittable
 from mlx_gateway.workers.common.tokenize import detokenized, tokens_reply
 from mlx_gateway.workers.common.tool_prompt import ToolPrompt
-from mlx_gateway.workers.runtime.contract import Emit, RequestError
+from mlx_gateway.workers.runtime.contract import Backend, Emit, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 from mlx_gateway.workers.vlm.images import ImageLimits
 from mlx_gateway.workers.vlm.model_settings import (
@@ -103,7 +103,7 @@ def create_backend() -> VlmBackend:
     return VlmBackend()
 
 
-class VlmBackend(BatchRequests[_Active, BatchGenerator]):
+class VlmBackend(BatchRequests[_Active, BatchGenerator], Backend):
     """The ``vlm`` backend (see the module docstring)."""
 
     def __init__(self) -> None:

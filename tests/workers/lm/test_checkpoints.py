@@ -120,13 +120,13 @@ def test_every_turn_of_an_agent_reuses_its_prefix(arch_model: ArchModel, family:
             backend.tokenizer, first, {}, backend.tool_prompt, prompt_1
         )
         assert 500 < system_end < len(prompt_1) - 5  # found from the template
-        interval = backend.checkpoint_every
-        assert (interval == 0) == backend.cuts
+        interval = backend.scheduler.checkpoint_every
+        assert (interval == 0) == backend.scheduler.cuts
         for name, messages in _turns(answer).items():
             text, cached, reusable = session.turn(name, messages)
             prompt = _prompt(rec, messages)
             assert cached <= reusable
-            if backend.cuts:
+            if backend.scheduler.cuts:
                 assert cached == reusable, name
             else:
                 # At least the last boundary mlx_lm.server keeps too, and within

@@ -130,7 +130,7 @@ def _worker_tokens(model: Path, concurrency: int) -> tuple[int, dict[str, list[i
     after the other's end with ``concurrency`` 1); and how many prompts its generator
     prefills in one step."""
     rec = _recorder(model, concurrency)
-    prompts_a_step = rec.backend._generator.prefill_batch_size
+    prompts_a_step = rec.backend.scheduler._generator.prefill_batch_size
     for key, content in PROMPTS.items():
         rec.submit(key, content, max_tokens=TOKENS)
         if concurrency == 1:

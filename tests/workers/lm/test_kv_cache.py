@@ -43,10 +43,10 @@ def prefill_and_measure(model: Path, **options: object) -> tuple[int, list[int]]
     # The whole prompt in one prefill step, as in every run: the cache's buffers grow
     # in steps of 256 tokens per write, so the bytes depend on how the prompt was cut
     # (which the worker otherwise sizes from the measured speed).
-    pace = rec.backend.pace
+    pace = rec.backend.scheduler.pace
     pace.slice = lambda rows=1: pace.most  # type: ignore[method-assign]
     rec.submit("long", LONG, max_tokens=NEW_TOKENS)
-    while rec.backend._solo is None or rec.backend._solo.solo.prefilling:
+    while rec.backend.scheduler._solo is None or rec.backend.scheduler._solo.solo.prefilling:
         rec.step()
     rec.step()  # the first token: the whole prompt is in the cache
     active, kept, _ = rec.backend.kv_bytes()
@@ -99,7 +99,7 @@ def test_a_group_size_that_does_not_divide_the_head_is_refused(tiny_lm_path: Pat
 
 def test_max_kv_size_bounds_the_cache_in_the_batch(fp16_lm: Path) -> None:
     rec = Recorder(fp16_lm, prompt_cache_bytes=0, max_kv_size=128, solo_check=False)
-    assert not rec.backend.solo_enabled  # a rotating window cannot decode solo
+    assert not rec.backend.scheduler.solo_enabled  # a rotating window cannot decode solo
     rec.submit("long", LONG, max_tokens=NEW_TOKENS)
     rec.run()
     assert not [r for r in rec.replies if isinstance(r, Error)]
@@ -118,7 +118,7 @@ def test_a_quantized_solo_request_moves_into_the_batch_and_its_cache_is_kept(
     rec = Recorder(fp16_lm, kv_bits=8, kv_group_size=GROUP)
     rec.submit("first", LONG, max_tokens=NEW_TOKENS)
     rec.step(3)  # prefilled and decoding alone, its cache quantized
-    assert rec.backend._solo is not None
+    assert rec.backend.scheduler._solo is not None
     rec.submit("second", "hello world", max_tokens=4)
     rec.run()  # the first joins the batch with its cache back in fp16
     assert not [r for r in rec.replies if isinstance(r, Error)]

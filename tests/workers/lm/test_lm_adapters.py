@@ -123,7 +123,11 @@ def test_requests_of_different_adapters_are_grouped_and_each_is_right(
         if not rec.backend.has_work():
             break
         rec.step()
-        running = {a.adapters for a in rec.backend._by_id.values() if not rec.backend._queued(a)}
+        running = {
+            a.adapters
+            for a in rec.backend.scheduler._by_id.values()
+            if not rec.backend.scheduler._queued(a)
+        }
         assert len(running) <= 1  # one adapter set runs at a time
         if running and (not seen_groups or seen_groups[-1] != running):
             seen_groups.append(running)

@@ -144,8 +144,8 @@ def test_eos_ends_with_stop_and_sends_no_eos_text(lm, tiny_lm_path: Path) -> Non
     eos = Tokenizer.from_file(str(tiny_lm_path / "tokenizer.json")).token_to_id("<|im_end|>")
     backend.submit(chat("eos", "hello", max_tokens=50), [])
     backend.step()
-    active = backend._by_id["eos"]
-    chunk = backend._advance(active, eos, "stop")
+    active = backend.scheduler._by_id["eos"]
+    chunk = backend.scheduler._advance(active, eos, "stop")
     assert chunk is None or "<|im_end|>" not in chunk.text
     assert active.finish == "stop"
     backend.cancel("eos")

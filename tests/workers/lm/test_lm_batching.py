@@ -1,8 +1,8 @@
 """Continuous batching and the prompt cache of the lm backend, in-process, on the
 tiny real llama (random weights, real mlx-lm BatchGenerator).
 
-The generated token ids are observed by wrapping ``LmBackend._advance`` and
-``LmBackend._take_plain`` (the methods that take each token the generator
+The generated token ids are observed by wrapping ``Scheduler._advance`` and
+``Scheduler._take_plain`` (the methods that take each token the generator
 produced); the generation itself is untouched. Greedy decoding of the same prompt
 gives the same ids whether the prompt runs alone or in a left-padded batch with
 others, joined mid-flight or next to a cancelled neighbour: the tiny model's logits
@@ -188,7 +188,7 @@ def test_plain_requests_stream_what_the_general_path_streams(tiny_lm_path: Path)
         rec = Recorder(tiny_lm_path, solo=False, max_concurrency=4, prompt_cache_bytes=0)
         for key, content in PROMPTS.items():
             rec.submit(key, content, max_tokens=40, stop=stop)
-        assert all(a.plain == (not stop) for a in rec.backend._by_id.values())
+        assert all(a.plain == (not stop) for a in rec.backend.scheduler._by_id.values())
         rec.run()
         streamed[bool(stop)] = {
             key: (

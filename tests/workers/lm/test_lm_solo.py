@@ -39,7 +39,9 @@ def test_a_request_alone_decodes_solo_with_the_same_ids(tiny_lm_path: Path, refe
     for key, content in PROMPTS.items():
         rec.submit(key, content, max_tokens=40)
         rec.step()
-        assert rec.backend._solo is not None and not rec.backend._by_uid  # outside the batch
+        assert (
+            rec.backend.scheduler._solo is not None and not rec.backend.scheduler._by_uid
+        )  # outside the batch
         assert rec.backend.counts() == (1, 0)
         rec.run()
         assert rec.tokens[key] == reference[key], key
@@ -67,10 +69,12 @@ def test_the_solo_request_moves_into_the_batch_when_another_arrives(
     rec = Recorder(tiny_lm_path, prefill_step_size=8, prompt_cache_bytes=0)
     rec.submit("d", PROMPTS["d"], max_tokens=40, **PENALTIES)
     rec.step(steps)
-    assert rec.backend._solo is not None
+    assert rec.backend.scheduler._solo is not None
     rec.submit("b", PROMPTS["b"], max_tokens=40, **PENALTIES)
     rec.step()
-    assert rec.backend._solo is None and len(rec.backend._by_uid) == 2  # both batched
+    assert (
+        rec.backend.scheduler._solo is None and len(rec.backend.scheduler._by_uid) == 2
+    )  # both batched
     rec.submit("a", PROMPTS["a"], max_tokens=40, **PENALTIES)
     rec.run()
     for key in ("d", "b", "a"):
@@ -85,7 +89,7 @@ def test_with_room_for_one_the_solo_request_stays_solo(tiny_lm_path: Path, refer
     rec.step(4)
     rec.submit("b", PROMPTS["b"], max_tokens=40)
     rec.step()
-    assert rec.backend._solo is not None and rec.backend._solo.request_id == "d"
+    assert rec.backend.scheduler._solo is not None and rec.backend.scheduler._solo.request_id == "d"
     assert rec.backend.counts() == (1, 1)  # b waits its turn
     rec.run()
     assert rec.tokens["d"] == reference["d"] and rec.tokens["b"] == reference["b"]
@@ -146,7 +150,7 @@ def test_a_stop_string_ends_a_solo_request(tiny_lm_path: Path, reference) -> Non
     rec.run()
     assert rec.done("stopped").finish_reason == "stop"
     assert rec.text("stopped") == full[: full.index(stop)]
-    assert not rec.backend.has_work() and rec.backend._solo is None
+    assert not rec.backend.has_work() and rec.backend.scheduler._solo is None
     rec.close()
 
 
@@ -174,7 +178,7 @@ def test_a_failed_handover_fails_that_request_and_the_worker_goes_on(
     rec = Recorder(tiny_lm_path, prompt_cache_bytes=0)
     rec.submit("d", PROMPTS["d"], max_tokens=40)
     rec.step(6)
-    generator = rec.backend._generator
+    generator = rec.backend.scheduler._generator
     assert generator is not None
     insert = generator.insert
 
@@ -200,7 +204,7 @@ def test_a_failed_solo_step_fails_that_request(tiny_lm_path: Path, reference) ->
     rec = Recorder(tiny_lm_path, prompt_cache_bytes=0)
     rec.submit("d", PROMPTS["d"], max_tokens=40)
     rec.step(3)
-    solo = rec.backend._solo
+    solo = rec.backend.scheduler._solo
     assert solo is not None and solo.solo is not None
 
     def broken() -> None:
@@ -211,7 +215,7 @@ def test_a_failed_solo_step_fails_that_request(tiny_lm_path: Path, reference) ->
         rec.step()
     rec.backend.fail_active("generation failed: RuntimeError: boom")
     assert [r.request_id for r in rec.replies if isinstance(r, Error)] == ["d"]
-    assert not rec.backend.has_work() and rec.backend._solo is None
+    assert not rec.backend.has_work() and rec.backend.scheduler._solo is None
     rec.submit("again", PROMPTS["d"], max_tokens=40)
     rec.run()
     assert rec.tokens["again"] == reference["d"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.messages import Batch, Generate, SamplingParams
-from mlx_gateway.workers.lm.speculative import SpeculativeDecode
+from mlx_gateway.workers.lm.solo import SpeculativeDecode
 from mlx_gateway.workers.runtime.contract import LoadError
 from tests.fixtures.tiny_models import build_tiny_lm
 
@@ -65,7 +65,7 @@ def test_greedy_ids_are_the_models_own(
     for key, content in PROMPTS.items():
         rec.submit(key, content, max_tokens=40)
         rec.step()
-        assert isinstance(rec.backend._solo.solo, SpeculativeDecode)  # type: ignore[union-attr]
+        assert isinstance(rec.backend.scheduler._solo.solo, SpeculativeDecode)  # type: ignore[union-attr]
         rec.run()
         assert rec.tokens[key] == reference[key], (which, key)
         done = rec.done(key)
@@ -148,10 +148,12 @@ def test_the_request_moves_into_the_batch_in_any_state(
         rec = speculating(tiny_lm_path, draft, prefill_step_size=8, prompt_cache_bytes=0)
         rec.submit("d", PROMPTS["d"], max_tokens=40)
         rec.step(steps)
-        assert rec.backend._solo is not None
+        assert rec.backend.scheduler._solo is not None
         rec.submit("b", PROMPTS["b"], max_tokens=40)
         rec.step()
-        assert rec.backend._solo is None and len(rec.backend._by_uid) == 2  # both batched
+        assert (
+            rec.backend.scheduler._solo is None and len(rec.backend.scheduler._by_uid) == 2
+        )  # both batched
         rec.run()
         for key in ("d", "b"):
             assert rec.tokens[key] == reference[key], (key, steps, draft)
@@ -185,7 +187,7 @@ def test_requests_with_logits_processors_decode_without_the_draft(tiny_lm_path: 
     rec = speculating(tiny_lm_path, tiny_lm_path, prompt_cache_bytes=0)
     rec.submit("p", PROMPTS["a"], max_tokens=10, repetition_penalty=1.3)
     rec.step()
-    solo = rec.backend._solo
+    solo = rec.backend.scheduler._solo
     assert solo is not None and not isinstance(solo.solo, SpeculativeDecode)
     rec.run()
     assert rec.done("p").usage.draft_proposed == 0
