@@ -1,7 +1,9 @@
 """The import direction of the packages: api → reply → engine | http → pool → config →
-protocol,
-and on the worker side kind packages → common → runtime → protocol. No API surface
-(``api/<surface>``) imports another, and no worker kind another.
+store → protocol,
+and on the worker side kind packages → common → runtime → store → protocol. The gateway
+(``supervisor/``) and the workers share only the floors below them, ``store/`` and
+``protocol/``: neither imports the other. No API surface (``api/<surface>``) imports
+another, and no worker kind another.
 
 Each rule lists the packages a layer must never import (at module level or inside a
 function), checked on the source with ``ast`` so that a lazy import cannot hide a cycle;
@@ -23,6 +25,7 @@ PACKAGES = {
     "supervisor": "mlx_gateway.supervisor",
     "workers": "mlx_gateway.workers",
     "protocol": "mlx_gateway.protocol",
+    "store": "mlx_gateway.store",
 }
 
 S = "mlx_gateway.supervisor"
@@ -37,10 +40,18 @@ SURFACES = tuple(
 )
 """One package per API surface (chat, ollama, wyoming …): each an adapter over the engine."""
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    # the wire vocabulary depends on nothing of ours
-    "mlx_gateway.protocol": ("mlx_gateway.supervisor", "mlx_gateway.workers"),
-    # workers run in their own processes: only the protocol is shared with the gateway
+    # the wire vocabulary depends on nothing of ours: it does no I/O, and the store
+    # (files and folders) is I/O
+    "mlx_gateway.protocol": ("mlx_gateway.supervisor", "mlx_gateway.workers", "mlx_gateway.store"),
+    # the model store (file formats and folders) is shared by both sides, so it
+    # imports neither
+    "mlx_gateway.store": ("mlx_gateway.supervisor", "mlx_gateway.workers"),
+    # workers run in their own processes: only the protocol and the store are shared
+    # with the gateway
     "mlx_gateway.workers": ("mlx_gateway.supervisor",),
+    # the gateway never imports a worker's module, not even a pure one: what both
+    # sides read lives in store/ or protocol/
+    "mlx_gateway.supervisor": ("mlx_gateway.workers",),
     # the configuration is read by everyone and reads nobody
     f"{S}.config": (f"{S}.pool", f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app"),
     # worker processes know nothing of HTTP or of the APIs
@@ -287,7 +298,7 @@ def test_no_source_file_is_over_500_lines() -> None:
     """Small modules, one concept each: a file past this is split along its seams."""
     long = sorted(
         f"{path.relative_to(ROOT)}: {n}"
-        for folder in ("supervisor", "workers", "protocol", "tests", "bench")
+        for folder in ("supervisor", "workers", "protocol", "store", "tests", "bench")
         for path in (ROOT / folder).rglob("*.py")
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     )
