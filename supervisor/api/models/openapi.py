@@ -11,16 +11,27 @@ from mlx_gateway.supervisor.http.openapi import JSON_OBJECT, REF, TEXT, OpenApi,
 _MODEL_LIST = {"$ref": REF.format(name="ModelList")}
 _MODEL = {"$ref": REF.format(name="Model")}
 
+
+def _admin(operation_id: str, summary: str, options: type, statuses: tuple[int, ...]) -> Operation:
+    """A model's admin action: its options optional, the model as the answer."""
+    return Operation(
+        operation_id,
+        summary,
+        request=options,
+        optional_body=True,
+        extra={"application/json": {"schema": _MODEL}},
+        statuses=statuses,
+    )
+
+
 OPENAPI = OpenApi(
     {
-        ("POST", "/v1/models/{model_id}/load"): Operation(
+        ("POST", "/v1/models/{model_id}/load"): _admin(
             "loadModel",
             "Start the model now (an admin endpoint); clears a failure backoff. force: true "
             "starts it past a refusal of the memory budget.",
-            request=LoadOptions,
-            optional_body=True,
-            extra={"application/json": {"schema": _MODEL}},
-            statuses=(400, 404, 503),
+            LoadOptions,
+            (400, 404, 503),
         ),
         ("GET", "/v1/models/{model_id}/fit"): Operation(
             "modelFit",
@@ -29,21 +40,17 @@ OPENAPI = OpenApi(
             extra=JSON_OBJECT,
             statuses=(404,),
         ),
-        ("POST", "/v1/models/{model_id}/unload"): Operation(
+        ("POST", "/v1/models/{model_id}/unload"): _admin(
             "unloadModel",
             "Stop the model (an admin endpoint); 409 while busy unless force is true.",
-            request=UnloadOptions,
-            optional_body=True,
-            extra={"application/json": {"schema": _MODEL}},
-            statuses=(400, 404, 409),
+            UnloadOptions,
+            (400, 404, 409),
         ),
-        ("POST", "/v1/models/{model_id}/pin"): Operation(
+        ("POST", "/v1/models/{model_id}/pin"): _admin(
             "pinModel",
             "Pin (never evict) or unpin the model at run time (an admin endpoint).",
-            request=PinOptions,
-            optional_body=True,
-            extra={"application/json": {"schema": _MODEL}},
-            statuses=(400, 404),
+            PinOptions,
+            (400, 404),
         ),
         ("GET", "/v1/adapters"): Operation(
             "listAdapters",

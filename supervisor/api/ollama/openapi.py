@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mlx_gateway.supervisor.api.ollama.schemas import (
     ChatRequest,
     CopyRequest,
@@ -14,72 +16,69 @@ from mlx_gateway.supervisor.api.ollama.schemas import (
 from mlx_gateway.supervisor.http.openapi import JSON_OBJECT, OpenApi, Operation
 
 _OK = {**JSON_OBJECT, "application/x-ndjson": {"schema": {"type": "string"}}}
+"""One JSON object, or NDJSON lines (``stream``, the default)."""
+
+
+def _op(
+    operation_id: str,
+    summary: str,
+    request: type,
+    extra: dict[str, Any] = JSON_OBJECT,
+    statuses: tuple[int, ...] = (400, 404),
+) -> Operation:
+    return Operation(
+        operation_id, summary, request=request, extra=extra, statuses=statuses, error="OllamaError"
+    )
+
+
+_SERVED = (400, 404, 429, 503)
+"""The statuses of a route that runs a model."""
 
 OPENAPI = OpenApi(
     {
-        ("POST", "/api/chat"): Operation(
+        ("POST", "/api/chat"): _op(
             "ollamaChat",
             "Ollama chat: one JSON object, or NDJSON lines (stream, the default).",
-            request=ChatRequest,
-            extra=_OK,
-            statuses=(400, 404, 429, 503),
-            error="OllamaError",
+            ChatRequest,
+            _OK,
+            _SERVED,
         ),
-        ("POST", "/api/generate"): Operation(
+        ("POST", "/api/generate"): _op(
             "ollamaGenerate",
             "Ollama generate: one JSON object, or NDJSON lines (stream, the default).",
-            request=GenerateRequest,
-            extra=_OK,
-            statuses=(400, 404, 429, 503),
-            error="OllamaError",
+            GenerateRequest,
+            _OK,
+            _SERVED,
         ),
-        ("POST", "/api/embed"): Operation(
+        ("POST", "/api/embed"): _op(
             "ollamaEmbed",
             "Ollama embeddings of one or more inputs.",
-            request=EmbedRequest,
-            extra=JSON_OBJECT,
-            statuses=(400, 404, 429, 503),
-            error="OllamaError",
+            EmbedRequest,
+            statuses=_SERVED,
         ),
-        ("POST", "/api/embeddings"): Operation(
+        ("POST", "/api/embeddings"): _op(
             "ollamaEmbeddings",
             "Ollama's older embedding route: one prompt.",
-            request=EmbeddingsRequest,
-            extra=JSON_OBJECT,
-            statuses=(400, 404, 429, 503),
-            error="OllamaError",
+            EmbeddingsRequest,
+            statuses=_SERVED,
         ),
-        ("POST", "/api/show"): Operation(
-            "ollamaShow",
-            "Ollama: a model's details, model_info and capabilities.",
-            request=ModelRequest,
-            extra=JSON_OBJECT,
-            statuses=(400, 404),
-            error="OllamaError",
+        ("POST", "/api/show"): _op(
+            "ollamaShow", "Ollama: a model's details, model_info and capabilities.", ModelRequest
         ),
-        ("POST", "/api/pull"): Operation(
+        ("POST", "/api/pull"): _op(
             "ollamaPull",
             "Ollama pull: download a Hugging Face repo and serve it (admin).",
-            request=ModelRequest,
-            extra=_OK,
-            statuses=(400, 403, 404, 502, 503),
-            error="OllamaError",
+            ModelRequest,
+            _OK,
+            (400, 403, 404, 502, 503),
         ),
-        ("DELETE", "/api/delete"): Operation(
+        ("DELETE", "/api/delete"): _op(
             "ollamaDelete",
             "Ollama delete: stop serving a pulled model, remove its files (admin).",
-            request=ModelRequest,
-            extra=JSON_OBJECT,
-            statuses=(400, 404),
-            error="OllamaError",
+            ModelRequest,
         ),
-        ("POST", "/api/copy"): Operation(
-            "ollamaCopy",
-            "Ollama copy: another name for a model (admin).",
-            request=CopyRequest,
-            extra=JSON_OBJECT,
-            statuses=(400, 404),
-            error="OllamaError",
+        ("POST", "/api/copy"): _op(
+            "ollamaCopy", "Ollama copy: another name for a model (admin).", CopyRequest
         ),
         **{
             ("GET", f"/api/{name}"): Operation(
