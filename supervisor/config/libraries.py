@@ -27,11 +27,11 @@ from typing import Any
 
 import msgspec
 
+from mlx_gateway.store.gguf_files import model_files
+from mlx_gateway.store.ollama_store import ollama_models_dir, stored_models
 from mlx_gateway.supervisor.config.hub_cache import _kind
 from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
-from mlx_gateway.workers.runtime.gguf_files import model_files
-from mlx_gateway.workers.runtime.ollama_store import ollama_models_dir, stored_models
 
 log = logging.getLogger("mlx_gateway.config")
 

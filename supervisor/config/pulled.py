@@ -21,12 +21,12 @@ from typing import Any
 
 import msgspec
 
+from mlx_gateway.store.cache import gateway_cache_dir
+from mlx_gateway.store.ollama_store import PREFIX as OLLAMA_PREFIX
+from mlx_gateway.store.ollama_store import OllamaName
 from mlx_gateway.supervisor.config.hub_cache import _kind
 from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
-from mlx_gateway.workers.runtime.cache import gateway_cache_dir
-from mlx_gateway.workers.runtime.ollama_store import PREFIX as OLLAMA_PREFIX
-from mlx_gateway.workers.runtime.ollama_store import OllamaName
 
 log = logging.getLogger("mlx_gateway.config")
 
@@ -35,7 +35,7 @@ EMBEDDING_TYPES = ("bert", "xlm-roberta", "roberta", "modernbert", "nomic_bert")
 
 
 def state_dir() -> Path:
-    """The gateway's own cache folder (see :mod:`...workers.runtime.cache`)."""
+    """The gateway's own cache folder (see :mod:`...store.cache`)."""
     return gateway_cache_dir()
 
 

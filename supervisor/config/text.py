@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
+from mlx_gateway.protocol.parsers import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
 from mlx_gateway.supervisor.config.entry import ModelConfig, Positive
 
 if TYPE_CHECKING:
@@ -83,10 +84,6 @@ class TextModelConfig(ModelConfig, kw_only=True):
         """An output parser this gateway does not know falls back to ``auto`` with a
         warning (mlx-openai-server configs name parsers of families not covered here)."""
         from mlx_gateway.supervisor.config.context import _display
-        from mlx_gateway.supervisor.config.parser_names import (
-            REASONING_PARSER_NAMES,
-            TOOL_PARSER_NAMES,
-        )
 
         for key, choices in (
             ("tool_call_parser", TOOL_PARSER_NAMES),

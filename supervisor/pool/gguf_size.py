@@ -3,7 +3,7 @@
 Once converted, a GGUF model is an MLX folder in the gateway's cache, and
 :func:`.memory.model_dir` finds it there (its real weights and ``config.json``).
 Before that, its size comes from the GGUF's header: each tensor's element count
-at the bits the converter will give it (``workers/runtime/gguf_header.py``: a
+at the bits the converter will give it (``store/gguf_header.py``: a
 Q4_K_M file becomes 4-bit and 6-bit MLX weights in groups of 32, F32 becomes
 float16), and the sizes the KV cache estimate needs from its metadata. Only the
 header is read, once per file (by path, size and modification time).
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlx_gateway.workers.runtime.gguf_files import converted_folder, gguf_on_disk
-from mlx_gateway.workers.runtime.gguf_header import (
+from mlx_gateway.store.gguf_files import converted_folder, gguf_on_disk
+from mlx_gateway.store.gguf_header import (
     GgufHeader,
     GgufHeaderError,
     converted_bytes,

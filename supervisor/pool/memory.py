@@ -32,10 +32,10 @@ from typing import Any
 
 from mlx_gateway.protocol.kinds import KINDS, memory_profile
 from mlx_gateway.protocol.messages import Memory
+from mlx_gateway.store.gguf_files import converted_folder, gguf_on_disk
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 from mlx_gateway.supervisor.pool.gguf_size import gguf_size
-from mlx_gateway.workers.runtime.gguf_files import converted_folder, gguf_on_disk
 
 MB = 1000**2
 GB = 1000**3

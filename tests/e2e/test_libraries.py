@@ -16,7 +16,7 @@ import openai
 import pytest
 from gguf import GGMLQuantizationType
 
-from mlx_gateway.workers.runtime.gguf_header import converted_bytes, read_header
+from mlx_gateway.store.gguf_header import converted_bytes, read_header
 from tests.e2e.gateway import Gateway
 from tests.fixtures.libraries import lmstudio_gguf, lmstudio_mlx_folder, ollama_store_model
 from tests.fixtures.tiny_gguf import build_tiny_gguf

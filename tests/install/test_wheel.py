@@ -37,7 +37,7 @@ FOX_MP3 = Path(__file__).resolve().parents[1] / "data" / "fox.mp3"
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE_ROOTS = ("protocol", "supervisor", "workers")
+PACKAGE_ROOTS = ("protocol", "store", "supervisor", "workers")
 PROBE = "supervisor/_packaging_probe/data.txt"
 """A non-Python file in a folder that is not a package, added to the copy that is
 built: package data such as static files must reach the wheel."""

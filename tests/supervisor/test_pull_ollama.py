@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from gguf import GGMLQuantizationType
 
+from mlx_gateway.store.ollama_store import OllamaName, find_blob, own_store
 from mlx_gateway.supervisor.config.pulled import PulledModels, with_pulled
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.pull import run
-from mlx_gateway.workers.runtime.ollama_store import OllamaName, find_blob, own_store
 from tests.fixtures.ollama_registry import OllamaRegistry
 from tests.fixtures.tiny_gguf import build_tiny_gguf
 

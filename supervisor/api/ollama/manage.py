@@ -27,6 +27,14 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.store.gguf_files import conversions_dir
+from mlx_gateway.store.ollama_store import (
+    PREFIX,
+    OllamaName,
+    looks_like_ollama,
+    own_store,
+    remove_model,
+)
 from mlx_gateway.supervisor.api.ollama.download import PullFailed, Snapshot, download
 from mlx_gateway.supervisor.api.ollama.names import bare, listed, resolve
 from mlx_gateway.supervisor.api.ollama.registry import pull_ollama
@@ -39,14 +47,6 @@ from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.memory import hub_cache_dir
 from mlx_gateway.supervisor.pull import is_local
-from mlx_gateway.workers.runtime.gguf_files import conversions_dir
-from mlx_gateway.workers.runtime.ollama_store import (
-    PREFIX,
-    OllamaName,
-    looks_like_ollama,
-    own_store,
-    remove_model,
-)
 
 log = logging.getLogger("mlx_gateway.pull")
 

@@ -1,5 +1,5 @@
 """Pulling a model by its Ollama name for ``/api/pull``: the manifest and blobs from
-Ollama's registry into the gateway's store (:mod:`...workers.runtime.ollama_pull`,
+Ollama's registry into the gateway's store (:mod:`...store.ollama_pull`,
 which blocks, on a worker thread), its progress lines streamed as they come, in
 the shape Ollama streams them. The GGUF is converted by the model's worker at its
 first load."""
@@ -10,10 +10,10 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mlx_gateway.store.ollama_pull import PullError, pull
+from mlx_gateway.store.ollama_store import OllamaName, own_store
 from mlx_gateway.supervisor.api.ollama.download import PullFailed
 from mlx_gateway.supervisor.api.ollama.progress import Finished, Report, progress_of
-from mlx_gateway.workers.runtime.ollama_pull import PullError, pull
-from mlx_gateway.workers.runtime.ollama_store import OllamaName, own_store
 
 
 async def pull_ollama(name: OllamaName) -> AsyncIterator[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mlx_gateway.protocol.parsers import TOOL_PARSER_FORMATS
 from mlx_gateway.supervisor.engine.parsers.gemma_formats import FunctionGemma, Gemma4
 from mlx_gateway.supervisor.engine.parsers.glm_format import Glm45, Glm47
 from mlx_gateway.supervisor.engine.parsers.harmony import Harmony
@@ -51,47 +52,8 @@ TOOL_FORMATS: dict[str, ToolFormat] = {
         WorkerParsed(),
     )
 }
-"""Every format by its ``tool_call_parser`` name."""
-
-TOOL_ALIASES: dict[str, str] = {
-    # mlx-lm's tool_parser_type names and the spellings of vLLM and mlx-openai-server.
-    "json_tools": "hermes",
-    "qwen": "hermes",
-    "qwen2_5": "hermes",
-    "qwen3": "hermes",
-    "qwen3_moe": "hermes",
-    "qwen3_vl": "hermes",
-    "qwen3_5": "qwen3_coder",
-    "qwen3_next": "qwen3_coder",
-    "qwen3_xml": "qwen3_coder",
-    "llama3": "llama3_json",
-    "llama": "llama3_json",
-    "llama4_json": "llama3_json",
-    "functiongemma": "function_gemma",
-    "tool_code": "gemma3",
-    "glm4_moe": "glm45",
-    "glm46": "glm45",
-    "glm47_flash": "glm47",
-    "minimax": "minimax_m2",
-    "gpt_oss": "harmony",
-    "openai": "harmony",
-} | {
-    # Families mlx-lm parses and this gateway does not: the worker does it.
-    name: "tokenizer"
-    for name in (
-        "kimi_k3",
-        "longcat",
-        "longcat_flash_lite",
-        "minicpm5",
-        "muse_spark",
-        "laguna",
-        "nemotron3_nano",
-        "solar_open",
-    )
-}
-
-TOOL_PARSER_CHOICES = ("auto", "none", *TOOL_FORMATS, *TOOL_ALIASES)
-"""Every value ``tool_call_parser`` accepts."""
+"""Every format by its own name; :data:`...protocol.parsers.TOOL_PARSER_FORMATS` maps
+each ``tool_call_parser`` name (aliases included) to one of these."""
 
 DEFAULT_FORMAT = "hermes"
 """Used when neither the configuration nor the model names a format."""
@@ -115,10 +77,10 @@ def resolve_tool_format(name: str | None, extra: dict[str, str] | None) -> ToolF
     if (extra or {}).get("tool_prompt") == FALLBACK_PROMPT:
         return TOOL_FORMATS[DEFAULT_FORMAT]
     if name not in (None, "auto"):
-        return TOOL_FORMATS[TOOL_ALIASES.get(name, name)]
+        return TOOL_FORMATS[TOOL_PARSER_FORMATS.get(name, name)]
     reported = (extra or {}).get("tool_parser")
     if reported:
-        key = TOOL_ALIASES.get(reported, reported)
+        key = TOOL_PARSER_FORMATS.get(reported, reported)
         # A format mlx-lm named but this gateway does not parse: the worker's
         # tokenizer has the parser for it.
         return TOOL_FORMATS.get(key, TOOL_FORMATS["tokenizer"])

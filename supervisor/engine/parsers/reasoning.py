@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mlx_gateway.protocol.parsers import REASONING_PARSER_MARKERS
 from mlx_gateway.supervisor.engine.parsers.harmony import HarmonySplitter
 from mlx_gateway.supervisor.engine.parsers.markers import held_suffix
 
@@ -42,36 +43,8 @@ REASONING_PARSERS: dict[str, ThinkMarkers] = {
     "seed": ThinkMarkers("<seed:think>", "</seed:think>"),
     "harmony": ThinkMarkers("<|channel|>analysis<|message|>", "<|end|>", harmony=True),
 }
-"""Named markers for ``reasoning_parser``."""
-
-REASONING_ALIASES: dict[str, str] = {
-    # The spellings of vLLM and mlx-openai-server for families that use <think>.
-    name: "think"
-    for name in (
-        "qwen3",
-        "qwen3_moe",
-        "qwen3_vl",
-        "qwen3_5",
-        "qwen3_next",
-        "deepseek_r1",
-        "deepseek-r1",
-        "deepseek_v3",
-        "glm4_moe",
-        "glm45",
-        "glm47_flash",
-        "minimax_m2",
-        "nemotron3_nano",
-        "solar_open",
-        "kimi_k2",
-        "hunyuan_a13b",
-        "ernie45",
-        "olmo3",
-        "step3",
-    )
-} | {"magistral": "mistral", "seed_oss": "seed", "gpt_oss": "harmony", "openai_gptoss": "harmony"}
-
-REASONING_CHOICES = ("auto", "none", *REASONING_PARSERS, *REASONING_ALIASES)
-"""Every value ``reasoning_parser`` accepts."""
+"""The markers by their own name; :data:`...protocol.parsers.REASONING_PARSER_MARKERS`
+maps each ``reasoning_parser`` name (aliases included) to one of these."""
 
 
 def resolve_reasoning(name: str | None, extra: dict[str, str] | None) -> ThinkMarkers | None:
@@ -85,7 +58,7 @@ def resolve_reasoning(name: str | None, extra: dict[str, str] | None) -> ThinkMa
         return ThinkMarkers(start, end) if start and end else None
     if name == "none":
         return None
-    return REASONING_PARSERS[REASONING_ALIASES.get(name, name)]
+    return REASONING_PARSERS[REASONING_PARSER_MARKERS.get(name, name)]
 
 
 def make_splitter(markers: ThinkMarkers, *, inside: bool = False) -> Splitter:

@@ -12,10 +12,12 @@ import msgspec
 import pytest
 from starlette.applications import Starlette
 
+from mlx_gateway.supervisor.api.openapi import DECLARED
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import decode
+from mlx_gateway.supervisor.http.openapi import ERROR, OpenApi, Operation
 
 from ..fakes import fake_command, fake_config
 
@@ -113,3 +115,20 @@ def test_described_schema_agrees_with_the_decoder(doc: dict[str, Any], body: Any
     except BadRequest:
         decoded = False
     assert described == decoded
+
+
+def test_every_declared_operation_is_a_route_of_the_app(doc: dict[str, Any]) -> None:
+    """Each surface declares its own operations (``api/<surface>/openapi.py``): one
+    whose route is gone or renamed would be left out of the description unseen."""
+    described = {(method.upper(), path) for path, ops in doc["paths"].items() for method in ops}
+    assert set(DECLARED.operations) - described == set()
+    ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
+
+
+def test_an_operation_declared_twice_is_refused() -> None:
+    one = OpenApi({("GET", "/x"): Operation("x", "X.")})
+    with pytest.raises(ValueError, match=r"operation declared twice: \('GET', '/x'\)"):
+        OpenApi.gather(one, one)
+    with pytest.raises(ValueError, match="component declared twice: Error"):
+        OpenApi.gather(ERROR, ERROR)

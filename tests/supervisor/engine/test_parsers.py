@@ -190,18 +190,18 @@ def test_stop_scanner_and_markers() -> None:
     assert scanner.feed("tail E") + scanner.finish() == "tail E"
 
 
-def test_config_knows_exactly_the_engines_parser_names() -> None:
-    """The config validates parser names from its own list (it must not import the
-    engine); the list must name exactly the parsers the engine has."""
-    from mlx_gateway.supervisor.config.parser_names import (
-        REASONING_PARSER_NAMES,
-        TOOL_PARSER_NAMES,
-    )
-    from mlx_gateway.supervisor.engine.parsers.formats import TOOL_PARSER_CHOICES
-    from mlx_gateway.supervisor.engine.parsers.reasoning import REASONING_CHOICES
+def test_the_parser_table_names_exactly_the_engines_formats_and_markers() -> None:
+    """The config validates parser names from the one table in protocol/ (it must not
+    import the engine), and the engine parses with what a name stands for: every name
+    leads to a format or markers the engine has, and each of those has a name."""
+    from mlx_gateway.protocol.parsers import REASONING_PARSER_MARKERS, TOOL_PARSER_FORMATS
 
-    assert sorted(TOOL_PARSER_NAMES) == sorted(TOOL_PARSER_CHOICES)
-    assert sorted(REASONING_PARSER_NAMES) == sorted(REASONING_CHOICES)
+    assert set(TOOL_PARSER_FORMATS.values()) == set(TOOL_FORMATS)
+    assert set(REASONING_PARSER_MARKERS.values()) == set(REASONING_PARSERS)
+    for name in TOOL_FORMATS:
+        assert TOOL_PARSER_FORMATS[name] == name
+    for name in REASONING_PARSERS:
+        assert REASONING_PARSER_MARKERS[name] == name
 
 
 def run_cut(fmt: str, text: str, size: int) -> tuple[str, list[ParsedCall], bool]:

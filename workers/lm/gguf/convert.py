@@ -24,12 +24,12 @@ import mlx.core as mx
 import numpy as np
 from gguf import GGUFReader
 
+from mlx_gateway.store.gguf_files import conversions_dir
 from mlx_gateway.workers.lm.gguf.arch import Arch, GgufError, arch_of, model_config
 from mlx_gateway.workers.lm.gguf.source import GgufSource, digest_of, find_source
 from mlx_gateway.workers.lm.gguf.tensors import GROUP_SIZE, numpy_of, read_tensors, to_mlx
 from mlx_gateway.workers.lm.gguf.tokenizer import field, write_tokenizer
 from mlx_gateway.workers.runtime.download import DOWNLOAD
-from mlx_gateway.workers.runtime.gguf_files import conversions_dir
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlx_gateway.workers.lm.gguf.arch import GgufError
-from mlx_gateway.workers.runtime.gguf_files import (
+from mlx_gateway.store.gguf_files import (
     BLOB,
     DIGESTS,
     GgufPathError,
@@ -30,8 +29,9 @@ from mlx_gateway.workers.runtime.gguf_files import (
     memo_key,
     read_memo,
 )
-from mlx_gateway.workers.runtime.ollama_pull import PullError, pull
-from mlx_gateway.workers.runtime.ollama_store import PREFIX, OllamaName, find_blob, own_store
+from mlx_gateway.store.ollama_pull import PullError, pull
+from mlx_gateway.store.ollama_store import PREFIX, OllamaName, find_blob, own_store
+from mlx_gateway.workers.lm.gguf.arch import GgufError
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from mlx_gateway.store import gguf_header as header
+from mlx_gateway.store.gguf_header import GROUP_SIZE
 from mlx_gateway.workers.lm.gguf.arch import GgufError
-from mlx_gateway.workers.runtime import gguf_header as header
-from mlx_gateway.workers.runtime.gguf_header import GROUP_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ KEPT_BITS = {T.__members__[name]: bits for name, bits in header.KEPT_BITS.items(
 """Types ``mx.load`` returns as MLX quantized arrays: kept bit for bit."""
 REQUANT_BITS = {T.__members__[name]: bits for name, bits in header.REQUANT_BITS.items()}
 """Block types dequantized and quantized again, and to how many bits
-(:data:`...runtime.gguf_header.REQUANT_BITS` says why those)."""
+(:data:`...store.gguf_header.REQUANT_BITS` says why those)."""
 
 SYMMETRIC_OFFSET = {T.Q4_0: 8, T.Q8_0: 128}
 """Q4_0 and Q8_0 hold ``d * (q - offset)``: MLX's bias is ``-offset * d``."""

@@ -17,8 +17,8 @@ import json
 import re
 from pathlib import Path
 
-from mlx_gateway.workers.runtime.cache import gateway_cache_dir
-from mlx_gateway.workers.runtime.ollama_store import PREFIX, OllamaName, find_blob
+from mlx_gateway.store.cache import gateway_cache_dir
+from mlx_gateway.store.ollama_store import PREFIX, OllamaName, find_blob
 
 SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$")
 BLOB = re.compile(r"^sha256-(?P<hex>[0-9a-f]{64})$")

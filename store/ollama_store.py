@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlx_gateway.workers.runtime.cache import gateway_cache_dir
+from mlx_gateway.store.cache import gateway_cache_dir
 
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"

