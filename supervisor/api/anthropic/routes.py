@@ -21,9 +21,7 @@ from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
-from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.exceptions import errors_shaped_by
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, errors_shaped_by, read_json
 from mlx_gateway.supervisor.reply.serve import (
     Ask,
     ChoiceReply,

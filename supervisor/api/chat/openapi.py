@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mlx_gateway.supervisor.api.chat.objects import ChatCompletionOut
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest
-from mlx_gateway.supervisor.http.openapi import JSON_OBJECT, OpenApi, Operation
+from mlx_gateway.supervisor.http import JSON_OBJECT, OpenApi, Operation
 
 OPENAPI = OpenApi(
     {

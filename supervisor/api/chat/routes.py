@@ -7,8 +7,7 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.chat.dialect import ChatReply, chat_ask
 from mlx_gateway.supervisor.engine.requests import ChatCompletionRequest, check_common
-from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.reply.serve import count, serve
 
 

@@ -35,8 +35,7 @@ from mlx_gateway.supervisor.engine.turns import (
     ToolCallMade,
     Turn,
 )
-from mlx_gateway.supervisor.http import sse
-from mlx_gateway.supervisor.http.replies import ended
+from mlx_gateway.supervisor.http import ended, sse
 
 logger = logging.getLogger(__name__)
 

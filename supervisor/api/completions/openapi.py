@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mlx_gateway.supervisor.engine.objects import Completion
 from mlx_gateway.supervisor.engine.requests import CompletionRequest
-from mlx_gateway.supervisor.http.openapi import OpenApi, Operation
+from mlx_gateway.supervisor.http import OpenApi, Operation
 
 OPENAPI = OpenApi(
     {

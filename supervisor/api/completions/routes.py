@@ -13,8 +13,7 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.engine.objects import Completion, CompletionChoice, Usage, usage_from
 from mlx_gateway.supervisor.engine.requests import CompletionRequest, check_common
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.http import sse
-from mlx_gateway.supervisor.http.body import read_json
+from mlx_gateway.supervisor.http import read_json, sse
 from mlx_gateway.supervisor.reply.serve import (
     COMPLETION_KINDS,
     Ask,

@@ -36,8 +36,7 @@ from mlx_gateway.supervisor.api.ollama.replies import (
 from mlx_gateway.supervisor.api.ollama.schemas import ChatRequest, GenerateRequest
 from mlx_gateway.supervisor.engine.tools import ToolSpec
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
-from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.reply.serve import (
     Ask,
     Finished,

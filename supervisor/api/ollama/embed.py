@@ -10,8 +10,7 @@ from mlx_gateway.supervisor.api.ollama.options import read_options
 from mlx_gateway.supervisor.api.ollama.replies import Clock, ollama_errors
 from mlx_gateway.supervisor.api.ollama.schemas import EmbeddingsRequest, EmbedRequest
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.reply.embed import EmbedAsk, embed_for, float_rows
 
 MAX_INPUTS = 2048

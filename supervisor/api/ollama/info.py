@@ -24,8 +24,7 @@ from mlx_gateway.supervisor.engine.model_facts import (
     idle_until,
     model_files,
 )
-from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 OLLAMA_VERSION = "0.12.0"

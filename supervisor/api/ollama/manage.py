@@ -43,8 +43,7 @@ from mlx_gateway.supervisor.api.ollama.schemas import CopyRequest, ModelRequest
 from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.config.pulled import PulledModels, kind_of_snapshot, with_pulled
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
-from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.pool.memory import hub_cache_dir
 from mlx_gateway.supervisor.pull import is_local
 

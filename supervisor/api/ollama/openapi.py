@@ -13,7 +13,7 @@ from mlx_gateway.supervisor.api.ollama.schemas import (
     GenerateRequest,
     ModelRequest,
 )
-from mlx_gateway.supervisor.http.openapi import JSON_OBJECT, OpenApi, Operation
+from mlx_gateway.supervisor.http import JSON_OBJECT, OpenApi, Operation
 
 _OK = {**JSON_OBJECT, "application/x-ndjson": {"schema": {"type": "string"}}}
 """One JSON object, or NDJSON lines (``stream``, the default)."""

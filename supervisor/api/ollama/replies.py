@@ -14,8 +14,7 @@ from starlette.responses import StreamingResponse
 
 from mlx_gateway.protocol.messages import Usage
 from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
-from mlx_gateway.supervisor.http.exceptions import errors_shaped_by
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, errors_shaped_by
 
 NDJSON = "application/x-ndjson"
 

@@ -32,7 +32,7 @@ from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
-from mlx_gateway.supervisor.http.multipart import MIB
+from mlx_gateway.supervisor.http import MIB
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 log = logging.getLogger("mlx_gateway.realtime")

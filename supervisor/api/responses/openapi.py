@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mlx_gateway.supervisor.api.responses.schemas import ResponsesRequest
-from mlx_gateway.supervisor.http.openapi import JSON_OBJECT, OpenApi, Operation
+from mlx_gateway.supervisor.http import JSON_OBJECT, OpenApi, Operation
 
 OPENAPI = OpenApi(
     {

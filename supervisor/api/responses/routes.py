@@ -27,8 +27,7 @@ from mlx_gateway.supervisor.api.responses.schemas import (
 )
 from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
-from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.http.replies import JSONResponse
+from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.reply.serve import (
     ChoiceReply,
     TextModel,

@@ -24,7 +24,7 @@ from mlx_gateway.supervisor.engine.requests import (
 )
 from mlx_gateway.supervisor.engine.tools import FunctionName
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.http.body import validation_error
+from mlx_gateway.supervisor.http import validation_error
 
 Seed = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 

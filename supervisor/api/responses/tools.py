@@ -25,7 +25,7 @@ import msgspec
 from mlx_gateway.supervisor.api.responses.schemas import ResponsesFunctionTool
 from mlx_gateway.supervisor.engine.tools import Function
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.http.body import validation_error
+from mlx_gateway.supervisor.http import validation_error
 
 logger = logging.getLogger(__name__)
 
