@@ -291,10 +291,10 @@ def decode(text: str, beta: bool) -> ClientEvent:
     try:
         event: ClientEvent = _DECODERS[beta].decode(text)
         return event
+    except msgspec.ValidationError as exc:  # (a DecodeError too: first)
+        error = _refused(exc)
     except msgspec.DecodeError:
         raise BadRequest("The event is not valid JSON.", code="invalid_json") from None
-    except msgspec.ValidationError as exc:
-        error = _refused(exc)
     try:
         envelope = msgspec.json.decode(text, type=_Envelope)
     except msgspec.ValidationError:
