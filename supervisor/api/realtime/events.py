@@ -286,10 +286,13 @@ class BadEvent(BadRequest):
         self.event_id = event_id
 
 
-def decode(text: str, beta: bool) -> ClientEvent:
+Event = GaEvent | BetaEvent
+
+
+def decode(text: str, beta: bool) -> Event:
     """The event of a text frame (``beta``: the beta dialect's session object)."""
     try:
-        event: ClientEvent = _DECODERS[beta].decode(text)
+        event: Event = _DECODERS[beta].decode(text)
         return event
     except msgspec.ValidationError as exc:  # (a DecodeError too: first)
         error = _refused(exc)

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from msgspec import UNSET
 from starlette.types import Message
@@ -124,7 +124,7 @@ class RealtimeSession:
         except GatewayError as exc:
             await self.out.error(exc, event_id)
 
-    async def _event(self, event: events.ClientEvent) -> None:
+    async def _event(self, event: events.Event) -> None:
         match event:
             case events.SessionUpdate(session=session):
                 await self._session_update(event, session)
@@ -150,6 +150,8 @@ class RealtimeSession:
                 await self._response_cancel(wanted)
             case events.OutputAudioClear():
                 self._webrtc_only(event)
+            case _:
+                assert_never(event)
 
     # ------------------------------------------------------------ session
 
