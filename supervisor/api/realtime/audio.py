@@ -17,9 +17,19 @@ import struct
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import Any
 
+import msgspec
+from msgspec import UNSET
+
+from mlx_gateway.supervisor.api.realtime.events import AudioFormatField, FormatFields
 from mlx_gateway.supervisor.errors import BadRequest
+
+
+class GaFormat(msgspec.Struct):
+    """A format as the GA interface writes it, ``{"type": "audio/pcm", "rate": 24000}``."""
+
+    type: str
+    rate: int
 
 
 @dataclass(frozen=True)
@@ -44,9 +54,8 @@ class AudioFormat:
         """Milliseconds of ``size`` bytes of this format."""
         return int(size / self.bytes_per_ms)
 
-    def ga(self) -> dict[str, Any]:
-        """The GA form, ``{"type": "audio/pcm", "rate": 24000}``."""
-        return {"type": self.media_type, "rate": self.rate}
+    def ga(self) -> GaFormat:
+        return GaFormat(self.media_type, self.rate)
 
 
 PCM16 = AudioFormat("pcm16", "audio/pcm", 24_000, 2, 1, "pcm")
@@ -56,17 +65,17 @@ FORMATS = {f.name: f for f in (PCM16, ULAW, ALAW)}
 BY_MEDIA_TYPE = {f.media_type: f for f in (PCM16, ULAW, ALAW)}
 
 
-def parse_format(value: Any, param: str) -> AudioFormat:
+def parse_format(value: AudioFormatField, param: str) -> AudioFormat:
     """A format as either dialect writes it: ``"pcm16"`` or ``{"type": "audio/pcm"}``."""
     if isinstance(value, str) and value in FORMATS:
         return FORMATS[value]
-    if isinstance(value, dict):
-        fmt = BY_MEDIA_TYPE.get(value.get("type", "audio/pcm"))
-        rate = value.get("rate", fmt.rate if fmt else None)
-        if fmt is not None and rate == fmt.rate:
+    if isinstance(value, FormatFields):
+        fmt = BY_MEDIA_TYPE.get(value.type)
+        if fmt is not None and value.rate in (UNSET, fmt.rate):
             return fmt
     raise BadRequest(
-        f"Invalid value for '{param}': {value!r}. Supported: pcm16 (audio/pcm at 24000 Hz), "
+        f"Invalid value for '{param}': {msgspec.to_builtins(value)!r}. Supported: pcm16 "
+        "(audio/pcm at 24000 Hz), "
         "g711_ulaw (audio/pcmu), g711_alaw (audio/pcma).",
         param=param,
         code="invalid_value",

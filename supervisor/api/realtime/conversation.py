@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
+from msgspec import UNSET, Struct, UnsetType
+
+from mlx_gateway.supervisor.api.realtime.events import ItemFields, PartFields
 from mlx_gateway.supervisor.errors import BadRequest
 
 BETA_PARTS = {"output_text": "text", "output_audio": "audio"}
@@ -30,14 +33,67 @@ def new_id(prefix: str) -> str:
 
 
 @dataclass
+class Part:
+    """A message's content part, its ``type`` in the GA vocabulary: ``input_text`` /
+    ``output_text`` (``text``), ``input_audio`` / ``output_audio`` (``transcript``)."""
+
+    type: str
+    text: str | None = None
+    """Its text, or an audio part's transcript (``None``: an ``input_audio`` part's
+    transcript not made yet)."""
+
+    @property
+    def spoken(self) -> bool:
+        return self.type in ("input_audio", "output_audio")
+
+    def rendered(self, beta: bool) -> PartObject:
+        """As an item's part (the user's audio is not echoed back)."""
+        kind = BETA_PARTS.get(self.type, self.type) if beta else self.type
+        if not self.spoken:
+            return PartObject(kind, text=self.text)
+        audio = None if self.type == "input_audio" else UNSET
+        return PartObject(kind, transcript=self.text, audio=audio)
+
+    def event_part(self) -> PartObject:
+        """As the part of a ``response.content_part.added`` / ``.done`` event:
+        ``text`` or ``audio`` in both dialects (the GA API names the item's part
+        ``output_audio`` but these events' part ``audio``; the Agents SDK validates
+        it so)."""
+        kind = BETA_PARTS.get(self.type, self.type)
+        if self.spoken:
+            return PartObject(kind, transcript=self.text)
+        return PartObject(kind, text=self.text)
+
+
+class PartObject(Struct):
+    type: str
+    text: str | UnsetType | None = UNSET
+    transcript: str | UnsetType | None = UNSET
+    audio: UnsetType | None = UNSET
+
+
+class ItemObject(Struct, kw_only=True):
+    """An item as the server writes it (a message's fields, or a call's)."""
+
+    id: str
+    object: str = "realtime.item"
+    type: str
+    status: str
+    role: str | UnsetType | None = UNSET
+    content: list[PartObject] | UnsetType = UNSET
+    call_id: str | UnsetType | None = UNSET
+    name: str | UnsetType | None = UNSET
+    arguments: str | UnsetType | None = UNSET
+    output: str | UnsetType | None = UNSET
+
+
+@dataclass
 class Item:
     id: str
     type: str
     """``message``, ``function_call`` or ``function_call_output``."""
     role: str | None = None
-    content: list[dict[str, Any]] = field(default_factory=list)
-    """Parts in the GA vocabulary: ``input_text`` / ``output_text`` (``text``),
-    ``input_audio`` / ``output_audio`` (``transcript``)."""
+    content: list[Part] = field(default_factory=list)
     status: str = "completed"
     call_id: str | None = None
     name: str | None = None
@@ -53,25 +109,17 @@ class Item:
     """Set while the user audio's transcript is being made."""
 
     def text(self) -> str:
-        return "".join(p.get("text") or p.get("transcript") or "" for p in self.content)
+        return "".join(p.text or "" for p in self.content)
 
-    def rendered(self, beta: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "object": "realtime.item", "type": self.type}
-        out["status"] = self.status
+    def rendered(self, beta: bool) -> ItemObject:
+        out = ItemObject(id=self.id, type=self.type, status=self.status)
         if self.type == "message":
-            parts = []
-            for part in self.content:
-                part = dict(part)
-                if beta:
-                    part["type"] = BETA_PARTS.get(part["type"], part["type"])
-                if part["type"] == "input_audio":
-                    part["audio"] = None  # not echoed back
-                parts.append(part)
-            out |= {"role": self.role, "content": parts}
+            out.role = self.role
+            out.content = [part.rendered(beta) for part in self.content]
         elif self.type == "function_call":
-            out |= {"call_id": self.call_id, "name": self.name, "arguments": self.arguments}
+            out.call_id, out.name, out.arguments = self.call_id, self.name, self.arguments
         else:
-            out |= {"call_id": self.call_id, "output": self.output}
+            out.call_id, out.output = self.call_id, self.output
         return out
 
 
@@ -82,7 +130,7 @@ class Conversation:
     def last_id(self) -> str | None:
         return self.items[-1].id if self.items else None
 
-    def get(self, item_id: Any, param: str = "item_id") -> Item:
+    def get(self, item_id: str | None, param: str = "item_id") -> Item:
         for item in self.items:
             if item.id == item_id:
                 return item
@@ -90,7 +138,7 @@ class Conversation:
             f"Item with item_id not found: {item_id}", param=param, code="item_not_found"
         )
 
-    def add(self, item: Item, previous_item_id: Any = None) -> str | None:
+    def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
         """Insert ``item`` after ``previous_item_id`` (``None``: at the end; ``root``:
         first); returns the id of the item before it."""
         if any(i.id == item.id for i in self.items):
@@ -108,7 +156,7 @@ class Conversation:
         self.items.insert(self.items.index(before) + 1, item)
         return before.id
 
-    def delete(self, item_id: Any) -> None:
+    def delete(self, item_id: str | None) -> None:
         self.items.remove(self.get(item_id))
 
     async def messages(self, instructions: str) -> list[dict[str, Any]]:
@@ -143,37 +191,34 @@ class Conversation:
 # ---------------------------------------------------------------- client items
 
 
-def _text(value: Any, param: str) -> str:
-    if not isinstance(value, str):
+def _text(value: str | None, param: str) -> str:
+    if value is None:
         raise BadRequest(f"Invalid type for '{param}': a string.", param=param)
     return value
 
 
-def parse_item(data: Any) -> Item:
+def parse_item(data: ItemFields) -> Item:
     """An item of ``conversation.item.create`` (either dialect's part names)."""
-    if not isinstance(data, dict):
-        raise BadRequest("Missing required parameter: 'item'.", param="item")
-    item_id = data.get("id") or new_id("item")
-    kind = data.get("type", "message")
+    item_id = data.id or new_id("item")
+    kind = data.type
     if kind == "function_call":
-        arguments = data.get("arguments", "{}")
         try:
-            json.loads(_text(arguments, "item.arguments"))
+            json.loads(data.arguments)
         except ValueError:
             raise BadRequest("'item.arguments' is not JSON.", param="item.arguments") from None
         return Item(
-            _text(item_id, "item.id"),
+            item_id,
             kind,
-            call_id=_text(data.get("call_id") or new_id("call"), "item.call_id"),
-            name=_text(data.get("name"), "item.name"),
-            arguments=arguments,
+            call_id=data.call_id or new_id("call"),
+            name=_text(data.name, "item.name"),
+            arguments=data.arguments,
         )
     if kind == "function_call_output":
         return Item(
-            _text(item_id, "item.id"),
+            item_id,
             kind,
-            call_id=_text(data.get("call_id"), "item.call_id"),
-            output=_text(data.get("output"), "item.output"),
+            call_id=_text(data.call_id, "item.call_id"),
+            output=_text(data.output, "item.output"),
         )
     if kind != "message":
         raise BadRequest(
@@ -182,24 +227,21 @@ def parse_item(data: Any) -> Item:
             param="item.type",
             code="invalid_value",
         )
-    role = data.get("role")
+    role = data.role
     if role not in ("user", "assistant", "system"):
         raise BadRequest(
             "Invalid value for 'item.role': user, assistant or system.", param="item.role"
         )
-    parts = data.get("content")
-    if not isinstance(parts, list) or not parts:
+    if not data.content:
         raise BadRequest("'item.content' must be a non-empty list.", param="item.content")
-    item = Item(_text(item_id, "item.id"), kind, role=role)
-    for i, part in enumerate(parts):
+    item = Item(item_id, kind, role=role)
+    for i, part in enumerate(data.content):
         item.content.append(_part(item, part, f"item.content[{i}]"))
     return item
 
 
-def _part(item: Item, part: Any, param: str) -> dict[str, Any]:
-    if not isinstance(part, dict):
-        raise BadRequest(f"Invalid type for '{param}'.", param=param)
-    kind = GA_PARTS.get(part.get("type", ""), part.get("type"))
+def _part(item: Item, part: PartFields, param: str) -> Part:
+    kind = GA_PARTS.get(part.type, part.type)
     allowed = {
         "user": ("input_text", "input_audio"),
         "system": ("input_text",),
@@ -207,29 +249,27 @@ def _part(item: Item, part: Any, param: str) -> dict[str, Any]:
     }[item.role or "user"]
     if kind not in allowed:
         raise BadRequest(
-            f"Invalid value for '{param}.type': {part.get('type')!r}; a {item.role} message "
+            f"Invalid value for '{param}.type': {part.type!r}; a {item.role} message "
             f"takes {', '.join(allowed)}.",
             param=f"{param}.type",
             code="invalid_value",
         )
     if kind in ("input_text", "output_text"):
-        return {"type": kind, "text": _text(part.get("text"), f"{param}.text")}
-    transcript = part.get("transcript")
+        return Part(kind, _text(part.text, f"{param}.text"))
     if kind == "output_audio":
-        return {"type": kind, "transcript": _text(transcript or "", f"{param}.transcript")}
-    audio = part.get("audio")
-    if audio is not None:
+        return Part(kind, part.transcript or "")
+    if part.audio is not None:
         if item.audio:
             raise BadRequest("One input_audio part per item.", param=param)
-        item.audio = decode_base64(audio, f"{param}.audio")
-    elif transcript is None:
+        item.audio = decode_base64(part.audio, f"{param}.audio")
+    elif part.transcript is None:
         raise BadRequest(f"'{param}' needs 'audio' or 'transcript'.", param=param)
-    return {"type": kind, "transcript": transcript}
+    return Part(kind, part.transcript)
 
 
-def decode_base64(value: Any, param: str) -> bytes:
+def decode_base64(value: str, param: str) -> bytes:
     try:
-        return base64.b64decode(_text(value, param), validate=True)
+        return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise BadRequest(
             f"Invalid value for '{param}': not base64.", param=param, code="invalid_value"

@@ -270,7 +270,7 @@ async def transcribe(out: Outbox, item: Item, run: Listening, report: bool) -> N
     """Fill ``item``'s ``input_audio`` transcript from ``run`` (the transcription of
     its audio); with ``report`` send the transcription events. A failure leaves the
     transcript empty (``…failed`` event), never the session broken."""
-    part = next(p for p in item.content if p["type"] == "input_audio")
+    part = next(p for p in item.content if p.type == "input_audio")
     item.audio = b""  # the gateway keeps no copy past this
     text = ""
     try:
@@ -285,7 +285,7 @@ async def transcribe(out: Outbox, item: Item, run: Listening, report: bool) -> N
                 )
         transcript = run.transcript
         text = transcript.text.strip() if transcript else text.strip()
-        part["transcript"] = text
+        part.text = text
         if report:
             seconds = transcript.duration if transcript else 0.0
             await out.send(
@@ -296,7 +296,7 @@ async def transcribe(out: Outbox, item: Item, run: Listening, report: bool) -> N
                 usage={"type": "duration", "seconds": round(seconds, 3)},
             )
     except GatewayError as exc:
-        part["transcript"] = ""
+        part.text = ""
         if report:
             with contextlib.suppress(ClientGone):
                 await out.send(

@@ -12,9 +12,10 @@ import json
 import logging
 from typing import Any
 
+import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from mlx_gateway.supervisor.api.realtime.conversation import BETA_PARTS, new_id
+from mlx_gateway.supervisor.api.realtime.conversation import new_id
 from mlx_gateway.supervisor.errors import GatewayError
 
 log = logging.getLogger("mlx_gateway.realtime")
@@ -42,18 +43,14 @@ class Outbox:
         self._lock = asyncio.Lock()
         self.closed = False
 
-    def part(self, kind: str, **fields: Any) -> dict[str, Any]:
-        """The part of a ``response.content_part.added`` / ``.done`` event: ``text`` or
-        ``audio`` in both dialects (the GA API names the item's part ``output_audio``
-        but these events' part ``audio``; the Agents SDK validates it so)."""
-        return {"type": BETA_PARTS.get(kind, kind), **fields}
-
     async def send(self, type: str, **fields: Any) -> None:
+        """Send an event; its fields are JSON values or Structs (written as JSON)."""
         if self.beta:
             if type in BETA_SKIPPED:
                 return
             type = BETA_NAMES.get(type, type)
-        text = json.dumps({"type": type, "event_id": new_id("event"), **fields})
+        event = {"type": type, "event_id": new_id("event"), **fields}
+        text = json.dumps(msgspec.to_builtins(event))
         if self.closed:
             raise ClientGone
         async with self._lock:

@@ -25,9 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import uuid4
 
+from msgspec import UNSET, Struct, UnsetType
+
 from mlx_gateway.protocol.messages import Synthesize, Usage
 from mlx_gateway.supervisor.api.realtime.audio import AudioFormat
-from mlx_gateway.supervisor.api.realtime.conversation import Conversation, Item, new_id
+from mlx_gateway.supervisor.api.realtime.conversation import (
+    Conversation,
+    Item,
+    ItemObject,
+    Part,
+    new_id,
+)
+from mlx_gateway.supervisor.api.realtime.events import JsonObject
 from mlx_gateway.supervisor.api.realtime.latency import TurnClock
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
 from mlx_gateway.supervisor.config.kinds import settings_as
@@ -69,7 +78,65 @@ class Plan:
     """``conversation: none``: an out-of-band response, its items not added."""
     input: list[Item] | None = None
     """The items it reads instead of the conversation (``input``)."""
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
+
+
+class StatusDetails(Struct):
+    type: str
+    reason: str | UnsetType = UNSET
+    error: JsonObject | UnsetType = UNSET
+
+
+class InputTokens(Struct):
+    text_tokens: int
+    audio_tokens: int
+    cached_tokens: int
+
+
+class OutputTokens(Struct):
+    text_tokens: int
+    audio_tokens: int
+
+
+class UsageObject(Struct):
+    total_tokens: int
+    input_tokens: int
+    output_tokens: int
+    input_token_details: InputTokens
+    output_token_details: OutputTokens
+
+
+class ResponseObject(Struct, kw_only=True):
+    """A response as the server writes it (``response.created`` / ``.done``)."""
+
+    id: str
+    object: str = "realtime.response"
+    status: str
+    status_details: StatusDetails | None
+    output: list[ItemObject]
+    conversation_id: str | None
+    output_modalities: list[str]
+    modalities: list[str]
+    max_output_tokens: int | str
+    metadata: JsonObject | None
+    usage: UsageObject
+
+
+def turn_request(lm: ModelHandle, plan: Plan, messages: list[dict[str, Any]]) -> TurnRequest:
+    """The lm's turn for one response: the conversation as chat ``messages``, the
+    plan's tools and sampling (the one place realtime builds an engine request)."""
+    # one call per response: a voice agent answers each before it speaks on
+    tools = ToolSpec(plan.tools, plan.tool_choice if plan.tools else "auto", parallel=False)
+    fields = SamplingFields(
+        model=lm.name, max_tokens=plan.max_output_tokens, temperature=plan.temperature
+    )
+    return TurnRequest(
+        messages=messages,
+        sampling=sampling_params(fields, settings_as(lm.config, TextModelConfig)),
+        template_kwargs=template_kwargs(None, tools, enable_thinking=False),
+        tools=tools,
+        call_id_prefix="call_",
+    )
 
 
 @dataclass
@@ -103,41 +170,33 @@ class ResponseRun:
     def audio(self) -> bool:
         return "audio" in self.plan.modalities and self.tts is not None
 
-    def object(self) -> dict[str, Any]:
-        details: dict[str, Any] | None = None
+    def object(self) -> ResponseObject:
+        details = None
         if self.status == "cancelled":
-            details = {"type": "cancelled", "reason": self.reason or "client_cancelled"}
+            details = StatusDetails("cancelled", reason=self.reason or "client_cancelled")
         elif self.status == "failed" and self.error is not None:
-            details = {"type": "failed", "error": self.error.body()["error"]}
+            details = StatusDetails("failed", error=self.error.body()["error"])
         elif self.status == "incomplete":
-            details = {"type": "incomplete", "reason": "max_output_tokens"}
+            details = StatusDetails("incomplete", reason="max_output_tokens")
         usage = self.usage
-        return {
-            "id": self.id,
-            "object": "realtime.response",
-            "status": self.status,
-            "status_details": details,
-            "output": [item.rendered(self.out.beta) for item in self.output],
-            "conversation_id": "conv_default" if self.plan.into_conversation else None,
-            "output_modalities": self.plan.modalities,
-            "modalities": self.plan.modalities,
-            "max_output_tokens": self.plan.max_output_tokens or "inf",
-            "metadata": self.plan.metadata,
-            "usage": {
-                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-                "input_tokens": usage.prompt_tokens,
-                "output_tokens": usage.completion_tokens,
-                "input_token_details": {
-                    "text_tokens": usage.prompt_tokens,
-                    "audio_tokens": 0,
-                    "cached_tokens": usage.cached_tokens,
-                },
-                "output_token_details": {
-                    "text_tokens": usage.completion_tokens,
-                    "audio_tokens": 0,
-                },
-            },
-        }
+        return ResponseObject(
+            id=self.id,
+            status=self.status,
+            status_details=details,
+            output=[item.rendered(self.out.beta) for item in self.output],
+            conversation_id="conv_default" if self.plan.into_conversation else None,
+            output_modalities=self.plan.modalities,
+            modalities=self.plan.modalities,
+            max_output_tokens=self.plan.max_output_tokens or "inf",
+            metadata=self.plan.metadata,
+            usage=UsageObject(
+                total_tokens=usage.prompt_tokens + usage.completion_tokens,
+                input_tokens=usage.prompt_tokens,
+                output_tokens=usage.completion_tokens,
+                input_token_details=InputTokens(usage.prompt_tokens, 0, usage.cached_tokens),
+                output_token_details=OutputTokens(usage.completion_tokens, 0),
+            ),
+        )
 
     # ------------------------------------------------------------ the run
 
@@ -180,19 +239,9 @@ class ResponseRun:
             source = self.conversation
         messages = await source.messages(plan.instructions)
         self.clock.mark("transcribed")
-        # one call per response: a voice agent answers each before it speaks on
-        tools = ToolSpec(plan.tools, plan.tool_choice if plan.tools else "auto", parallel=False)
-        fields = SamplingFields(
-            model=self.lm.name, max_tokens=plan.max_output_tokens, temperature=plan.temperature
+        running = await Turn.start(
+            self.lm, turn_request(self.lm, plan, messages), f"rt-{uuid4().hex}"
         )
-        turn = TurnRequest(
-            messages=messages,
-            sampling=sampling_params(fields, settings_as(self.lm.config, TextModelConfig)),
-            template_kwargs=template_kwargs(None, tools, enable_thinking=False),
-            tools=tools,
-            call_id_prefix="call_",
-        )
-        running = await Turn.start(self.lm, turn, f"rt-{uuid4().hex}")
         buffer = SentenceBuffer()
         finish = "stop"
         try:
@@ -222,8 +271,7 @@ class ResponseRun:
     async def _open_message(self) -> Item:
         if self.message is not None:
             return self.message
-        kind = "output_audio" if self.audio else "output_text"
-        part = {"type": kind, "transcript" if self.audio else "text": ""}
+        part = Part("output_audio" if self.audio else "output_text", "")
         item = Item(new_id("item"), "message", role="assistant", content=[part])
         item.status = "in_progress"
         self.message = item
@@ -234,7 +282,7 @@ class ResponseRun:
             item_id=item.id,
             output_index=self.output.index(item),
             content_index=0,
-            part=self.out.part(kind, **{k: v for k, v in part.items() if k != "type"}),
+            part=part.event_part(),
         )
         return item
 
@@ -255,8 +303,7 @@ class ResponseRun:
     async def _text(self, text: str) -> None:
         item = await self._open_message()
         part = item.content[0]
-        key = "transcript" if self.audio else "text"
-        part[key] += text
+        part.text = (part.text or "") + text
         kind = (
             "response.output_audio_transcript.delta"
             if self.audio
@@ -264,7 +311,7 @@ class ResponseRun:
         )
         await self.out.send(kind, **self._where(item), delta=text)
 
-    def _where(self, item: Item) -> dict[str, Any]:
+    def _where(self, item: Item) -> dict[str, str | int]:
         return {
             "response_id": self.id,
             "item_id": item.id,
@@ -284,17 +331,14 @@ class ResponseRun:
                 await self.out.send(
                     "response.output_audio_transcript.done",
                     **self._where(item),
-                    transcript=part["transcript"],
+                    transcript=part.text,
                 )
             else:
                 await self.out.send(
-                    "response.output_text.done", **self._where(item), text=part["text"]
+                    "response.output_text.done", **self._where(item), text=part.text
                 )
-            fields = {k: v for k, v in part.items() if k != "type"}
             await self.out.send(
-                "response.content_part.done",
-                **self._where(item),
-                part=self.out.part(part["type"], **fields),
+                "response.content_part.done", **self._where(item), part=part.event_part()
             )
             await self._item_done(item)
 
@@ -321,8 +365,9 @@ class ResponseRun:
             status="in_progress",
         )
         await self._add(item)
-        where: dict[str, Any] = {"response_id": self.id, "item_id": item.id}
-        where |= {"output_index": self.output.index(item), "call_id": call.id}
+        where = self._where(item)
+        del where["content_index"]
+        where["call_id"] = call.id
         await self.out.send("response.function_call_arguments.delta", **where, delta=call.arguments)
         item.arguments, item.status = call.arguments, "completed"
         await self.out.send(

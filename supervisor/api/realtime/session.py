@@ -16,24 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
+from msgspec import UNSET
+from starlette.types import Message
 from starlette.websockets import WebSocket
 
+from mlx_gateway.supervisor.api.realtime import events
 from mlx_gateway.supervisor.api.realtime import settings as fields
 from mlx_gateway.supervisor.api.realtime.audio import AudioFormat
 from mlx_gateway.supervisor.api.realtime.conversation import (
     Conversation,
     Item,
+    Part,
     decode_base64,
     new_id,
     parse_item,
 )
+from mlx_gateway.supervisor.api.realtime.events import BetaSession, GaSession
 from mlx_gateway.supervisor.api.realtime.hearing import (
     EarlyTranscription,
     InputBuffer,
@@ -97,13 +101,13 @@ class RealtimeSession:
                 message = await websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
-                await self._message(dict(message))
+                await self._message(message)
         except ClientGone:
             return
         finally:
             await self.close()
 
-    async def _message(self, message: dict[str, Any]) -> None:
+    async def _message(self, message: Message) -> None:
         event_id = None
         try:
             text = message.get("text")
@@ -112,50 +116,50 @@ class RealtimeSession:
                     "Binary frames are not events: send JSON text frames.",
                     code="invalid_event",
                 )
-            try:
-                event = json.loads(text)
-            except ValueError:
-                raise BadRequest("The event is not valid JSON.", code="invalid_json") from None
-            if not isinstance(event, dict):
-                raise BadRequest("An event is a JSON object.", code="invalid_event")
-            event_id = event.get("event_id")
+            event = events.decode(text, self.beta)
+            event_id = event.event_id
             await self._event(event)
+        except events.BadEvent as exc:
+            await self.out.error(exc, exc.event_id)
         except GatewayError as exc:
-            await self.out.error(exc, event_id if isinstance(event_id, str) else None)
+            await self.out.error(exc, event_id)
 
-    async def _event(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        handler = self._handlers().get(kind) if isinstance(kind, str) else None
-        if handler is None:
-            raise BadRequest(
-                f"Invalid value: {kind!r}. Supported values are: "
-                f"{', '.join(sorted(self._handlers()))}.",
-                param="type",
-                code="invalid_value",
-            )
-        await handler(event)
-
-    def _handlers(self) -> dict[str, Callable[[dict[str, Any]], Awaitable[None]]]:
-        return {
-            "session.update": self._session_update,
-            "transcription_session.update": self._session_update,
-            "input_audio_buffer.append": self._append,
-            "input_audio_buffer.commit": self._commit,
-            "input_audio_buffer.clear": self._clear,
-            "conversation.item.create": self._item_create,
-            "conversation.item.delete": self._item_delete,
-            "conversation.item.truncate": self._item_truncate,
-            "conversation.item.retrieve": self._item_retrieve,
-            "response.create": self._response_create,
-            "response.cancel": self._response_cancel,
-            "output_audio_buffer.clear": self._webrtc_only,
-        }
+    async def _event(self, event: events.Event) -> None:
+        match event:
+            case events.SessionUpdate(session=session):
+                await self._session_update(event, session)
+            case events.AudioAppend(audio=audio):
+                await self._append(decode_base64(audio, "audio"))
+            case events.AudioCommit():
+                await self._commit()
+            case events.AudioClear():
+                await self._clear()
+            case events.ItemCreate(item=item, previous_item_id=previous):
+                await self._item_create(event, item, previous)
+            case events.ItemDelete(item_id=item_id):
+                self.conversation.delete(item_id)
+                await self.out.send("conversation.item.deleted", item_id=item_id)
+            case events.ItemRetrieve(item_id=item_id):
+                found = self.conversation.get(item_id)
+                await self.out.send("conversation.item.retrieved", item=found.rendered(self.beta))
+            case events.ItemTruncate():
+                await self._item_truncate(event)
+            case events.ResponseCreate(response=response):
+                await self._response_create(event, response or events.ResponseFields())
+            case events.ResponseCancel(response_id=wanted):
+                await self._response_cancel(wanted)
+            case events.OutputAudioClear():
+                self._webrtc_only(event)
+            case _:
+                assert_never(event)
 
     # ------------------------------------------------------------ session
 
-    async def _session_update(self, event: dict[str, Any]) -> None:
-        transcription_event = event["type"] == "transcription_session.update"
-        new = fields.updated(self.settings, event.get("session"), self.beta)
+    async def _session_update(
+        self, event: events.ClientEvent, session: GaSession | BetaSession | None
+    ) -> None:
+        transcription_event = isinstance(event, events.TranscriptionSessionUpdate)
+        new = fields.updated(self.settings, session, self.beta)
         if transcription_event and new.kind != "transcription":
             raise BadRequest(
                 "transcription_session.update is for transcription sessions "
@@ -175,9 +179,9 @@ class RealtimeSession:
         kind = "transcription_session.updated" if transcription_event else "session.updated"
         await self.out.send(kind, session=fields.rendered(new, self.id, self.beta))
 
-    async def _webrtc_only(self, event: dict[str, Any]) -> None:
+    def _webrtc_only(self, event: events.ClientEvent) -> None:
         raise BadRequest(
-            f"{event['type']} is for WebRTC and SIP connections; over a WebSocket the "
+            f"{event.type} is for WebRTC and SIP connections; over a WebSocket the "
             "client plays the audio and truncates the item itself.",
             param="type",
             code="unsupported_event",
@@ -185,8 +189,7 @@ class RealtimeSession:
 
     # ------------------------------------------------------------ input audio
 
-    async def _append(self, event: dict[str, Any]) -> None:
-        data = decode_base64(event.get("audio"), "audio")
+    async def _append(self, data: bytes) -> None:
         for vad_event in self.buffer.append(data):
             if isinstance(vad_event, SpeechStarted):
                 await self._speech_started(vad_event.audio_start_ms)
@@ -207,7 +210,7 @@ class RealtimeSession:
                 await self._commit_buffer(item_id, vad_event.audio_end_ms)
                 vad = self.settings.turn_detection
                 if vad is not None and vad.create_response and self.settings.kind == "realtime":
-                    await self._start_response(self._plan({}))
+                    await self._start_response(self._plan(events.ResponseFields()))
 
     def _transcribe_early(self, end_ms: int) -> None:
         """The turn may end at ``end_ms``: start transcribing what it would commit."""
@@ -229,7 +232,7 @@ class RealtimeSession:
         if self.response is not None and vad is not None and vad.interrupt_response:
             await self._cancel_response("turn_detected")
 
-    async def _commit(self, event: dict[str, Any]) -> None:
+    async def _commit(self) -> None:
         self._turn = TurnClock(time.monotonic())
         await self._commit_buffer(self._speech_item or new_id("item"), None)
         self._speech_item = None
@@ -240,7 +243,7 @@ class RealtimeSession:
         audio = self.buffer.take(end_ms)
         early = self._early.run and self._early.take(item_id, audio, *self._hearing())
         item = Item(item_id, "message", role="user")
-        item.content = [{"type": "input_audio", "transcript": None}]
+        item.content = [Part("input_audio")]
         item.audio = audio
         pending(item)
         previous = self.conversation.add(item)
@@ -249,7 +252,7 @@ class RealtimeSession:
         )
         await self._item_added(item, previous, early)
 
-    async def _clear(self, event: dict[str, Any]) -> None:
+    async def _clear(self) -> None:
         self.buffer.clear()
         self._early.drop("buffer cleared")
         self._speech_item = None
@@ -278,49 +281,40 @@ class RealtimeSession:
         else:
             await self.out.send("conversation.item.done", item=rendered)
 
-    async def _item_create(self, event: dict[str, Any]) -> None:
+    async def _item_create(
+        self, event: events.ClientEvent, data: events.ItemFields, previous_item_id: str | None
+    ) -> None:
         self._conversation_only(event)
-        item = parse_item(event.get("item"))
+        item = parse_item(data)
         if item.audio:
             self.models.whisper(None)  # a 404 now, before the item is added
             pending(item)
-        previous = self.conversation.add(item, event.get("previous_item_id"))
+        previous = self.conversation.add(item, previous_item_id)
         await self._item_added(item, previous)
 
-    async def _item_delete(self, event: dict[str, Any]) -> None:
-        item_id = event.get("item_id")
-        self.conversation.delete(item_id)
-        await self.out.send("conversation.item.deleted", item_id=item_id)
-
-    async def _item_retrieve(self, event: dict[str, Any]) -> None:
-        item = self.conversation.get(event.get("item_id"))
-        await self.out.send("conversation.item.retrieved", item=item.rendered(self.beta))
-
-    async def _item_truncate(self, event: dict[str, Any]) -> None:
-        item = self.conversation.get(event.get("item_id"))
-        end = event.get("audio_end_ms")
-        if not isinstance(end, int) or isinstance(end, bool) or end < 0:
+    async def _item_truncate(self, event: events.ItemTruncate) -> None:
+        item = self.conversation.get(event.item_id)
+        end = event.audio_end_ms
+        if end < 0:
             raise BadRequest("'audio_end_ms' must be a non-negative integer.", param="audio_end_ms")
-        if event.get("content_index", 0) != 0:
+        if event.content_index != 0:
             raise BadRequest("Only content_index 0 can be truncated.", param="content_index")
         truncate_audio(item, end)
         await self.out.send(
             "conversation.item.truncated", item_id=item.id, content_index=0, audio_end_ms=end
         )
 
-    def _conversation_only(self, event: dict[str, Any]) -> None:
+    def _conversation_only(self, event: events.ClientEvent) -> None:
         if self.settings.kind != "realtime":
             raise BadRequest(
-                f"{event['type']} is not available in a transcription session.",
+                f"{event.type} is not available in a transcription session.",
                 param="type",
                 code="invalid_event",
             )
 
     # ------------------------------------------------------------ responses
 
-    def _plan(self, request: Any) -> Plan:
-        if not isinstance(request, dict):
-            raise BadRequest("Invalid type for 'response'.", param="response")
+    def _plan(self, request: events.ResponseFields) -> Plan:
         s = self.settings
         plan = Plan(
             instructions=s.instructions,
@@ -334,43 +328,46 @@ class RealtimeSession:
             max_output_tokens=s.max_output_tokens,
         )
         p = "response"
-        if isinstance(request.get("instructions"), str):
-            plan.instructions = request["instructions"]
-        for key in ("modalities", "output_modalities"):
-            if key in request:
-                plan.modalities = fields.modalities(request[key], f"{p}.{key}")
-        if "voice" in request:
-            plan.voice = fields.voice(request["voice"], f"{p}.voice")
-        if "tools" in request:
-            plan.tools = fields.tools(request["tools"], f"{p}.tools")
-        if "tool_choice" in request:
+        if request.instructions is not None:
+            plan.instructions = request.instructions
+        if request.modalities is not UNSET:
+            plan.modalities = fields.modalities(request.modalities, f"{p}.modalities")
+        if request.output_modalities is not UNSET:
+            param = f"{p}.output_modalities"
+            plan.modalities = fields.modalities(request.output_modalities, param)
+        if request.voice is not UNSET:
+            plan.voice = fields.voice(request.voice)
+        if request.tools is not UNSET:
+            plan.tools = fields.tools(request.tools, f"{p}.tools")
+        if request.tool_choice is not UNSET:
             plan.tool_choice = fields.tool_choice(
-                request["tool_choice"], plan.tools, f"{p}.tool_choice"
+                request.tool_choice, plan.tools, f"{p}.tool_choice"
             )
-        for key in ("max_output_tokens", "max_response_output_tokens"):
-            if key in request:
-                plan.max_output_tokens = fields.max_tokens(request[key], f"{p}.{key}")
-        if "temperature" in request:
-            plan.temperature = request["temperature"]
-        if request.get("conversation") == "none":
+        for key, value in (
+            ("max_output_tokens", request.max_output_tokens),
+            ("max_response_output_tokens", request.max_response_output_tokens),
+        ):
+            if value is not UNSET:
+                plan.max_output_tokens = fields.max_tokens(value, f"{p}.{key}")
+        if request.temperature is not UNSET:
+            plan.temperature = request.temperature
+        if request.conversation == "none":
             plan.into_conversation = False
-        if "input" in request:
-            items = request["input"]
-            if not isinstance(items, list):
-                raise BadRequest("Invalid type for 'response.input'.", param="response.input")
+        if request.input is not None:
             plan.input = [
-                self.conversation.get(i.get("id"), "response.input")
-                if isinstance(i, dict) and i.get("type") == "item_reference"
+                self.conversation.get(i.id, "response.input")
+                if i.type == "item_reference"
                 else parse_item(i)
-                for i in items
+                for i in request.input
             ]
-        if isinstance(request.get("metadata"), dict):
-            plan.metadata = request["metadata"]
+        plan.metadata = request.metadata
         return plan
 
-    async def _response_create(self, event: dict[str, Any]) -> None:
+    async def _response_create(
+        self, event: events.ClientEvent, request: events.ResponseFields
+    ) -> None:
         self._conversation_only(event)
-        plan = self._plan(event.get("response") or {})
+        plan = self._plan(request)
         if self.response is not None:
             raise BadRequest(
                 f"Conversation already has an active response in progress: {self.response.id}. "
@@ -397,8 +394,7 @@ class RealtimeSession:
 
         self._response_task = self._spawn(go())
 
-    async def _response_cancel(self, event: dict[str, Any]) -> None:
-        wanted = event.get("response_id")
+    async def _response_cancel(self, wanted: str | None) -> None:
         if self.response is None or (wanted and wanted != self.response.id):
             raise BadRequest(
                 "Cancellation failed: no active response found.",

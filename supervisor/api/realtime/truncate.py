@@ -18,7 +18,7 @@ def truncate_audio(item: Item, audio_end_ms: int) -> None:
         item.type != "message"
         or item.role != "assistant"
         or part is None
-        or (part["type"] != "output_audio")
+        or part.type != "output_audio"
     ):
         raise BadRequest(
             "Only an assistant message's audio can be truncated.",
@@ -45,6 +45,6 @@ def truncate_audio(item: Item, audio_end_ms: int) -> None:
             kept.append(cut)
             break
         start = end
-    part["transcript"] = " ".join(s for s in kept if s).strip()
+    part.text = " ".join(s for s in kept if s).strip()
     item.sentences = kept
     item.audio_ms = [min(ms, audio_end_ms) for ms in item.audio_ms[: len(kept)]]
