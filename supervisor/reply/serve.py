@@ -30,6 +30,7 @@ from mlx_gateway.supervisor.engine.ask import (
     Ask,
     TextModel,
     conversation,
+    open_turn,
     start_turn,
     text_model,
     turn_request,
@@ -72,8 +73,10 @@ __all__ = [  # what a dialect is written against, besides the serve itself
     "Turn",
     "TurnEvent",
     "count",
+    "open_turn",
     "relay",
     "serve",
+    "text_model",
     "warm",
 ]
 

@@ -20,7 +20,7 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.http.body import validation_error
+from mlx_gateway.supervisor.http import validation_error
 
 JsonObject = dict[str, object]
 """A JSON object the gateway hands on as it came (a tool's schema, metadata)."""

@@ -28,7 +28,6 @@ from mlx_gateway.supervisor.api.realtime.vad import (
     VadEvent,
     load_detector,
 )
-from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
@@ -148,7 +147,9 @@ class Listening:
 
     async def _run(self, audio: bytes) -> None:
         try:
-            limit_mb = settings_as(self.handle.config, WhisperConfig).max_upload_mb
+            config = self.handle.config
+            assert isinstance(config, WhisperConfig), "the route checked its kind"
+            limit_mb = config.max_upload_mb
             if len(audio) > limit_mb * MIB:
                 raise BadRequest(
                     f"The turn's audio is over the model's max_upload_mb ({limit_mb}).",

@@ -39,25 +39,21 @@ from mlx_gateway.supervisor.api.realtime.conversation import (
 from mlx_gateway.supervisor.api.realtime.events import JsonObject
 from mlx_gateway.supervisor.api.realtime.latency import TurnClock
 from mlx_gateway.supervisor.api.realtime.outbox import ClientGone, Outbox
-from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
-from mlx_gateway.supervisor.config.text import TextModelConfig
-from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 from mlx_gateway.supervisor.engine.requests import SamplingFields
-from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.sentences import SentenceBuffer
 from mlx_gateway.supervisor.engine.synthesis import Speech
-from mlx_gateway.supervisor.engine.tools import ToolSpec
-from mlx_gateway.supervisor.engine.turns import (
-    Finished,
-    TextDelta,
-    ToolCallMade,
-    Turn,
-    TurnRequest,
-    template_kwargs,
-)
+from mlx_gateway.supervisor.engine.tools import Function, ToolSpec
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.serve import (
+    Ask,
+    Finished,
+    TextDelta,
+    TextModel,
+    ToolCallMade,
+    open_turn,
+)
 
 
 @dataclass
@@ -122,20 +118,22 @@ class ResponseObject(Struct, kw_only=True):
     usage: UsageObject
 
 
-def turn_request(lm: ModelHandle, plan: Plan, messages: list[dict[str, Any]]) -> TurnRequest:
+def response_ask(lm: TextModel, plan: Plan, messages: list[dict[str, Any]]) -> Ask:
     """The lm's turn for one response: the conversation as chat ``messages``, the
-    plan's tools and sampling (the one place realtime builds an engine request)."""
+    plan's tools and sampling (the one place realtime asks the engine for a turn)."""
     # one call per response: a voice agent answers each before it speaks on
     tools = ToolSpec(plan.tools, plan.tool_choice if plan.tools else "auto", parallel=False)
     fields = SamplingFields(
         model=lm.name, max_tokens=plan.max_output_tokens, temperature=plan.temperature
     )
-    return TurnRequest(
+    return Ask(
+        model=lm.name,
+        endpoint="/v1/realtime",
+        sampling=fields,
         messages=messages,
-        sampling=sampling_params(fields, settings_as(lm.config, TextModelConfig)),
-        template_kwargs=template_kwargs(None, tools, enable_thinking=False),
+        enable_thinking=False,
         tools=tools,
-        call_id_prefix="call_",
+        id_prefix="rt-",
     )
 
 
@@ -151,7 +149,7 @@ class Spoken:
 class ResponseRun:
     out: Outbox
     conversation: Conversation
-    lm: ModelHandle
+    lm: TextModel
     tts: ModelHandle | None
     plan: Plan
     id: str = field(default_factory=lambda: new_id("resp"))
@@ -239,9 +237,7 @@ class ResponseRun:
             source = self.conversation
         messages = await source.messages(plan.instructions)
         self.clock.mark("transcribed")
-        running = await Turn.start(
-            self.lm, turn_request(self.lm, plan, messages), f"rt-{uuid4().hex}"
-        )
+        running = await open_turn(self.lm, response_ask(self.lm, plan, messages))
         buffer = SentenceBuffer()
         finish = "stop"
         try:
@@ -386,9 +382,11 @@ class ResponseRun:
         plan = self.plan
         while (sentence := await sentences.get()) is not None:
             item = await self._open_message()
+            config = self.tts.config
+            assert isinstance(config, TtsConfig), "the route checked its kind"
             msg = Synthesize(
                 request_id=f"rt-{uuid4().hex}",
-                input=sentence[: settings_as(self.tts.config, TtsConfig).max_input_chars],
+                input=sentence[: config.max_input_chars],
                 voice=plan.voice,
                 speed=plan.speed,
                 response_format=plan.output_format.worker_format,

@@ -31,6 +31,7 @@ from mlx_gateway.supervisor.engine.kinds import (
 )
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.serve import text_model
 
 log = logging.getLogger("mlx_gateway.realtime")
 
@@ -107,8 +108,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         raise BadRequest(
             "Missing required parameter: 'model' (?model=<a language model>).", param="model"
         )
-    lm = registry.resolve(name)
-    require_kind(lm, CHAT_KINDS, ENDPOINT)
+    lm = text_model(registry.resolve(name), CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
     return settings, Models(lm, whisper, tts)
 

@@ -53,6 +53,7 @@ from mlx_gateway.supervisor.api.realtime.truncate import truncate_audio
 from mlx_gateway.supervisor.api.realtime.vad import SpeechPaused, SpeechResumed, SpeechStarted
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.serve import TextModel
 
 log = logging.getLogger("mlx_gateway.realtime")
 
@@ -61,7 +62,7 @@ log = logging.getLogger("mlx_gateway.realtime")
 class Models:
     """The workers a session uses (resolved by the route)."""
 
-    lm: ModelHandle | None
+    lm: TextModel | None
     whisper: Callable[[str | None], ModelHandle]
     """The whisper model a transcription names (``None``: the default one)."""
     tts: ModelHandle | None

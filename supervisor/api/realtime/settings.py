@@ -37,7 +37,7 @@ from mlx_gateway.supervisor.api.realtime.events import (
     converted,
 )
 from mlx_gateway.supervisor.api.realtime.vad import EAGERNESS_SILENCE_MS, TurnDetection
-from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
+from mlx_gateway.supervisor.engine.tools import Function
 from mlx_gateway.supervisor.errors import BadRequest
 
 MODALITIES = ({"text"}, {"audio"}, {"text", "audio"})
