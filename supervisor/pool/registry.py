@@ -80,7 +80,7 @@ class Registry:
         (as mlx-vlm's server allows), with or without ``:latest``, in any case (the
         order of :mod:`.names`); a 404 naming the served models otherwise. Every
         surface finds its model here."""
-        found = self._names.find(name)
+        found = self.lookup(name)
         if found is None:
             raise ModelNotFound(name, self.served_names())
         return found.handle
