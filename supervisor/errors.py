@@ -73,6 +73,7 @@ class ModelNotFound(GatewayError):
     type = "invalid_request_error"
 
     def __init__(self, name: str, served: list[str]) -> None:
+        self.name, self.served = name, served
         listing = ", ".join(served) if served else "(none configured)"
         super().__init__(
             f"The model '{name}' does not exist on this gateway. Served models: {listing}.",

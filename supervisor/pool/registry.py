@@ -1,6 +1,7 @@
-"""The registry: served names and aliases → WorkerHandle, plus shared resources
-(the relay socket, the private runtime directory, the memory placement, the
-housekeeping loop) and the admin operations (load, unload, reload)."""
+"""The registry: a request's model name → WorkerHandle (the one lookup of
+:mod:`.names`), plus shared resources (the relay socket, the private runtime
+directory, the memory placement, the housekeeping loop) and the admin operations
+(load, unload, reload)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import shutil
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
+from mlx_gateway.supervisor.pool.names import Match, NameIndex
 from mlx_gateway.supervisor.pool.placement import Placement
 from mlx_gateway.supervisor.pool.reaper import housekeeping_forever
 from mlx_gateway.supervisor.pool.relay import Relay
@@ -52,8 +54,7 @@ class Registry:
             self.placement.attach_spares(self.spares)
         self.handles += [self._new_handle(model) for model in config.models]
         self._sync_placed()
-        self._by_name: dict[str, WorkerHandle] = {}
-        self._index()
+        self._names: NameIndex[WorkerHandle] = NameIndex(self.handles)
         self._tasks: list[asyncio.Task[None]] = []
         self._retiring: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Future[list[BaseException | None]] | None = None
@@ -70,19 +71,19 @@ class Registry:
     def _sync_placed(self) -> None:
         self._placed[:] = [*self.handles, *(h for h in self._retired if h not in self.handles)]
 
-    def _index(self) -> None:
-        self._by_name = {name: h for h in self.handles for name in h.config.names}
-        # A request may also name a model by its model_path (repo id or local
-        # directory), as mlx-vlm's server allows; a served name or alias wins.
-        for h in self.handles:
-            self._by_name.setdefault(h.config.model_path, h)
+    def lookup(self, name: str) -> Match[WorkerHandle] | None:
+        """The handle ``name`` names and the name it matched (see :mod:`.names`)."""
+        return self._names.find(name)
 
     def resolve(self, name: str) -> WorkerHandle:
-        """The handle serving ``name`` (a served name or an alias)."""
-        handle = self._by_name.get(name)
-        if handle is None:
+        """The handle serving ``name``: a served name, an alias or a ``model_path``
+        (as mlx-vlm's server allows), with or without ``:latest``, in any case (the
+        order of :mod:`.names`); a 404 naming the served models otherwise. Every
+        surface finds its model here."""
+        found = self.lookup(name)
+        if found is None:
             raise ModelNotFound(name, self.served_names())
-        return handle
+        return found.handle
 
     def served_names(self) -> list[str]:
         return [handle.name for handle in self.handles]
@@ -172,7 +173,7 @@ class Registry:
         self.config = GatewayConfig(server=self.config.server, models=new.models)
         self.handles[:] = handles
         self._sync_placed()
-        self._index()
+        self._names = NameIndex(self.handles)
         log.info(
             "config reloaded: %s",
             "; ".join(f"{k} {', '.join(v)}" for k, v in report.items() if v and k != "kept")

@@ -69,6 +69,11 @@ def test_ollama_and_lmstudio_libraries_are_listed_and_served(
         client.close()
 
         chat = openai.OpenAI(base_url=f"{gateway.base_url}/v1", api_key="none", max_retries=0)
+        # The name as /api/tags lists it is the same model on the OpenAI API.
+        answer = chat.chat.completions.create(
+            model="tiny:latest", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+        assert answer.model == "tiny" and answer.choices[0].finish_reason in ("stop", "length")
         for name in ("pub/tiny-GGUF", "mlx-community/tiny-mlx"):
             answer = chat.chat.completions.create(
                 model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=4

@@ -188,7 +188,9 @@ async def delete(request: Request) -> Response:
     name = req.target
     async with _lock(request):
         pulled = PulledModels.read()
-        copy = next((n for n in (name, bare(name)) if n in pulled.copies), None)
+        found = request.app.state.registry.lookup(name)  # the copy's own name, any case
+        named = (name, bare(name), *((found.name,) if found is not None else ()))
+        copy = next((n for n in named if n in pulled.copies), None)
         kept = _configured(request, pulled)  # before pulled changes: it names what is ours
         if copy is not None:
             del pulled.copies[copy]

@@ -1,8 +1,11 @@
 """Model names as Ollama's clients write them: ``name:tag``.
 
-A served name (or alias, or ``model_path``) matches with or without the default
-tag ``:latest``; ``/api/tags`` lists a name without a tag as ``name:latest``, the
-form Ollama's clients expect and send back.
+Which model a name means is the registry's one lookup (:mod:`...pool.names`: a
+served name, alias or ``model_path``, with or without ``:latest``, in any case),
+as on every other surface. What is Ollama's own here: ``/api/tags`` and
+``/api/ps`` list a name without a tag as ``name:latest`` (:func:`listed`, the form
+Ollama's clients expect and send back), and a 404 lists the served models in that
+form.
 """
 
 from __future__ import annotations
@@ -11,31 +14,18 @@ from typing import Any
 
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.pool.names import bare, listed
 
-DEFAULT_TAG = ":latest"
-
-
-def listed(name: str) -> str:
-    """``name`` as ``/api/tags`` lists it: with a tag (``:latest`` when it has none)."""
-    tail = name.rsplit("/", 1)[-1]
-    return name if ":" in tail else name + DEFAULT_TAG
-
-
-def bare(name: str) -> str:
-    """``name`` without the default tag."""
-    return name[: -len(DEFAULT_TAG)] if name.endswith(DEFAULT_TAG) else name
+__all__ = ["bare", "listed", "resolve"]
 
 
 def resolve(registry: Any, name: str) -> ModelHandle:
-    """The model ``name`` names, with or without ``:latest``; a 404 naming the
-    served models (in the listed form) otherwise."""
+    """The model ``name`` names (the registry's lookup); a 404 naming the served
+    models in the listed form otherwise."""
     if not name:
         raise GatewayError("model is required", status=400, param="model")
-    for candidate in dict.fromkeys((name, bare(name))):
-        try:
-            handle: ModelHandle = registry.resolve(candidate)
-            return handle
-        except ModelNotFound:
-            continue
-    served = [listed(h.name) for h in registry.handles]
-    raise ModelNotFound(name, served)
+    try:
+        handle: ModelHandle = registry.resolve(name)
+    except ModelNotFound:
+        raise ModelNotFound(name, [listed(h.name) for h in registry.handles]) from None
+    return handle

@@ -13,8 +13,9 @@ import msgspec
 from starlette.responses import StreamingResponse
 
 from mlx_gateway.protocol.messages import Usage
-from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
+from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError, ModelNotFound
 from mlx_gateway.supervisor.http import JSONResponse, errors_shaped_by
+from mlx_gateway.supervisor.pool.names import listed
 
 NDJSON = "application/x-ndjson"
 
@@ -42,6 +43,8 @@ def iso(timestamp: float) -> str:
 
 
 def error_message(exc: GatewayError) -> str:
+    if isinstance(exc, ModelNotFound):  # the served names as /api/tags lists them
+        return ModelNotFound(exc.name, [listed(name) for name in exc.served]).message
     if isinstance(exc, ContextLengthExceeded):
         if exc.max_tokens is None or exc.prompt_tokens >= exc.limit:
             return (

@@ -17,6 +17,7 @@ from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
+from mlx_gateway.supervisor.pool.names import Match, NameIndex
 from mlx_gateway.supervisor.pool.status import ModelStatus
 
 
@@ -117,11 +118,13 @@ class FakeRegistry:
         self.handles = list(handles)
         self.config = GatewayConfig(models=[h.config for h in handles])
 
+    def lookup(self, name: str) -> Match[FakeHandle] | None:
+        return NameIndex(self.handles).find(name)  # the real registry's lookup
+
     def resolve(self, name: str) -> FakeHandle:
-        for handle in self.handles:
-            if name == handle.name or name in handle.config.aliases:
-                return handle
-        raise ModelNotFound(name, [h.name for h in self.handles])
+        if (found := self.lookup(name)) is None:
+            raise ModelNotFound(name, [h.name for h in self.handles])
+        return found.handle
 
 
 def make_app(*handles: FakeHandle) -> Starlette:
