@@ -13,6 +13,7 @@ of what the kind cannot do are worked out; the turn starts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, kind_of, require_kind
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
+from mlx_gateway.supervisor.engine.server_tools import ApprovedCall, ServerTool, ServerToolSpec
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
 from mlx_gateway.supervisor.engine.turns import (
     CONSTRAINED_KINDS,
@@ -68,6 +70,12 @@ class Ask:
     stops: list[str] = field(default_factory=list)
     adapter: str | None = None
     call_id_prefix: str = "call_"
+    server_tools: list[ServerToolSpec] = field(default_factory=list)
+    """Tools the gateway runs itself (web search, web fetch, MCP servers' tools)."""
+    server_choice: str | None = None
+    """A server tool the first round must call (the name the model sees it by)."""
+    approved: list[ApprovedCall] = field(default_factory=list)
+    """Calls that waited for the client's approval, answered in this request."""
     id_prefix: str = "turn-"
     """How the request's id begins (``chatcmpl-``, ``msg_``): the id names its
     generations on the worker and its object in the answer."""
@@ -175,3 +183,22 @@ async def open_turn(model: TextModel, ask: Ask) -> Turn:
     """``ask`` started on ``model`` outside of an HTTP request (a Realtime
     session's response): built, checked and started as the serve does it."""
     return await start_turn(model, turn_request(model, ask), ask, f"{ask.id_prefix}{uuid4().hex}")
+
+
+def with_server_tools(ask: Ask, tools: dict[str, ServerTool]) -> Ask:
+    """``ask`` with the server tools offered to the model beside the client's
+    functions (a forced server tool, if named, for the first round)."""
+    own = ask.tools
+    functions = [*own.functions, *(tool.function for tool in tools.values())]
+    choice = own.choice
+    if ask.server_choice is not None:
+        if ask.server_choice not in tools:
+            offered = ", ".join(sorted(tools)) or "none"
+            raise BadRequest(
+                f"The tool choice names the server tool '{ask.server_choice}', which this "
+                f"request does not offer (server tools: {offered}).",
+                param="tool_choice",
+            )
+        choice = ask.server_choice
+    spec = ToolSpec(functions, choice, own.parallel)
+    return dataclasses.replace(ask, tools=spec)

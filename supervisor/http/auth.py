@@ -215,6 +215,13 @@ def _unauthenticated(key: str | None) -> AuthenticationError:
     )
 
 
+def key_fingerprint(scope: Scope) -> str:
+    """A short fingerprint of the request's key for logs (the first 8 hex digits of
+    its SHA-256; ``-`` without a key): which client did it, never the key itself."""
+    key = presented_key(scope)
+    return hashlib.sha256(key.encode()).hexdigest()[:8] if key else "-"
+
+
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` accepts connections from this machine only."""
     host = host.strip().strip("[]")

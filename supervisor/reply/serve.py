@@ -34,10 +34,20 @@ from mlx_gateway.supervisor.engine.ask import (
     start_turn,
     text_model,
     turn_request,
+    with_server_tools,
 )
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, COMPLETION_KINDS
 from mlx_gateway.supervisor.engine.overflow import count_tokens
+from mlx_gateway.supervisor.engine.server_tools import (
+    SEPARATOR,
+    ApprovedCall,
+    ServerToolApproval,
+    ServerToolCall,
+    ServerToolResult,
+    ServerToolsListed,
+    ServerToolSpec,
+)
 from mlx_gateway.supervisor.engine.turns import (
     ChoiceResult,
     Finished,
@@ -46,27 +56,38 @@ from mlx_gateway.supervisor.engine.turns import (
     ToolCallMade,
     Turn,
     TurnEvent,
+    TurnRequest,
     template_kwargs,
 )
 from mlx_gateway.supervisor.engine.vision_input import ImageInputs
 from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http.auth import key_fingerprint
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.keepalive import comment_event, keepalive_for, ping_event
 from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.inputs import prepare_images
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
+from mlx_gateway.supervisor.reply.server_tools import ToolMaker
 from mlx_gateway.supervisor.reply.streaming import relay
+from mlx_gateway.supervisor.reply.tool_loop import ToolLoop
 
 __all__ = [  # what a dialect is written against, besides the serve itself
     "CHAT_KINDS",
     "COMPLETION_KINDS",
+    "SEPARATOR",
+    "ApprovedCall",
     "Ask",
     "ChoiceReply",
     "ChoiceResult",
     "Finished",
     "ReasoningDelta",
     "Reply",
+    "ServerToolApproval",
+    "ServerToolCall",
+    "ServerToolResult",
+    "ServerToolSpec",
+    "ServerToolsListed",
     "TextDelta",
     "TextModel",
     "ToolCallMade",
@@ -205,12 +226,27 @@ async def read_inputs(request: Request, model: TextModel, ask: Ask) -> ImageInpu
 async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Response:
     """Answer ``ask`` as ``reply`` writes it: a stream, or one body."""
     model = resolve(request, ask)
-    turn = turn_request(model, ask, await read_inputs(request, model, ask))
+    inputs = await read_inputs(request, model, ask)
+    state = request.app.state
+    maker = ToolMaker(
+        state.config.tools, getattr(state, "mcp", None), key_fingerprint(request.scope)
+    )
+    tools = await maker.make(ask.server_tools, conversation(ask)) if ask.server_tools else {}
+    if tools:
+        ask = with_server_tools(ask, tools)
+    turn = turn_request(model, ask, inputs)
     request_id = recorder.name_request(ask.id_prefix)
     reply.begin(model, request_id)
 
+    def start_round(turn: TurnRequest, round_id: str) -> Awaitable[Turn]:
+        return start_turn(model, turn, ask, round_id)
+
     def start() -> Awaitable[Turn]:
-        return start_turn(model, turn, ask, request_id)
+        if not tools and not maker.listed:
+            return start_round(turn, request_id)
+        rounds = state.config.tools.max_rounds
+        listed, approved = maker.listed, ask.approved
+        return ToolLoop.begin(turn, tools, start_round, request_id, rounds, listed, approved)
 
     if stream:
         return await _stream(request, model, start, reply)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_gateway.supervisor.api.anthropic.schemas import (
@@ -24,16 +25,23 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
     AnthropicTool,
     Base64Source,
     ImageBlock,
+    McpServerDefinition,
+    McpToolResultBlock,
+    McpToolUseBlock,
+    ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ThinkingConfig,
     ToolChoice,
     ToolResultBlock,
     ToolUseBlock,
+    WebFetchResultBlock,
+    WebSearchResultBlock,
 )
 from mlx_gateway.supervisor.engine.thinking import Thinking, from_anthropic
 from mlx_gateway.supervisor.engine.tools import Function, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.reply.serve import SEPARATOR, ServerToolSpec
 
 
 def system_text(system: str | list[TextBlock] | None) -> str | None:
@@ -72,6 +80,7 @@ def to_chat(
         )
         if message.role == "assistant":
             out.append(_assistant(blocks))
+            out += _server_results(blocks)
             continue
         if message.role == "system":
             out.append({"role": "system", "content": _system_message_text(blocks, i)})
@@ -112,6 +121,29 @@ def _block_type(block: Any) -> str:
     return str(type(block).__struct_config__.tag)
 
 
+def _called(block: ToolUseBlock | ServerToolUseBlock | McpToolUseBlock) -> str:
+    """The name the model called a tool by (an MCP tool's: ``<server>__<tool>``)."""
+    if isinstance(block, McpToolUseBlock):
+        return f"{block.server_name}{SEPARATOR}{block.name}"
+    return block.name
+
+
+def _server_results(blocks: list[Any]) -> list[dict[str, Any]]:
+    """The results of the server tools an assistant message holds, as tool messages."""
+    out = []
+    for block in blocks:
+        if isinstance(block, McpToolResultBlock):
+            text = block.content if isinstance(block.content, str) else ""
+            if not isinstance(block.content, str):
+                text = "".join(part.text for part in block.content)
+        elif isinstance(block, WebSearchResultBlock | WebFetchResultBlock):
+            text = json.dumps(block.content, ensure_ascii=False)
+        else:
+            continue
+        out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
+    return out
+
+
 def _assistant(blocks: list[Any]) -> dict[str, Any]:
     text = "".join(b.text for b in blocks if isinstance(b, TextBlock))
     thinking = "".join(b.thinking for b in blocks if isinstance(b, ThinkingBlock))
@@ -119,10 +151,10 @@ def _assistant(blocks: list[Any]) -> dict[str, Any]:
         {
             "id": b.id,
             "type": "function",
-            "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)},
+            "function": {"name": _called(b), "arguments": json.dumps(b.input, ensure_ascii=False)},
         }
         for b in blocks
-        if isinstance(b, ToolUseBlock)
+        if isinstance(b, ToolUseBlock | ServerToolUseBlock | McpToolUseBlock)
     ]
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
     if calls:
@@ -132,16 +164,95 @@ def _assistant(blocks: list[Any]) -> dict[str, Any]:
     return message
 
 
-def tool_spec(tools: list[AnthropicTool] | None, choice: ToolChoice | None) -> ToolSpec:
-    functions = [Function(t.name, t.input_schema, t.description) for t in tools or []]
+@dataclass
+class RequestTools:
+    """A request's tools: the client's functions, and the tools the gateway runs."""
+
+    spec: ToolSpec
+    server: list[ServerToolSpec] = field(default_factory=list)
+    server_choice: str | None = None
+
+
+SERVER_TOOL_KINDS = {"web_search": "web_search", "web_fetch": "web_fetch"}
+"""Anthropic's server tool types (``web_search_20250305``, ``web_fetch_20250910`` …)
+by the name their type begins with → the gateway's tool."""
+
+
+def request_tools(
+    tools: list[AnthropicTool] | None,
+    choice: ToolChoice | None,
+    mcp_servers: list[McpServerDefinition] | None = None,
+) -> RequestTools:
+    """Sort ``tools``: client tools (an ``input_schema``) are the model's functions;
+    server tools (web search, web fetch) and ``mcp_servers`` run on the gateway."""
+    functions = []
+    server: list[ServerToolSpec] = []
+    for i, tool in enumerate(tools or []):
+        kind = next(
+            (k for prefix, k in SERVER_TOOL_KINDS.items() if (tool.type or "").startswith(prefix)),
+            None,
+        )
+        if kind is not None:
+            server.append(
+                ServerToolSpec(
+                    kind,  # type: ignore[arg-type]
+                    type=tool.type or "",
+                    name=tool.name,
+                    max_uses=tool.max_uses,
+                    allowed_domains=tool.allowed_domains or [],
+                    blocked_domains=tool.blocked_domains or [],
+                )
+            )
+        elif tool.type not in (None, "custom"):
+            raise BadRequest(
+                f"tools.{i}.type: '{tool.type}' is a tool this gateway does not run (it runs "
+                "client tools with an input_schema, web_search_* and web_fetch_*).",
+                param=f"tools.{i}.type",
+            )
+        elif tool.input_schema is None:
+            raise BadRequest(
+                f"tools.{i}.input_schema: Field required (a client tool needs its schema).",
+                param=f"tools.{i}.input_schema",
+            )
+        else:
+            functions.append(Function(tool.name, tool.input_schema, tool.description))
+    for server_def in mcp_servers or []:
+        config = server_def.tool_configuration
+        if config is not None and not config.enabled:
+            continue
+        token = server_def.authorization_token
+        server.append(
+            ServerToolSpec(
+                "mcp",
+                type="mcp",
+                name=server_def.name,
+                server_url=server_def.url,
+                headers={"Authorization": f"Bearer {token}"} if token else {},
+                allowed_tools=config.allowed_tools if config is not None else None,
+            )
+        )
     mode = "auto"
     parallel = True
+    server_choice = None
+    names = {s.name for s in server if s.kind != "mcp"}
     if choice is not None:
         mode = {"auto": "auto", "any": "required", "none": "none"}.get(choice.type, "")
-        if choice.type == "tool":
+        if choice.type == "tool" and choice.name in names:
+            mode, server_choice = "auto", _server_function(choice.name, server)
+        elif choice.type == "tool":
             mode = choice.name or ""
         parallel = not choice.disable_parallel_tool_use
-    return checked_spec(functions, mode, parallel, "tool_choice")
+    if mode == "required" and not functions and server:
+        spec = ToolSpec([], "required", parallel)  # the server tools join them in the serve
+    else:
+        spec = checked_spec(functions, mode, parallel, "tool_choice")
+    return RequestTools(spec, server, server_choice)
+
+
+def _server_function(name: str | None, server: list[ServerToolSpec]) -> str:
+    """The function name the model sees for the server tool the client named."""
+    spec = next(s for s in server if s.name == name)
+    return spec.kind
 
 
 def thinking_of(

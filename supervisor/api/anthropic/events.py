@@ -27,14 +27,16 @@ import json
 from typing import Any
 
 from mlx_gateway.protocol.messages import Usage as WireUsage
-from mlx_gateway.supervisor.engine.turns import (
+from mlx_gateway.supervisor.api.anthropic.server_blocks import result_block, use_block
+from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.reply.serve import (
     Finished,
     ReasoningDelta,
+    ServerToolCall,
+    ServerToolResult,
     TextDelta,
     ToolCallMade,
-    TurnEvent,
 )
-from mlx_gateway.supervisor.http import sse
 
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -104,7 +106,7 @@ class MessageBuilder:
         self._opened = False
         return self._event("error", error={"type": kind, "message": message})
 
-    def on(self, event: TurnEvent) -> bytes:
+    def on(self, event: Any) -> bytes:
         match event:
             case ReasoningDelta(text=text):
                 out = self._switch({"type": "thinking", "thinking": "", "signature": ""})
@@ -125,6 +127,17 @@ class MessageBuilder:
                 return out + self._close()
             case Finished():
                 return self._close() + self._finish(event)
+            case ServerToolCall():
+                block = use_block(event)
+                out = self._close() + self._start({**block, "input": {}})
+                out += self._delta(
+                    {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                )
+                self.message["content"][-1] = block
+                return out + self._close()
+            case ServerToolResult():
+                block = result_block(event)
+                return self._close() + self._start(block) + self._close()
         return b""
 
     def _index(self) -> int:

@@ -2,7 +2,7 @@
 
 Decoding is the whole of type validation, as for the OpenAI endpoints: a wrong
 shape is a 400 naming the field (rendered in Anthropic's error shape by the
-handler). Unknown fields (``cache_control``, ``container``, ``mcp_servers``,
+handler). Unknown fields (``cache_control``, ``container``,
 ``service_tier``, beta fields) are accepted and ignored; ``context_management`` and
 ``output_config``, which Claude Code sends, are read only to be logged (at debug) as
 ignored. A ``system`` message in ``messages`` decodes here and is allowed or refused
@@ -59,8 +59,49 @@ class RedactedThinkingBlock(Struct, tag="redacted_thinking", tag_field="type"):
     data: str
 
 
+class ServerToolUseBlock(Struct, tag="server_tool_use", tag_field="type"):
+    """A call of a server tool (web search or fetch) that ran in an earlier turn."""
+
+    id: str
+    name: str
+    input: dict[str, Any] = {}
+
+
+class McpToolUseBlock(Struct, tag="mcp_tool_use", tag_field="type"):
+    id: str
+    name: str
+    server_name: str = ""
+    input: dict[str, Any] = {}
+
+
+class WebSearchResultBlock(Struct, tag="web_search_tool_result", tag_field="type"):
+    tool_use_id: str
+    content: Any = None
+
+
+class WebFetchResultBlock(Struct, tag="web_fetch_tool_result", tag_field="type"):
+    tool_use_id: str
+    content: Any = None
+
+
+class McpToolResultBlock(Struct, tag="mcp_tool_result", tag_field="type"):
+    tool_use_id: str
+    content: str | list[TextBlock] = ""
+    is_error: bool = False
+
+
 Block = (
-    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RedactedThinkingBlock
+    TextBlock
+    | ImageBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ServerToolUseBlock
+    | McpToolUseBlock
+    | WebSearchResultBlock
+    | WebFetchResultBlock
+    | McpToolResultBlock
 )
 
 
@@ -70,10 +111,31 @@ class AnthropicMessage(Struct):
 
 
 class AnthropicTool(Struct):
+    """A client tool (``input_schema``), or a server tool named by its ``type``
+    (``web_search_20250305``, ``web_fetch_20250910`` …), which has no schema."""
+
     name: FunctionName
-    input_schema: dict[str, Any]
+    input_schema: dict[str, Any] | None = None
     description: str | None = None
-    type: Literal["custom"] | None = None
+    type: str | None = None
+    max_uses: Annotated[int, Meta(ge=1)] | None = None
+    allowed_domains: list[str] | None = None
+    blocked_domains: list[str] | None = None
+
+
+class McpToolConfiguration(Struct):
+    enabled: bool = True
+    allowed_tools: list[str] | None = None
+
+
+class McpServerDefinition(Struct):
+    """An entry of ``mcp_servers`` (the ``mcp-client-2025-04-04`` beta)."""
+
+    url: str
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+    type: Literal["url"] = "url"
+    authorization_token: str | None = None
+    tool_configuration: McpToolConfiguration | None = None
 
 
 class ToolChoice(Struct):
@@ -101,6 +163,7 @@ class MessagesRequest(Struct, kw_only=True):
     top_k: TopK | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: ToolChoice | None = None
+    mcp_servers: list[McpServerDefinition] | None = None
     thinking: ThinkingConfig | None = None
     enable_thinking: bool | None = None
     """Extension: the chat template's ``enable_thinking`` (wins over ``thinking``)."""
@@ -125,6 +188,7 @@ class CountTokensRequest(Struct, kw_only=True):
     system: str | list[TextBlock] | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: ToolChoice | None = None
+    mcp_servers: list[McpServerDefinition] | None = None
     thinking: ThinkingConfig | None = None
     context_management: Any = None
     output_config: Any = None

@@ -11,6 +11,7 @@ continues a conversation exactly as if the client had sent all of it again.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from uuid import uuid4
 
@@ -26,9 +27,11 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     MessageItem,
     OutputText,
     Refusal,
+    ServerToolItem,
 )
 from mlx_gateway.supervisor.api.responses.tools import flat_name
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.reply.serve import SEPARATOR
 
 
 def new_id(prefix: str) -> str:
@@ -83,9 +86,29 @@ def to_chat(items: list[InputItem], where: str = "input") -> list[dict[str, Any]
                     parts if isinstance(parts, str) else "".join(p.get("text", "") for p in parts)
                 )
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            case ServerToolItem(type="mcp_call" | "web_search_call"):
+                messages += _server_call(item, i)
             case _:
-                pass  # reasoning
+                pass  # reasoning, MCP listings and approvals
     return messages
+
+
+def _server_call(item: ServerToolItem, i: int) -> list[dict[str, Any]]:
+    """A server tool's call and answer, as the model saw them when it ran."""
+    call_id = item.id or f"call_{i}"
+    if item.type == "web_search_call":
+        action = item.action or {}
+        name, arguments = "web_search", json.dumps({"query": action.get("query", "")})
+        answer = "(the search ran; its results were read then)"
+    else:
+        name = f"{item.server_label}{SEPARATOR}{item.name}"
+        arguments = item.arguments or "{}"
+        answer = item.output if item.output is not None else f"Error: {item.error}"
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": answer},
+    ]
 
 
 def output_items(output: list[dict[str, Any]]) -> list[InputItem]:

@@ -29,14 +29,18 @@ from typing import Any
 from mlx_gateway.protocol.messages import TokenLogprob
 from mlx_gateway.protocol.messages import Usage as WireUsage
 from mlx_gateway.supervisor.api.responses.convert import new_id
-from mlx_gateway.supervisor.engine.turns import (
+from mlx_gateway.supervisor.api.responses.server_items import ServerItems
+from mlx_gateway.supervisor.http import sse
+from mlx_gateway.supervisor.reply.serve import (
     Finished,
     ReasoningDelta,
+    ServerToolApproval,
+    ServerToolCall,
+    ServerToolResult,
+    ServerToolsListed,
     TextDelta,
     ToolCallMade,
-    TurnEvent,
 )
-from mlx_gateway.supervisor.http import sse
 
 
 def _logprobs(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -83,6 +87,7 @@ class ResponseBuilder:
         self._open: dict[str, Any] | None = None
         self._text = ""
         self._entries: list[TokenLogprob] = []
+        self.server = ServerItems(self.response["output"], self._event)
 
     # ------------------------------------------------------------ events
 
@@ -113,7 +118,7 @@ class ResponseBuilder:
         """The ``error`` event of a stream that failed after it started."""
         return self._event("error", code=code, message=message, param=param)
 
-    def on(self, event: TurnEvent) -> bytes:
+    def on(self, event: Any) -> bytes:
         """Take one turn event; returns its stream events (``b""`` without ``stream``)."""
         match event:
             case ReasoningDelta(text=text):
@@ -129,6 +134,14 @@ class ResponseBuilder:
                 return self._close() + self._call(event)
             case Finished():
                 return self._close() + self._finish(event)
+            case ServerToolsListed():
+                return self._close() + self.server.listed(event)
+            case ServerToolCall():
+                return self._close() + self.server.call(event)
+            case ServerToolResult():
+                return self.server.result(event)
+            case ServerToolApproval():
+                return self._close() + self.server.approval(event)
         return b""
 
     def _index(self) -> int:

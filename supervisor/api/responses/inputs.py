@@ -11,6 +11,8 @@ from typing import Any
 from mlx_gateway.supervisor.api.responses.convert import to_chat
 from mlx_gateway.supervisor.api.responses.schemas import (
     FunctionToolChoice,
+    McpApprovalResponse,
+    McpToolChoice,
     ResponsesRequest,
     TextFormatJsonObject,
     TextFormatJsonSchema,
@@ -20,9 +22,9 @@ from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.api.responses.tools import RequestTools, flat_name, request_tools
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.thinking import from_effort
-from mlx_gateway.supervisor.engine.tools import OutputSpec, checked_spec
+from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.reply.serve import Ask
+from mlx_gateway.supervisor.reply.serve import SEPARATOR, ApprovedCall, Ask
 
 
 @dataclass
@@ -47,6 +49,7 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
     """Check and convert ``req``'s input (and the conversation it continues)."""
     items = input_items(req.input)
     earlier: list[dict[str, Any]] = []
+    previous = None
     if req.previous_response_id is not None:
         previous = store.get(req.previous_response_id)
         if previous is None:
@@ -60,14 +63,21 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
     new_messages = to_chat(items)
     tools = request_tools(req.tools)
     choice = req.tool_choice
-    spec = checked_spec(
-        tools.functions,
-        flat_name(choice.namespace, choice.name)
-        if isinstance(choice, FunctionToolChoice)
-        else choice or "auto",
-        req.parallel_tool_calls,
-        "tool_choice",
-    )
+    server_choice: str | None = None
+    if isinstance(choice, FunctionToolChoice):
+        named: str = flat_name(choice.namespace, choice.name)
+    elif isinstance(choice, McpToolChoice):
+        named = "required" if choice.name is None else "auto"
+        if choice.name is not None:
+            server_choice = f"{choice.server_label}{SEPARATOR}{choice.name}"
+    elif choice is not None and not isinstance(choice, str):  # web_search(_preview)
+        named, server_choice = "auto", "web_search"
+    else:
+        named = choice or "auto"
+    if named == "required" and not tools.functions and tools.server:
+        spec = ToolSpec([], "required", req.parallel_tool_calls is not False)
+    else:
+        spec = checked_spec(tools.functions, named, req.parallel_tool_calls, "tool_choice")
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     effort = req.reasoning.effort if req.reasoning else None
     thinking = from_effort(effort, req.enable_thinking, req.thinking_budget)
@@ -100,6 +110,9 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
         logprobs=(req.top_logprobs or 0) if logprobs else None,
         logprobs_param="include",
         adapter=req.adapter,
+        server_tools=tools.server,
+        server_choice=server_choice,
+        approved=_approved(items, previous.response["output"] if previous else []),
         params=_PARAMS,
     )
     return ResponseInput(ask, items, earlier, new_messages, tools)
@@ -112,3 +125,25 @@ def _output_spec(req: ResponsesRequest) -> OutputSpec:
     if isinstance(fmt, TextFormatJsonSchema):
         return OutputSpec("json_schema", fmt.schema, "text.format.schema")
     return OutputSpec()
+
+
+def _approved(items: list[Any], earlier_output: list[dict[str, Any]]) -> list[ApprovedCall]:
+    """The client's answers to the approval requests of the response it continues."""
+    asked = {o["id"]: o for o in earlier_output if o.get("type") == "mcp_approval_request"}
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, McpApprovalResponse):
+            continue
+        request = asked.get(item.approval_request_id)
+        if request is None:
+            raise BadRequest(
+                f"Invalid value for 'input[{i}].approval_request_id': "
+                f"'{item.approval_request_id}' is no approval request of the response named "
+                "by previous_response_id.",
+                param=f"input[{i}].approval_request_id",
+            )
+        name = f"{request['server_label']}{SEPARATOR}{request['name']}"
+        out.append(
+            ApprovedCall(request["id"], name, request["arguments"], item.approve, item.reason)
+        )
+    return out

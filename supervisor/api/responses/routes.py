@@ -32,7 +32,6 @@ from mlx_gateway.supervisor.reply.serve import (
     ChoiceReply,
     TextModel,
     Turn,
-    TurnEvent,
     count,
     serve,
 )
@@ -141,7 +140,7 @@ class ResponseReply(ChoiceReply):
     def opening(self, running: Turn) -> bytes:
         return self.builder.opening()
 
-    def on(self, event: TurnEvent) -> bytes | None:
+    def on(self, event: Any) -> bytes | None:
         return self.builder.on(event)
 
     def body(self) -> Any:

@@ -41,6 +41,22 @@ class FunctionToolChoice(Struct, tag="function", tag_field="type"):
     namespace: str | None = None
 
 
+class McpToolChoice(Struct, tag="mcp", tag_field="type"):
+    """``{"type": "mcp", "server_label": …, "name": …}``: call that server's tool
+    (any of its tools without ``name``)."""
+
+    server_label: str
+    name: str | None = None
+
+
+class WebSearchToolChoice(Struct, tag="web_search", tag_field="type"):
+    pass
+
+
+class WebSearchPreviewToolChoice(Struct, tag="web_search_preview", tag_field="type"):
+    pass
+
+
 class TextFormatText(Struct, tag="text", tag_field="type"):
     pass
 
@@ -74,7 +90,14 @@ class ResponsesRequest(Struct, kw_only=True):
     instructions: str | None = None
     previous_response_id: str | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: Literal["none", "auto", "required"] | FunctionToolChoice | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"]
+        | FunctionToolChoice
+        | McpToolChoice
+        | WebSearchToolChoice
+        | WebSearchPreviewToolChoice
+        | None
+    ) = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
@@ -167,13 +190,51 @@ class ReasoningItem(Struct, kw_only=True):
     status: str | None = None
 
 
-InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+class ServerToolItem(Struct, kw_only=True):
+    """An item of a tool the server ran (``web_search_call``, ``mcp_call``,
+    ``mcp_list_tools``), sent back in the input as clients keep their history: its
+    call and result go to the prompt as a tool call and its answer."""
+
+    type: str
+    id: str | None = None
+    name: str | None = None
+    server_label: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+    error: Any = None
+    action: dict[str, Any] | None = None
+    status: str | None = None
+
+
+class McpApprovalResponse(Struct, kw_only=True):
+    """``mcp_approval_response``: the client's answer to an ``mcp_approval_request``."""
+
+    approval_request_id: str
+    approve: bool
+    id: str | None = None
+    reason: str | None = None
+    type: Literal["mcp_approval_response"] = "mcp_approval_response"
+
+
+InputItem = (
+    MessageItem
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | ReasoningItem
+    | ServerToolItem
+    | McpApprovalResponse
+)
 
 _ITEM_TYPES: dict[str, type[Any]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem,
     "reasoning": ReasoningItem,
+    "web_search_call": ServerToolItem,
+    "mcp_call": ServerToolItem,
+    "mcp_list_tools": ServerToolItem,
+    "mcp_approval_request": ServerToolItem,
+    "mcp_approval_response": McpApprovalResponse,
 }
 
 

@@ -6,10 +6,12 @@
   as one flat function named ``<namespace>__<name>``; its calls go back to the client
   as ``function_call`` items with ``name`` and ``namespace`` apart, and such items in
   the input are flattened again for the prompt.
-* Tools that OpenAI's servers run or that need their own call item types
-  (``web_search``, ``file_search``, ``code_interpreter``, ``computer_use_preview``,
-  ``image_generation``, ``mcp``, ``local_shell``, ``custom`` …) cannot run here: they
-  are left out of the model's tools, and the gateway logs a notice (once per type).
+* ``web_search`` (and ``web_search_preview``) and ``mcp`` tools are run by the
+  gateway itself (:mod:`...reply.tool_loop`): they become server tool specs.
+* Other tools that OpenAI's servers run or that need their own call item types
+  (``file_search``, ``code_interpreter``, ``computer_use_preview``,
+  ``image_generation``, ``local_shell``, ``custom`` …) cannot run here: they are
+  left out of the model's tools, and the gateway logs a notice (once per type).
 * Any other ``type`` is a 400 naming it.
 """
 
@@ -26,6 +28,7 @@ from mlx_gateway.supervisor.api.responses.schemas import ResponsesFunctionTool
 from mlx_gateway.supervisor.engine.tools import Function
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import validation_error
+from mlx_gateway.supervisor.reply.serve import ServerToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +77,8 @@ class RequestTools:
     origins: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Flat name → (namespace, name), for members of namespaces only."""
     dropped: list[str] = field(default_factory=list)
+    server: list[ServerToolSpec] = field(default_factory=list)
+    """Tools the gateway runs: web search, MCP servers."""
 
     def origin(self, flat: str) -> tuple[str | None, str]:
         """(namespace or None, name) of a call the model made under ``flat``."""
@@ -137,6 +142,12 @@ def request_tools(raw: list[dict[str, Any]] | None) -> RequestTools:
             out.listing.append(_listed(function))
         elif kind == "namespace":
             out.listing.append(_namespace(tool, i, add, out.dropped))
+        elif isinstance(kind, str) and kind.startswith("web_search"):
+            out.server.append(_web_search(tool, i))
+            out.listing.append(tool)
+        elif kind == "mcp":
+            out.server.append(_mcp(tool, i))
+            out.listing.append(tool)
         elif isinstance(kind, str) and kind in HOSTED_TOOL_TYPES:
             out.dropped.append(kind)
         else:
@@ -193,3 +204,63 @@ def _namespace(tool: dict[str, Any], i: int, add: Any, dropped: list[str]) -> di
         add(function, name, note, param)
         listed.append(_listed(function))
     return {"type": "namespace", "name": name, "description": description, "tools": listed}
+
+
+def _web_search(tool: dict[str, Any], i: int) -> ServerToolSpec:
+    filters = tool.get("filters")
+    allowed = filters.get("allowed_domains") if isinstance(filters, dict) else None
+    if allowed is not None and not (
+        isinstance(allowed, list) and all(isinstance(d, str) for d in allowed)
+    ):
+        raise BadRequest(
+            f"Invalid value for 'tools[{i}].filters.allowed_domains': a list of domains.",
+            param=f"tools[{i}].filters.allowed_domains",
+        )
+    return ServerToolSpec("web_search", type=tool["type"], allowed_domains=list(allowed or []))
+
+
+def _mcp(tool: dict[str, Any], i: int) -> ServerToolSpec:
+    param = f"tools[{i}]"
+    label = tool.get("server_label")
+    if not isinstance(label, str) or not _NAMESPACE.match(label) or SEPARATOR in label:
+        raise BadRequest(
+            f"Invalid value for '{param}.server_label': an MCP tool needs a label of 1 to 64 "
+            f"letters, digits, '_', '.' or '-', without '{SEPARATOR}' (got {label!r}).",
+            param=f"{param}.server_label",
+        )
+    url = tool.get("server_url")
+    if url is not None and not isinstance(url, str):
+        raise BadRequest(f"Invalid value for '{param}.server_url'.", param=f"{param}.server_url")
+    headers = tool.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise BadRequest(
+            f"Invalid value for '{param}.headers': an object of strings.", param=f"{param}.headers"
+        )
+    allowed = tool.get("allowed_tools")
+    if isinstance(allowed, dict):  # {"tool_names": [...]}
+        allowed = allowed.get("tool_names")
+    if allowed is not None and not (
+        isinstance(allowed, list) and all(isinstance(n, str) for n in allowed)
+    ):
+        raise BadRequest(
+            f"Invalid value for '{param}.allowed_tools': a list of tool names.",
+            param=f"{param}.allowed_tools",
+        )
+    approval = tool.get("require_approval", "always")
+    if isinstance(approval, dict):  # {"never": {"tool_names": [...]}} and the like
+        never = approval.get("never")
+        approval = "never" if isinstance(never, dict) and not approval.get("always") else "always"
+    if approval not in ("always", "never"):
+        raise BadRequest(
+            f"Invalid value for '{param}.require_approval': 'always' or 'never'.",
+            param=f"{param}.require_approval",
+        )
+    return ServerToolSpec(
+        "mcp",
+        type="mcp",
+        name=label,
+        server_url=url,
+        headers=dict(headers),
+        allowed_tools=allowed,
+        require_approval=approval,
+    )

@@ -41,6 +41,8 @@ Per request, the last message's text (or the prompt) decides:
   calls and thinking blocks); with ``chat_template_kwargs.enable_thinking`` its
   Started says the prompt opened a thinking block.
 * ``roles``: says the roles of all the request's messages (``system user …``).
+* ``repeat <text>`` as the first message: every request of that conversation is
+  ``<text>`` (a tool loop whose model calls a tool in every round).
 * ``tools``: says the names of the tools its chat template gets (``a b …``).
 * ``prefill <seconds> …``: a long prompt: after Started, nothing for ``<seconds>``
   but one ``Prefilled`` progress (half the prompt's words) halfway, then it echoes
@@ -113,6 +115,9 @@ class Active:
 
 def text_of(msg: Generate) -> str:
     if msg.messages:
+        first = msg.messages[0].get("content", "")
+        if isinstance(first, str) and first.startswith("repeat "):
+            return first.removeprefix("repeat ")  # every round of a tool loop says it
         content = msg.messages[-1].get("content", "")
         if isinstance(content, list):
             return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
