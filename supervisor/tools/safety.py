@@ -103,8 +103,8 @@ def address_class(address: str) -> str:
         (ip.is_loopback, "a loopback address"),
         (ip.is_link_local, "a link-local address"),
         (ip.is_multicast, "a multicast address"),
-        (ip.is_private, "a private address"),
         (ip.is_reserved, "a reserved address"),
+        (ip.is_private, "a private address"),
     ):
         if test:
             return words
