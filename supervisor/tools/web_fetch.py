@@ -210,7 +210,8 @@ def html_text(body: bytes, charset: str | None, url: str | None = None) -> tuple
         include_tables=True,
         include_links=False,
     )
-    if not text:
+    if not text:  # parsed again: trafilatura prunes the tree it is given
+        tree = lxml.html.fromstring(markup)
         for node in tree.xpath("//script|//style|//noscript|//template"):
             node.drop_tree()
         text = "\n".join(line.strip() for line in tree.text_content().splitlines())
