@@ -12,7 +12,8 @@ with three guards, each a client error that names the URL and the request field:
   connect time on the addresses the host name resolved to, and the connection goes
   to an address that passed it (so DNS cannot answer differently in between); it
   covers every redirect hop, which are followed by hand (at most
-  :data:`MAX_REDIRECTS`), and proxies from the environment are not used.
+  :data:`MAX_REDIRECTS`), and proxies from the environment are not used. The address
+  classes and the connect-time guard are the tools' (:mod:`..tools.safety`).
 
 The content is not inspected here: the worker decodes it and answers 400 for a
 file that is not an image.
@@ -23,17 +24,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import ipaddress
-import socket
 import urllib.parse
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-import httpcore
 import httpx
 
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.tools.safety import AddressRefused, GuardedTransport
 
 MIB = 1 << 20
 MAX_REDIRECTS = 3
@@ -61,14 +58,6 @@ class ImageTooLarge(GatewayError):
             param=param,
             code="image_too_large",
         )
-
-
-class AddressRefused(Exception):
-    """A connection to a non-public address that the policy does not allow."""
-
-    def __init__(self, host: str, address: str) -> None:
-        super().__init__(f"{host} resolves to {address}")
-        self.host, self.address = host, address
 
 
 def shown(url: str) -> str:
@@ -135,73 +124,9 @@ def decode_data_url(url: str, max_bytes: int, param: str) -> bytes:
 # ---------------------------------------------------------------- http(s)
 
 
-def is_public(address: str) -> bool:
-    """Whether ``address`` is a global unicast address (not loopback, private,
-    link-local, shared, reserved, multicast…). IPv4-mapped IPv6 counts as IPv4."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
-
-
-class _GuardedBackend(httpcore.AsyncNetworkBackend):
-    """Resolves the host itself, refuses non-public addresses (unless allowed) and
-    connects to an address that passed; TLS still verifies the host name."""
-
-    def __init__(self, allow_private: bool) -> None:
-        self._inner = httpcore.AnyIOBackend()
-        self._allow_private = allow_private
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        allowed = [a for a in addresses if self._allow_private or is_public(a)]
-        if not allowed:
-            raise AddressRefused(host, addresses[0] if addresses else "nothing")
-        error: Exception | None = None
-        for address in allowed:
-            try:
-                return await self._inner.connect_tcp(
-                    address,
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except httpcore.ConnectError as exc:
-                error = exc
-        assert error is not None
-        raise error
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-class _GuardedTransport(httpx.AsyncHTTPTransport):
-    def __init__(self, allow_private: bool) -> None:
-        super().__init__(retries=0)
-        # httpx builds its pool without a way to pass a network backend; replace it
-        # with the same pool over the guarded backend.
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(),
-            network_backend=_GuardedBackend(allow_private),
-        )
-
-
 async def fetch(url: str, policy: ImagePolicy, param: str) -> bytes:
     """GET an http(s) image under ``policy`` (see the module docstring)."""
-    transport = _GuardedTransport(policy.allow_private)
+    transport = GuardedTransport(policy.allow_private)
     async with httpx.AsyncClient(
         transport=transport,
         follow_redirects=False,

@@ -8,16 +8,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from mlx_gateway.supervisor.engine import image_fetch
 from mlx_gateway.supervisor.engine.image_fetch import (
     MAX_REDIRECTS,
     ImagePolicy,
     ImageTooLarge,
     decode_data_url,
-    is_public,
     read_image_url,
 )
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.tools import safety
+from mlx_gateway.supervisor.tools.safety import is_public
 from tests.fixtures.image_server import ImageServer
 
 PARAM = "messages[0].content[0].image_url.url"
@@ -142,7 +142,7 @@ async def test_redirect_to_a_private_address_is_refused(
 ) -> None:
     # Let the server's own address count as public, as a real public host would;
     # the redirect points elsewhere on loopback, which stays private.
-    monkeypatch.setattr(image_fetch, "is_public", lambda address: address == "127.0.0.1")
+    monkeypatch.setattr(safety, "is_public", lambda address: address == "127.0.0.1")
     assert await read_image_url(server.url("/img.png"), ImagePolicy(), PARAM) == IMAGE
     inside = server.url("/img.png", host="127.0.0.2")
     url = server.url("/to/" + inside.replace(":", "%3A").replace("/", "%2F"))
