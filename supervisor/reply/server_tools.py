@@ -27,7 +27,7 @@ from mlx_gateway.supervisor.engine.server_tools import (
 )
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.tools.safety import check_url
-from mlx_gateway.supervisor.tools.web_fetch import fetch, urls_in
+from mlx_gateway.supervisor.tools.web_fetch import fetch, is_listed, urls_in
 from mlx_gateway.supervisor.tools.web_search import SearchFailed, search
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,8 @@ class ToolMaker:
                 )
             except SearchFailed as exc:
                 self._log("web_search", began, str(exc))
-                return ToolOutcome(f"The search failed: {exc}", is_error=True, data=str(exc))
+                code = exc.code or "unavailable"
+                return ToolOutcome(f"The search failed: {exc.message}", is_error=True, data=code)
             self._log("web_search", began, None)
             lines = [f"{i + 1}. {h.title}\n   {h.url}\n   {h.snippet}" for i, h in enumerate(hits)]
             text = "\n".join(lines) if lines else f"No results for {query!r}."
@@ -122,7 +123,7 @@ class ToolMaker:
 
         async def run(arguments: dict[str, Any]) -> ToolOutcome:
             url = arguments.get("url")
-            if not isinstance(url, str) or url not in allowed:
+            if not isinstance(url, str) or not is_listed(url, allowed):
                 return ToolOutcome(
                     "web_fetch may fetch only a URL that appears in the conversation"
                     + (f": one of {', '.join(allowed)}." if allowed else " (there is none)."),
@@ -139,7 +140,8 @@ class ToolMaker:
                 )
             except Exception as exc:  # the page could not be had: the model is told
                 self._log("web_fetch", began, str(exc))
-                return ToolOutcome(f"Fetching {url} failed: {exc}", is_error=True, data=str(exc))
+                code = getattr(exc, "code", None) or "url_not_accessible"
+                return ToolOutcome(f"Fetching {url} failed: {exc}", is_error=True, data=code)
             self._log("web_fetch", began, None)
             return ToolOutcome(f"{page.title}\n\n{page.text}".strip(), data=page)
 

@@ -52,7 +52,7 @@ def result_block(event: ServerToolResult) -> dict[str, Any]:
     if spec.kind == "web_search":
         content: Any
         if outcome.is_error:
-            code = "max_uses_exceeded" if outcome.data == "max_uses_exceeded" else "unavailable"
+            code = outcome.data if isinstance(outcome.data, str) else "unavailable"
             content = {"type": "web_search_tool_result_error", "error_code": code}
         else:
             content = [
@@ -67,7 +67,7 @@ def result_block(event: ServerToolResult) -> dict[str, Any]:
             ]
         return {"type": "web_search_tool_result", "tool_use_id": tool_use_id, "content": content}
     if outcome.is_error:
-        code = "url_not_allowed" if outcome.data == "url_not_allowed" else "url_not_accessible"
+        code = outcome.data if isinstance(outcome.data, str) else "url_not_accessible"
         content = {"type": "web_fetch_tool_error", "error_code": code}
     else:
         page = outcome.data
