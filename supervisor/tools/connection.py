@@ -18,10 +18,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import anyio
 import httpx2
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp_types import Implementation
+from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, Implementation
 
 from mlx_gateway.supervisor.config.tools import McpServerConfig
 
@@ -50,6 +51,8 @@ class Connection:
         self.last_used = loop.time()
         self.closing = False
         """Set once it will take no more calls (idle, stopped or gone)."""
+        self.http_status: int | None = None
+        """The last HTTP error status a streamable HTTP server answered."""
         self.error: BaseException | None = None
         """Why it ended, when it was not asked to."""
         self._ready: asyncio.Future[Client] = loop.create_future()
@@ -72,7 +75,7 @@ class Connection:
                 self._ready.set_exception(TimeoutError("the server did not start in time"))
             raise
         except BaseException as exc:  # the server failed, or went away
-            self.error = exc
+            self.error = exc = self._explained(_leaf(exc))
             if not self._ready.done():
                 self._ready.set_exception(exc)
             else:
@@ -97,12 +100,26 @@ class Connection:
             return
         assert config.url is not None
         timeout = httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=None)  # calls have their own
-        async with httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http:
+        hooks = {"response": [self._note_status]}
+        async with httpx2.AsyncClient(
+            headers=config.headers, timeout=timeout, event_hooks=hooks
+        ) as http:
             transport: AbstractAsyncContextManager[Any] = streamable_http_client(
                 config.url, http_client=http
             )
             async with Client(transport, **common) as client:
                 yield client
+
+    async def _note_status(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self.http_status = response.status_code
+
+    def _explained(self, exc: BaseException) -> BaseException:
+        """The SDK's stand-in for an HTTP error status, with the status it stands for."""
+        stand_in = isinstance(exc, MCPError) and exc.message == "Server returned an error response"
+        if stand_in and self.http_status is not None:
+            return MCPError(INTERNAL_ERROR, f"the server answered HTTP {self.http_status}")
+        return exc
 
     async def _hold(self) -> None:
         """Return when stopped, or once idle for ``idle_timeout`` seconds."""
@@ -156,7 +173,18 @@ class Connection:
                 with contextlib.suppress(BaseException):
                     await task
         if task in done:
-            return task.result()
+            try:
+                return task.result()
+            except Exception as exc:
+                if _lost(exc):  # the next use starts a new connection
+                    self.error = exc
+                    self.closing = True
+                    self._stop.set()
+                    self._nudge.set()
+                explained = self._explained(exc)
+                if explained is exc:
+                    raise
+                raise explained from exc
         if ended in done:
             why = describe(self.error) if self.error is not None else "it was stopped"
             raise ConnectionError(f"the connection to the server ended: {why}")
@@ -177,11 +205,31 @@ class Connection:
             pass
 
 
+def _lost(exc: Exception) -> bool:
+    """Whether ``exc`` says the connection is gone (not that one request failed)."""
+    if isinstance(exc, MCPError):
+        return exc.code == CONNECTION_CLOSED
+    return isinstance(
+        exc,
+        OSError
+        | httpx2.TransportError
+        | anyio.ClosedResourceError
+        | anyio.BrokenResourceError
+        | anyio.EndOfStream,
+    )
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (the SDK's task groups wrap failures)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def describe(exc: BaseException) -> str:
     """A failure in a few words: the first leaf of an exception group, its type
     when it has no message."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
+    exc = _leaf(exc)
     text = str(exc).strip()
     if isinstance(exc, TimeoutError) and not text:
         return "timed out"

@@ -159,12 +159,15 @@ class McpServer:
 
     def _problem(self, exc: Exception) -> str:
         from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED
 
         from mlx_gateway.supervisor.tools.connection import describe
 
         if isinstance(exc, TimeoutError):
             return f"no answer within {self.timeout:g}s"
         if isinstance(exc, MCPError):
+            if exc.code == CONNECTION_CLOSED:
+                return "the server closed the connection (its process exited, or it stopped)"
             return f"error {exc.code}: {exc.message}"
         if isinstance(exc, OSError) and self.config.command is not None:
             return f"cannot start {self.config.command!r}: {describe(exc)}"
