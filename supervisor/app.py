@@ -23,6 +23,7 @@ from mlx_gateway.supervisor.peers.middleware import PeerMiddleware
 from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 from mlx_gateway.supervisor.recorder import Recorder
+from mlx_gateway.supervisor.tools import McpServers
 
 
 def create_app(
@@ -46,6 +47,8 @@ def create_app(
             server.peers, interval=server.peer_check_interval, timeout=server.peer_timeout
         )
         wyoming = None
+        mcp = McpServers(config.tools)  # connects to a server on its first use
+        app.state.mcp = mcp
         try:
             await registry.start()
             await peers.start()
@@ -64,6 +67,7 @@ def create_app(
                     await wyoming.stop()
                 await registry.close()
         finally:
+            await mcp.close()  # stdio servers' processes stop
             await peers.close()
             root.removeHandler(hub)
 

@@ -53,7 +53,24 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # sides read lives in store/ or protocol/
     "mlx_gateway.supervisor": ("mlx_gateway.workers",),
     # the configuration is read by everyone and reads nobody
-    f"{S}.config": (f"{S}.pool", f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app"),
+    f"{S}.config": (
+        f"{S}.pool",
+        f"{S}.engine",
+        f"{S}.http",
+        f"{S}.api",
+        f"{S}.app",
+        f"{S}.tools",
+    ),
+    # the tools the gateway runs (MCP servers) know the config, not the request's way:
+    # reply/ runs the tool loop over them
+    f"{S}.tools": (
+        f"{S}.api",
+        f"{S}.app",
+        f"{S}.reply",
+        f"{S}.engine",
+        f"{S}.pool",
+        f"{S}.http",
+    ),
     # worker processes know nothing of HTTP or of the APIs
     f"{S}.pool": (f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app"),
     # the reply path joins the engine and the plumbing for every surface

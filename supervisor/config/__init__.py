@@ -29,8 +29,10 @@ from mlx_gateway.supervisor.config.schema import (
     MODEL_TYPES,
     ConfigError,
     GatewayConfig,
+    McpServerConfig,
     ModelConfig,
     ServerConfig,
+    ToolsConfig,
 )
 
 __all__ = [
@@ -38,8 +40,10 @@ __all__ = [
     "MODEL_TYPES",
     "ConfigError",
     "GatewayConfig",
+    "McpServerConfig",
     "ModelConfig",
     "ServerConfig",
+    "ToolsConfig",
     "config_from_model_path",
     "load_config",
     "override_server",

@@ -78,8 +78,22 @@ def _check_realtime(ctx: _Ctx, config: GatewayConfig) -> None:
             raise ctx.error(("realtime", key), f"{name!r} {what} (here: {offered or 'none'})")
 
 
+def _check_server_tools(ctx: _Ctx, config: GatewayConfig) -> None:
+    """A model's ``server_tools`` name servers of ``tools.mcp_servers``."""
+    served = config.tools.mcp_servers
+    for i, model in enumerate(config.models):
+        for j, label in enumerate(getattr(model, "server_tools", ())):
+            if label not in served:
+                listed = ", ".join(served) or "none"
+                raise ctx.error(
+                    ("models", i, "server_tools", j),
+                    f"{label!r} is no MCP server of tools.mcp_servers (here: {listed})",
+                )
+
+
 def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_sizes(ctx, config)
+    _check_server_tools(ctx, config)
     _check_realtime(ctx, config)
     _check_peers(ctx, config)
     _check_wyoming(ctx, config)

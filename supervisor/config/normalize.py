@@ -20,13 +20,14 @@ from mlx_gateway.supervisor.config.keys import (
     unknown_key,
 )
 from mlx_gateway.supervisor.config.paths import _absolute
+from mlx_gateway.supervisor.config.tools_normalize import normalize_tools
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
 
 log = logging.getLogger("mlx_gateway.supervisor.config")
 
 # --------------------------------------------------------------------------- normalize
 
-_SECTIONS = frozenset({"server", "models", "realtime"})
+_SECTIONS = frozenset({"server", "models", "realtime", "tools"})
 """The top-level sections."""
 
 
@@ -91,6 +92,8 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
     out = {"server": server, "models": entries}
     if "realtime" in root:  # checked as it is decoded (config/realtime.py)
         out["realtime"] = root["realtime"]
+    if "tools" in root:
+        out["tools"] = normalize_tools(ctx, root["tools"])
     return out
 
 

@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.config.server import (
     ServerConfig,
     WyomingConfig,
 )
+from mlx_gateway.supervisor.config.tools import McpServerConfig, ToolsConfig
 
 __all__ = [
     "IMAGE_SIZE_MULTIPLE",
@@ -30,10 +31,12 @@ __all__ = [
     "ConfigError",
     "DistributedConfig",
     "GatewayConfig",
+    "McpServerConfig",
     "ModelConfig",
     "PeerConfig",
     "RealtimeConfig",
     "ServerConfig",
+    "ToolsConfig",
     "WyomingConfig",
 ]
 
@@ -46,3 +49,5 @@ class GatewayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The served models, each decoded as its ``model_type``'s Struct (:mod:`.kinds`)."""
     realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
     """The speech models of ``/v1/realtime`` sessions (:mod:`.realtime`)."""
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    """The tools the gateway runs itself: MCP servers, web search and fetch (:mod:`.tools`)."""

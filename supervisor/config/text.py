@@ -64,6 +64,10 @@ class TextModelConfig(ModelConfig, kw_only=True):
     ``context_length_exceeded`` (``error``); the conversation without its oldest
     non-system turns (``truncate``); or its older messages summarized by the model
     itself, keeping the system messages and the last 6 (``summarize``)."""
+    server_tools: list[Annotated[str, msgspec.Meta(min_length=1)]] = []
+    """Labels of ``tools.mcp_servers`` whose tools every request to this model gets,
+    run by the gateway (for clients that cannot name MCP servers themselves: chat
+    completions, Ollama's API, Home Assistant, Open WebUI)."""
     max_tokens_overflow: Literal["clamp", "error"] = "clamp"
     """A prompt that fits the context but not with the request's ``max_tokens``
     (``max_completion_tokens``, ``max_output_tokens``, ``num_predict``) runs with
