@@ -231,7 +231,8 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
     maker = ToolMaker(
         state.config.tools, getattr(state, "mcp", None), key_fingerprint(request.scope)
     )
-    tools = await maker.make(ask.server_tools, conversation(ask)) if ask.server_tools else {}
+    specs = [*ask.server_tools, *entry_tools(model, ask.server_tools)]
+    tools = await maker.make(specs, conversation(ask)) if specs else {}
     if tools:
         ask = with_server_tools(ask, tools)
     turn = turn_request(model, ask, inputs)
@@ -246,7 +247,9 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
             return start_round(turn, request_id)
         rounds = state.config.tools.max_rounds
         listed, approved = maker.listed, ask.approved
-        return ToolLoop.begin(turn, tools, start_round, request_id, rounds, listed, approved)
+        return ToolLoop.begin(
+            turn, tools, start_round, request_id, rounds, listed, approved, maker.aclose
+        )
 
     if stream:
         return await _stream(request, model, start, reply)
@@ -257,6 +260,14 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
 
     interval = keepalive_for(request.app.state).interval
     return await json_answer(request, reply.whole(running), interval, again)
+
+
+def entry_tools(model: TextModel, asked: list[ServerToolSpec]) -> list[ServerToolSpec]:
+    """The config's MCP servers that the model's entry offers (``server_tools``) on
+    every surface, those a request names itself aside."""
+    named = {spec.name for spec in asked if spec.kind == "mcp"}
+    labels = model.settings.server_tools or []
+    return [ServerToolSpec("mcp", type="mcp", name=label) for label in labels if label not in named]
 
 
 async def _stream(

@@ -11,6 +11,7 @@ MCP tool's own input schema.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -58,6 +59,8 @@ class ToolMaker:
         self.mcp = mcp
         self.key_name = key_name or "-"
         self.listed: list[ServerToolsListed] = []
+        self.adhoc: list[Any] = []
+        """The servers this request named by URL: closed when it ends (:meth:`aclose`)."""
 
     async def make(
         self, specs: Sequence[ServerToolSpec], messages: Sequence[dict[str, Any]]
@@ -162,11 +165,12 @@ class ToolMaker:
             async def url_check(url: str) -> None:
                 await check_url(url, private)
 
-            server = await self.mcp.adhoc(spec.server_url, spec.headers, url_check)
+            server = self.mcp.adhoc(spec.server_url, spec.headers, url_check=url_check, label=label)
+            self.adhoc.append(server)
         else:
-            server = self.mcp.get(label)
+            server = self.mcp.get(label) if self.mcp is not None else None
             if server is None:
-                served = ", ".join(sorted(self.mcp.labels())) or "none"
+                served = ", ".join(sorted(self.mcp.labels() if self.mcp else [])) or "none"
                 raise BadRequest(
                     f"No MCP server labelled '{label}' in the config's tools.mcp_servers "
                     f"(labels: {served}); name one, or give its server_url.",
@@ -174,6 +178,8 @@ class ToolMaker:
                 )
         try:
             offered = await server.list_tools()
+        except BadRequest:
+            raise  # a server URL the request may not use: the request's error
         except Exception as exc:
             self.listed.append(ServerToolsListed(label, [], str(exc)))
             logger.warning("MCP server %s: listing its tools failed: %s", label, exc)
@@ -191,13 +197,19 @@ class ToolMaker:
 
         async def run(arguments: dict[str, Any]) -> ToolOutcome:
             began = time.monotonic()
-            output = await server.call_tool(tool.name, arguments)
+            output = await server.call_tool(tool.name, arguments, caller=self.key_name)
             self._log(f"{label}/{tool.name}", began, output.text if output.is_error else None)
             return ToolOutcome(output.text, output.is_error, output)
 
         schema = tool.input_schema or {"type": "object", "properties": {}}
         function = Function(f"{label}{SEPARATOR}{tool.name}", schema, tool.description or "")
         return ServerTool(function, spec, run, tool.name)
+
+    async def aclose(self) -> None:
+        """Close the servers this request named by URL."""
+        for server in self.adhoc:
+            with contextlib.suppress(Exception):
+                await server.close()
 
     def _log(self, what: str, began: float, error: str | None) -> None:
         took = time.monotonic() - began

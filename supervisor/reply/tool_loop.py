@@ -77,6 +77,7 @@ class ToolLoop(Turn):
         max_rounds: int,
         listed: list[ServerToolsListed] | None = None,
         ran: list[LoopEvent] | None = None,
+        closing: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(first.handle, first.request, first.generations)
         self.round = first
@@ -88,6 +89,8 @@ class ToolLoop(Turn):
         self.ran = ran or []
         """Events of the calls the client approved, run before the first round."""
         self.rounds = 1
+        self.closing = closing
+        """What else ends with the turn (the MCP servers the request named by URL)."""
 
     @classmethod
     async def begin(
@@ -99,6 +102,7 @@ class ToolLoop(Turn):
         max_rounds: int,
         listed: list[ServerToolsListed] | None = None,
         approved: list[ApprovedCall] | None = None,
+        closing: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolLoop:
         """Run the calls the client approved (or tell the model it refused), then
         start the first round (its rejection is the request's error)."""
@@ -126,7 +130,7 @@ class ToolLoop(Turn):
                 ran += [r for r in results if r.id == call.id]
             turn = _grown(turn, "", calls, results)
         first = await start(turn, request_id)
-        return cls(first, tools, start, request_id, max_rounds, listed, ran)
+        return cls(first, tools, start, request_id, max_rounds, listed, ran, closing)
 
     def plain(self) -> bool:
         return False
@@ -229,6 +233,9 @@ class ToolLoop(Turn):
     async def aclose(self) -> None:
         await self.round.aclose()
         await super().aclose()
+        if self.closing is not None:
+            closing, self.closing = self.closing, None
+            await closing()
 
 
 async def _run(tools: dict[str, ServerTool], calls: list[ToolCallMade]) -> list[ServerToolResult]:

@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.api.responses.events import ResponseBuilder
 from mlx_gateway.supervisor.api.responses.inputs import ResponseInput, response_input
 from mlx_gateway.supervisor.api.responses.schemas import (
     FunctionToolChoice,
+    McpToolChoice,
     ResponsesRequest,
     TextFormatJsonSchema,
 )
@@ -63,6 +64,10 @@ def _skeleton(req: ResponsesRequest, id: str, name: str, tools: list[Any]) -> di
         choice = {"type": "function", "name": named.name}
         if named.namespace is not None:
             choice["namespace"] = named.namespace
+    elif isinstance(choice, McpToolChoice):
+        choice = {"type": "mcp", "server_label": choice.server_label, "name": choice.name}
+    elif not isinstance(choice, str):  # a web search: the one hosted type the SDKs list
+        choice = {"type": "web_search_preview"}
     fmt: dict[str, Any] = {"type": "text"}
     if req.text and req.text.format is not None:
         fmt = {"type": type(req.text.format).__struct_config__.tag}

@@ -120,7 +120,11 @@ class ServerItems:
                 out = self.emit("response.web_search_call.completed", **where)
         else:
             if outcome.is_error:
-                item["status"], item["error"] = "failed", outcome.text
+                item["status"] = "failed"
+                item["error"] = {
+                    "type": "mcp_tool_execution_error",
+                    "content": [{"type": "text", "text": outcome.text}],
+                }
                 out = self.emit("response.mcp_call.failed", **where)
             else:
                 item["status"], item["output"] = "completed", outcome.text

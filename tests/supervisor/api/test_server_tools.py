@@ -14,7 +14,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import anthropic
 import httpx
 import openai
 import pytest
@@ -26,6 +25,7 @@ from mlx_gateway.supervisor.config.tools import ToolsConfig, WebSearchConfig
 from ..fakes import fake_command, fake_config
 from .clients import asgi_client, strict_sdk
 from .lm_app import OK, hermes_call
+from .test_anthropic_api import client_for
 
 ARTICLE = """<html><head><title>Tiny lamps</title></head><body>
 <nav>Home | About | Subscribe now</nav>
@@ -163,10 +163,7 @@ async def test_a_model_that_calls_a_tool_every_round_ends_after_max_rounds(
 
 
 async def test_anthropic_web_search_blocks(app: Starlette) -> None:
-    async with asgi_client(app, timeout=10.0) as http:
-        client = anthropic.AsyncAnthropic(
-            api_key="unused", base_url="http://gateway", http_client=http, max_retries=0
-        )
+    async with client_for(app) as client:
         message = await client.messages.create(
             model=OK,
             max_tokens=200,
@@ -187,10 +184,7 @@ async def test_anthropic_web_search_blocks(app: Starlette) -> None:
 async def test_anthropic_web_fetch_returns_the_pages_text(app: Starlette, pages: str) -> None:
     url = f"{pages}/lamp"
     call = hermes_call("web_fetch", json.dumps({"url": url}))
-    async with asgi_client(app, timeout=10.0) as http:
-        client = anthropic.AsyncAnthropic(
-            api_key="unused", base_url="http://gateway", http_client=http, max_retries=0
-        )
+    async with client_for(app) as client:
         message = await client.beta.messages.create(
             model=OK,
             max_tokens=300,
