@@ -33,6 +33,7 @@ class Gateway:
         models: list[dict[str, Any]],
         env: dict[str, str] | None = None,
         realtime: dict[str, Any] | None = None,
+        tools: dict[str, Any] | None = None,
         **server: Any,
     ) -> None:
         self.port = free_port()
@@ -41,6 +42,8 @@ class Gateway:
         config: dict[str, Any] = {"server": server, "models": models}
         if realtime is not None:
             config["realtime"] = realtime
+        if tools is not None:
+            config["tools"] = tools
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = tmp / "gateway.log"
         self._log = self.log_path.open("wb")

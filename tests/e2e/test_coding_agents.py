@@ -24,10 +24,13 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
@@ -83,11 +86,41 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "served_model_name": SCRIPTED,
         "python": str(shim),
     }
-    gw = Gateway(tmp, [model], api_keys=[API_KEY])
+    search = SearchServer()
+    tools = {"web_search": {"searxng_url": search.url}}
+    gw = Gateway(tmp, [model], api_keys=[API_KEY], tools=tools)
     try:
         yield gw
     finally:
         gw.stop()
+        search.close()
+
+
+class _SearxHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        query = parse_qs(urlparse(self.path).query).get("q", [""])[0]
+        hit = {"url": "https://example.org/lamps", "title": "Harbour lamps", "content": query}
+        body = json.dumps({"query": query, "results": [hit]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class SearchServer:
+    """A SearXNG-shaped search endpoint (``/search?q=…&format=json``) in a thread."""
+
+    def __init__(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _SearxHandler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
 
 
 # ---------------------------------------------------------------- Codex CLI
@@ -195,8 +228,9 @@ def test_codex_exec_runs_a_turn(gateway: Gateway, codex: Path, tmp_path: Path) -
     usage = next(e["usage"] for e in events if e["type"] == "turn.completed")
     assert usage["input_tokens"] > 4000  # its instructions reached the model
     assert usage["output_tokens"] >= 1
-    # Its default tools: a namespace (flattened) and web_search (left out, logged).
-    assert "leaving out the 'web_search' tool" in gateway.log()
+    # Its default tools: a namespace (flattened) and web_search, which the gateway
+    # runs itself now (test_codex_gets_a_web_search_run_by_the_gateway).
+    assert "leaving out the 'web_search' tool" not in gateway.log()
 
 
 def test_codex_runs_a_call_of_a_namespace_function(
@@ -334,3 +368,18 @@ def test_a_prompt_beyond_the_context_names_input(gateway: Gateway) -> None:
     error = r.json()["error"]
     assert (error["param"], error["code"]) == ("input", "context_length_exceeded")
     assert "input" in error["message"] and "messages" not in error["message"]
+
+
+def test_codex_gets_a_web_search_run_by_the_gateway(
+    scripted: Gateway, codex: Path, tmp_path: Path
+) -> None:
+    # Codex sends {"type": "web_search"} with every turn; the fake model calls it,
+    # the gateway asks the search endpoint, Codex sees the web_search_call item, and
+    # the model's next round (an echo of the results) is the answer.
+    call = {"name": "web_search", "arguments": {"query": "harbour lamps"}}
+    prompt = f"say <tool_call>\n{json.dumps(call)}\n</tool_call>"
+    events = codex_exec(codex, scripted, SCRIPTED, prompt, tmp_path)
+    items = [e["item"] for e in events if e["type"] == "item.completed"]
+    searches = [item for item in items if item["type"] == "web_search"]
+    assert searches and searches[0]["query"] == "harbour lamps", items
+    assert any("Harbour lamps" in answer for answer in answers(events)), items
