@@ -25,9 +25,10 @@ from starlette.responses import Response
 from mlx_gateway.supervisor.engine.turns import Turn
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.error_body import openai_error_body
 from mlx_gateway.supervisor.http.keepalive import KeepAlive
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
-from mlx_gateway.supervisor.reply.answer import json_answer
+from mlx_gateway.supervisor.reply.answer import ErrorBodyOf, json_answer
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ async def serve_turn(
     body: Callable[[], Any],
     finished: Callable[[], None] = lambda: None,
     failed: Callable[[GatewayError], bytes] = openai_failure,
+    error_body: ErrorBodyOf = openai_error_body,
     alive: Callable[[], bytes] = bytes,
 ) -> Response:
     """Answer one turn (choice 0) of the turn that ``start`` starts (called once, and
@@ -103,4 +105,4 @@ async def serve_turn(
     async def again() -> Any:
         return await run(await start())
 
-    return await json_answer(request, run(running), keepalive.interval, again)
+    return await json_answer(request, run(running), keepalive.interval, again, error_body)

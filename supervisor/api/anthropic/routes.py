@@ -27,9 +27,14 @@ from mlx_gateway.supervisor.engine.overflow import count_tokens as prompt_tokens
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest, check_turn, template_kwargs
-from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
+from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.error_body import (
+    anthropic_error_body,
+    anthropic_error_message,
+    anthropic_error_type,
+)
 from mlx_gateway.supervisor.http.exceptions import errors_shaped_by
 from mlx_gateway.supervisor.http.keepalive import keepalive_for
 from mlx_gateway.supervisor.http.replies import JSONResponse
@@ -38,47 +43,10 @@ from mlx_gateway.supervisor.reply.turn import serve_turn
 
 logger = logging.getLogger(__name__)
 
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
-
-
-def error_type(status: int) -> str:
-    return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-
-
-def overflow_message(exc: ContextLengthExceeded) -> str:
-    """A context overflow in the Anthropic API's own words, which clients parse:
-    Claude Code retries with the ``max_tokens`` that fits when it reads the first."""
-    if exc.max_tokens is not None and exc.prompt_tokens <= exc.limit:
-        return (
-            f"input length and `max_tokens` exceed context limit: {exc.prompt_tokens} + "
-            f"{exc.max_tokens} > {exc.limit}, decrease input length or `max_tokens` and "
-            "try again"
-        )
-    return f"prompt is too long: {exc.prompt_tokens} tokens > {exc.limit} maximum"
-
-
-def error_message(exc: GatewayError) -> str:
-    """The message of ``exc`` for an Anthropic client (the OpenAI ``param`` goes into it)."""
-    if isinstance(exc, ContextLengthExceeded):
-        return overflow_message(exc)
-    if exc.param and exc.param not in exc.message:
-        return f"{exc.message} (param: {exc.param})"
-    return exc.message
-
 
 def anthropic_error(exc: GatewayError) -> JSONResponse:
     """``exc`` in Anthropic's error shape."""
-    message = error_message(exc)
-    body = {"type": "error", "error": {"type": error_type(exc.status), "message": message}}
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+    return JSONResponse(anthropic_error_body(exc), status_code=exc.status, headers=exc.headers)
 
 
 anthropic_errors = errors_shaped_by(anthropic_error)
@@ -143,7 +111,7 @@ async def create_message(request: Request) -> Response:
         return builder.opening(started.prompt_tokens if started else 0)
 
     def failed(exc: GatewayError) -> bytes:
-        return builder.error(error_type(exc.status), error_message(exc))
+        return builder.error(anthropic_error_type(exc.status), anthropic_error_message(exc))
 
     return await serve_turn(
         request,
@@ -156,6 +124,7 @@ async def create_message(request: Request) -> Response:
         broke=lambda exc: [failed(exc)],
         body=lambda: builder.message,
         failed=failed,
+        error_body=anthropic_error_body,
         alive=builder.keepalive,
     )
 
