@@ -16,7 +16,8 @@ model's forward pass blocks while its process lives (the trap of
 tests/e2e/test_stuck_step.py) until the stuck-step watchdog kills it.
 
 Every request ends as one of: answered (a complete 2xx answer), a clear error (an
-HTTP error with its API's error body, or a stream's error event/line), cut by the
+HTTP error with its API's error body, a whole answer that ends with that body after
+its 200 and keep-alive spaces, or a stream's error event/line), cut by the
 client (on purpose), or lost (anything else: a connection closed mid-answer, a
 body that does not parse, a timeout). Lost must be 0. It prints per route the
 counts and the p50/p99 latency, and the RSS of the gateway and of each model's
@@ -168,12 +169,13 @@ def judge_json(route: str, status: int, raw: bytes) -> tuple[str, str]:
         body = json.loads(raw)
     except ValueError:
         return LOST, f"{status}: unparsable body {raw[:120]!r}"
+    # Every API's error object has an ``error`` (OpenAI's and Ollama's, Anthropic's
+    # beside ``"type": "error"``): an HTTP error's body, or a whole answer's that
+    # failed after its 200 and keep-alive spaces went out.
+    error = body.get("error") if isinstance(body, dict) else None
     if status >= 400:
-        error = body.get("error") if isinstance(body, dict) else None
         return (CLEAR, "") if error else (LOST, f"{status} without an error body: {raw[:120]!r}")
-    if route == "ollama chat" and "error" in body:
-        return CLEAR, ""
-    return ANSWERED, ""
+    return (CLEAR, "") if error else (ANSWERED, "")
 
 
 async def one(client: httpx.AsyncClient, route: str, n: int, tally: Tally) -> None:

@@ -8,6 +8,7 @@ the OpenAPI declaration types.
 
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json, validation_error
+from mlx_gateway.supervisor.http.error_body import anthropic_error_body, ollama_error_body
 from mlx_gateway.supervisor.http.exceptions import errors_shaped_by
 from mlx_gateway.supervisor.http.multipart import MIB
 from mlx_gateway.supervisor.http.openapi import JSON_OBJECT, OpenApi, Operation
@@ -21,8 +22,10 @@ __all__ = [
     "OpenApi",
     "Operation",
     "TtlStore",
+    "anthropic_error_body",
     "ended",
     "errors_shaped_by",
+    "ollama_error_body",
     "read_json",
     "sse",
     "validation_error",

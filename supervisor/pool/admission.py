@@ -75,11 +75,12 @@ class Admission:
         self.last_used: float | None = None  # time.monotonic() of the last request's end
         self.last_used_wall: float | None = None
         self.closing = False  # the gateway shuts down: no new request, no new start
+        self.closing_reason, self.closing_code = "the gateway is shutting down", "shutting_down"
 
     def closing_error(self) -> ModelUnavailable:
         return ModelUnavailable(
-            f"model '{self.name}' cannot take requests: the gateway is shutting down",
-            code="shutting_down",
+            f"model '{self.name}' cannot take requests: {self.closing_reason}",
+            code=self.closing_code,
         )
 
     def used_now(self) -> None:

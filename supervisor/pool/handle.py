@@ -237,9 +237,14 @@ class WorkerHandle:
     def closing(self) -> bool:
         return self.admission.closing
 
-    def begin_closing(self) -> None:
-        """The gateway shuts down: no new request, no new start."""
-        self.admission.closing = True
+    def begin_closing(
+        self, reason: str = "the gateway is shutting down", code: str = "shutting_down"
+    ) -> None:
+        """The gateway shuts down, or a reload retired this handle: no new request,
+        no new start (each refused with ``reason``)."""
+        if not self.admission.closing:
+            self.admission.closing = True
+            self.admission.closing_reason, self.admission.closing_code = reason, code
 
     @property
     def last_error(self) -> str | None:

@@ -187,6 +187,10 @@ class Registry:
         async def run() -> None:
             while not handle.idle:
                 await asyncio.sleep(0.1)
+            # From here no request may enter it (none waits: it is idle), or one that
+            # came late (the re-run of an answer whose worker died) would wait
+            # for a start that never comes.
+            handle.begin_closing(f"{reason}; send the request again", "model_replaced")
             await handle.close(reason)
 
         def done(task: asyncio.Task[None]) -> None:

@@ -60,10 +60,12 @@ from mlx_gateway.supervisor.engine.turns import (
     template_kwargs,
 )
 from mlx_gateway.supervisor.engine.vision_input import ImageInputs
-from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed
 from mlx_gateway.supervisor.http.auth import key_fingerprint
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.error_body import openai_error_body
 from mlx_gateway.supervisor.http.keepalive import comment_event, keepalive_for, ping_event
+from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.inputs import prepare_images
@@ -126,6 +128,11 @@ class Reply:
     ndjson = False
     """Whether the stream is NDJSON lines (Ollama's): it starts once the turn did,
     and has no keep-alives (a line that is not JSON would break its clients)."""
+    padded = True
+    """Whether a whole answer that takes long gets its headers early and spaces until
+    it is ready (:mod:`.answer`). Ollama's clients wait without a time limit and read
+    a 200 as an answer (an error object in it fails their parsing), so Ollama's is
+    not: its failures stay HTTP errors."""
 
     def begin(self, model: TextModel, request_id: str) -> None:
         """Called once the model is known, before the turn starts: ``request_id``
@@ -142,8 +149,9 @@ class Reply:
         return openai_failure(exc)
 
     def error_body(self, exc: GatewayError) -> Any:
-        """The error object that ends a whole answer whose headers went out."""
-        return exc.body()
+        """The error object that ends a whole answer whose headers went out (after
+        the keep-alive spaces: :mod:`.answer`)."""
+        return openai_error_body(exc)
 
     def alive(self) -> bytes:
         """The API's own do-nothing event for a long-quiet stream (``b""``: none)."""
@@ -258,8 +266,22 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
     async def again() -> Any:
         return await reply.whole(await start())
 
+    if not reply.padded:
+        return JSONResponse(await _unpadded(request, reply.whole(running), again))
     interval = keepalive_for(request.app.state).interval
-    return await json_answer(request, reply.whole(running), interval, again)
+    return await json_answer(request, reply.whole(running), interval, again, reply.error_body)
+
+
+async def _unpadded(
+    request: Request, work: Awaitable[Any], again: Callable[[], Awaitable[Any]]
+) -> Any:
+    """A whole answer without early headers: computed once more on the model's next
+    worker when its worker died (as a padded one is); any failure an HTTP error."""
+    try:
+        return await unless_disconnected(request, work)
+    except WorkerCrashed as exc:
+        logger.warning("an answer's worker died; computing it again: %s", exc.message)
+    return await unless_disconnected(request, again())
 
 
 def entry_tools(model: TextModel, asked: list[ServerToolSpec]) -> list[ServerToolSpec]:

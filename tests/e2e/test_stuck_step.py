@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from .gateway import Gateway
@@ -71,9 +72,9 @@ def chat(gw: Gateway, text: str, **extra: object) -> httpx.Response:
     return httpx.post(f"{gw.base_url}/v1/chat/completions", json={**body, **extra}, timeout=120)
 
 
-def test_a_blocked_forward_pass_ends_in_an_error_and_the_model_restarts(
-    tiny_lm_path: Path, tmp_path: Path
-) -> None:
+def trapped(tiny_lm_path: Path, tmp_path: Path) -> tuple[Gateway, Path]:
+    """A gateway serving ``tiny`` whose forward pass blocks while the returned trap
+    file exists."""
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -83,7 +84,13 @@ def test_a_blocked_forward_pass_ends_in_an_error_and_the_model_restarts(
         "served_model_name": "tiny",
         "worker_env": {"PYTHONPATH": str(hooks), "BLOCK_FORWARD_FILE": str(trap)},
     }
-    gw = Gateway(tmp_path, [model], hang_timeout=LIMIT)
+    return Gateway(tmp_path, [model], hang_timeout=LIMIT), trap
+
+
+def test_a_blocked_forward_pass_ends_in_an_error_and_the_model_restarts(
+    tiny_lm_path: Path, tmp_path: Path
+) -> None:
+    gw, trap = trapped(tiny_lm_path, tmp_path)
     try:
         assert chat(gw, "warm up").status_code == 200, gw.log()
         pid = gw.model("tiny")["pid"]
@@ -124,6 +131,43 @@ def test_a_blocked_forward_pass_ends_in_an_error_and_the_model_restarts(
             later = chat(gw, f"later {i}")
             assert later.status_code == 200, later.text
         assert gw.model("tiny")["pid"] != pid
+    finally:
+        trap.unlink(missing_ok=True)
+        gw.stop()
+
+
+def test_a_whole_answer_on_a_forward_pass_that_always_blocks_ends_with_the_error(
+    tiny_lm_path: Path, tmp_path: Path
+) -> None:
+    """Not streamed, through the official SDK with its default retries: the 200 and
+    keep-alive spaces go out, the answer is computed once more on the next worker,
+    which blocks too; then the body ends with the error the stream gets, within
+    three step limits, and the SDK hands it on (no "Connection error", no retry)."""
+    gw, trap = trapped(tiny_lm_path, tmp_path)
+    try:
+        assert chat(gw, "warm up").status_code == 200, gw.log()
+        trap.touch()
+        started = time.monotonic()
+        with openai.OpenAI(base_url=f"{gw.base_url}/v1", api_key="unused") as sdk:
+            reply = sdk.chat.completions.create(
+                model="tiny",
+                messages=[{"role": "user", "content": "this one gets stuck twice"}],
+                max_tokens=4,
+            )
+        ended = time.monotonic() - started
+        trap.unlink()
+        assert not reply.choices, reply
+        error = (reply.model_extra or {})["error"]
+        message = error["message"]
+        assert error["code"] == "worker_crashed", error
+        assert "model 'tiny'" in message and "stuck" in message, message
+        assert "prefill of" in message and "step_timeout" in message, message
+        assert "forward pass blocked" in message, message  # the worker's last log lines
+        assert ended < 3 * LIMIT, (ended, gw.log())
+        assert gw.log().count("computing it again on the model's next worker") == 1
+        metrics = httpx.get(f"{gw.base_url}/metrics", timeout=10).text
+        assert 'route="/v1/chat/completions",status="200"} 2' in metrics  # + the warm-up
+        print(f"whole answer's error after {ended:.1f} s")
     finally:
         trap.unlink(missing_ok=True)
         gw.stop()

@@ -20,8 +20,13 @@ from mlx_gateway.supervisor.api.anthropic.convert import request_tools, thinking
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.requests import SamplingFields
-from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError
-from mlx_gateway.supervisor.http import JSONResponse, errors_shaped_by, read_json
+from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http import (
+    JSONResponse,
+    anthropic_error_body,
+    errors_shaped_by,
+    read_json,
+)
 from mlx_gateway.supervisor.reply.serve import (
     Ask,
     ChoiceReply,
@@ -34,47 +39,10 @@ from mlx_gateway.supervisor.reply.serve import (
 
 logger = logging.getLogger(__name__)
 
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
-
-
-def error_type(status: int) -> str:
-    return ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-
-
-def overflow_message(exc: ContextLengthExceeded) -> str:
-    """A context overflow in the Anthropic API's own words, which clients parse:
-    Claude Code retries with the ``max_tokens`` that fits when it reads the first."""
-    if exc.max_tokens is not None and exc.prompt_tokens <= exc.limit:
-        return (
-            f"input length and `max_tokens` exceed context limit: {exc.prompt_tokens} + "
-            f"{exc.max_tokens} > {exc.limit}, decrease input length or `max_tokens` and "
-            "try again"
-        )
-    return f"prompt is too long: {exc.prompt_tokens} tokens > {exc.limit} maximum"
-
-
-def error_message(exc: GatewayError) -> str:
-    """The message of ``exc`` for an Anthropic client (the OpenAI ``param`` goes into it)."""
-    if isinstance(exc, ContextLengthExceeded):
-        return overflow_message(exc)
-    if exc.param and exc.param not in exc.message:
-        return f"{exc.message} (param: {exc.param})"
-    return exc.message
-
 
 def anthropic_error(exc: GatewayError) -> JSONResponse:
     """``exc`` in Anthropic's error shape."""
-    message = error_message(exc)
-    body = {"type": "error", "error": {"type": error_type(exc.status), "message": message}}
-    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
+    return JSONResponse(anthropic_error_body(exc), status_code=exc.status, headers=exc.headers)
 
 
 anthropic_errors = errors_shaped_by(anthropic_error)
@@ -160,13 +128,11 @@ class MessageReply(ChoiceReply):
         return self.builder.message
 
     def failed(self, exc: GatewayError) -> bytes:
-        return self.builder.error(error_type(exc.status), error_message(exc))
+        body = anthropic_error_body(exc)["error"]
+        return self.builder.error(body["type"], body["message"])
 
     def error_body(self, exc: GatewayError) -> Any:
-        return {
-            "type": "error",
-            "error": {"type": error_type(exc.status), "message": error_message(exc)},
-        }
+        return anthropic_error_body(exc)
 
     def alive(self) -> bytes:
         return self.builder.keepalive()

@@ -28,7 +28,6 @@ from mlx_gateway.supervisor.api.ollama.replies import (
     arguments_object,
     done_reason,
     error_line,
-    error_message,
     line,
     now_iso,
     ollama_errors,
@@ -36,7 +35,7 @@ from mlx_gateway.supervisor.api.ollama.replies import (
 from mlx_gateway.supervisor.api.ollama.schemas import ChatRequest, GenerateRequest
 from mlx_gateway.supervisor.engine.tools import ToolSpec
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
-from mlx_gateway.supervisor.http import JSONResponse, read_json
+from mlx_gateway.supervisor.http import JSONResponse, ollama_error_body, read_json
 from mlx_gateway.supervisor.reply.serve import (
     Ask,
     Finished,
@@ -111,6 +110,7 @@ class OllamaReply(Reply):
     ``clock`` (started when the request arrived)."""
 
     ndjson = True
+    padded = False
 
     def __init__(self, shape: _Shape, clock: Clock) -> None:
         self.shape = shape
@@ -162,7 +162,7 @@ class OllamaReply(Reply):
         )
 
     def error_body(self, exc: GatewayError) -> Any:
-        return {"error": error_message(exc)}
+        return ollama_error_body(exc)
 
 
 def _chunk(event: TurnEvent, shape: _Shape, clock: Clock) -> dict[str, Any] | None:

@@ -13,9 +13,12 @@ import msgspec
 from starlette.responses import StreamingResponse
 
 from mlx_gateway.protocol.messages import Usage
-from mlx_gateway.supervisor.errors import ContextLengthExceeded, GatewayError, ModelNotFound
-from mlx_gateway.supervisor.http import JSONResponse, errors_shaped_by
-from mlx_gateway.supervisor.pool.names import listed
+from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http import (
+    JSONResponse,
+    errors_shaped_by,
+    ollama_error_body,
+)
 
 NDJSON = "application/x-ndjson"
 
@@ -42,28 +45,9 @@ def iso(timestamp: float) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def error_message(exc: GatewayError) -> str:
-    if isinstance(exc, ModelNotFound):  # the served names as /api/tags lists them
-        return ModelNotFound(exc.name, [listed(name) for name in exc.served]).message
-    if isinstance(exc, ContextLengthExceeded):
-        if exc.max_tokens is None or exc.prompt_tokens >= exc.limit:
-            return (
-                f"the prompt ({exc.prompt_tokens} tokens) does not fit the model's context "
-                f"of {exc.limit} tokens; shorten the conversation"
-            )
-        return (
-            f"the prompt ({exc.prompt_tokens} tokens) with the answer's limit "
-            f"({exc.max_tokens} tokens) does not fit the model's context of {exc.limit} "
-            "tokens; shorten the conversation or lower options.num_predict"
-        )
-    if exc.param and exc.param not in exc.message:
-        return f"{exc.message} (field: {exc.param})"
-    return exc.message
-
-
 def ollama_error(exc: GatewayError) -> JSONResponse:
     """``exc`` in Ollama's error shape."""
-    return JSONResponse({"error": error_message(exc)}, status_code=exc.status, headers=exc.headers)
+    return JSONResponse(ollama_error_body(exc), status_code=exc.status, headers=exc.headers)
 
 
 ollama_errors = errors_shaped_by(ollama_error)
@@ -77,7 +61,7 @@ def line(obj: Any) -> bytes:
 
 def error_line(exc: GatewayError) -> bytes:
     """The last line of a stream that failed after it started."""
-    return line({"error": error_message(exc)})
+    return line(ollama_error_body(exc))
 
 
 def ndjson(lines: AsyncIterator[bytes]) -> StreamingResponse:

@@ -197,9 +197,10 @@ def test_a_quick_answer_is_a_plain_json_response(gateway: LiveGateway) -> None:
     assert rejected.status_code == 400 and rejected.json()["type"] == "error"
 
 
-def test_a_failure_after_the_headers_leaves_the_answer_unfinished(gateway: LiveGateway) -> None:
-    """No 200 with an error body that an SDK would take for an answer: the client
-    sees a broken response (and the SDKs retry it, as a 5xx)."""
+def test_a_failure_after_the_headers_ends_the_body_with_the_error(gateway: LiveGateway) -> None:
+    """The spaces, then the API's error object: a whole body that parses (no cut
+    connection, which the SDKs would take for a network fault and send again). Each
+    way a worker can fail, through the SDKs: ``test_whole_answer_ends.py``."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hang"}]}
     got: list[bytes] = []
     with (
@@ -215,10 +216,12 @@ def test_a_failure_after_the_headers_leaves_the_answer_unfinished(gateway: LiveG
             )
         )
         unload.start()
-        with pytest.raises(httpx.RemoteProtocolError):
-            got.extend(chunks)
+        got.extend(chunks)
         unload.join()
-    assert set(b"".join(got)) == {ord(" ")}
+    raw = b"".join(got)
+    assert raw.startswith(b" ") and raw.lstrip().startswith(b'{"error":'), raw
+    error = httpx.Response(200, content=raw).json()["error"]
+    assert error["code"] == "model_stopped" and "unloaded by an admin" in error["message"]
 
 
 def worker_pid(gateway: LiveGateway, other_than: int | None = None) -> int:
@@ -265,7 +268,7 @@ def test_an_answer_whose_worker_dies_after_its_headers_is_computed_again(
 
 def test_an_answer_is_computed_again_once(fresh: LiveGateway) -> None:
     """A second death (a request that kills every worker it runs on) is not retried:
-    the answer is left unfinished."""
+    the answer ends with the second death's error."""
     body = {"model": MODEL, "messages": [{"role": "user", "content": PROMPT}]}
     with (
         httpx.Client(base_url=fresh.url, timeout=30) as client,
@@ -276,5 +279,6 @@ def test_an_answer_is_computed_again_once(fresh: LiveGateway) -> None:
         first = worker_pid(fresh)
         os.kill(first, signal.SIGKILL)
         os.kill(worker_pid(fresh, other_than=first), signal.SIGKILL)
-        with pytest.raises(httpx.RemoteProtocolError):
-            list(chunks)
+        raw = b"".join(chunks)
+    error = httpx.Response(200, content=raw).json()["error"]
+    assert error["code"] == "worker_crashed" and "SIGKILL" in error["message"], raw

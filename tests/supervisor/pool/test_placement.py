@@ -261,6 +261,21 @@ async def test_reload_keeps_replaces_adds_and_removes(make_registry: Any) -> Non
     await wait_for(lambda: change.state is WorkerState.STOPPED)
 
 
+async def test_a_replaced_model_refuses_a_late_request_at_once(make_registry: Any) -> None:
+    """Once a reload's replaced handle has finished its requests and closed, a request
+    that still holds it (a whole answer computed again after its worker died) is
+    refused at once with the reason, instead of waiting for a start that never comes."""
+    registry = await make_registry(model("change"))
+    (change,) = registry.handles
+    await run(change, chat("x"))
+    await registry.reload(fake_config(model("change", aliases=["changed"]), shutdown_grace=1.0))
+    await wait_for(lambda: change.state is WorkerState.STOPPED)
+    with pytest.raises(ModelUnavailable, match="its config entry changed") as refused:
+        await asyncio.wait_for(run(change, chat("late")), 5)
+    assert refused.value.code == "model_replaced"
+    assert (await run(registry.resolve("changed"), chat("new")))[0] == "new "
+
+
 async def test_a_queued_request_survives_a_crash_of_the_slot_holder(make_registry: Any) -> None:
     registry = await make_registry(model("m", max_concurrency=1))
     (m,) = registry.handles

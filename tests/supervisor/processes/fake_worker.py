@@ -26,6 +26,8 @@ The environment variable ``FAKE_RSS`` sets the memory it reports (bytes).
 Per request, the last message's text (or the prompt) decides:
 
 * ``crash``: emits a few chunks, then the process kills itself with SIGKILL.
+* ``die <seconds>``: nothing for ``<seconds>`` after Started, then the process kills
+  itself with SIGKILL: a request that kills every worker it runs on.
 * ``hang``: never answers (a cancel still ends it).
 * ``stuck``: as a model whose forward pass blocks: after Started nothing more
   happens on any request (cancels included), while the heartbeats go on and report
@@ -261,7 +263,7 @@ def main() -> None:
                     if behaviour == "stuck":
                         print(f"step stuck in {request.request_id}", flush=True)
                         stuck_since = time.monotonic()
-                    if behaviour == "prefill":
+                    if behaviour in ("prefill", "die"):
                         seconds = float(words[1]) if len(words) > 1 else 1.0
                         item.prefill_until = time.monotonic() + seconds
                         item.halfway = time.monotonic() + seconds / 2
@@ -343,6 +345,9 @@ def main() -> None:
                 send(Prefilled(request_id=item.request_id, done=half, total=item.prompt_tokens))
             if time.monotonic() < item.prefill_until:
                 continue
+            if item.behaviour == "die":
+                print(f"dying on purpose in {item.request_id}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
             if item.behaviour == "crash" and item.sent >= 3:
                 print("crashing on purpose", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
