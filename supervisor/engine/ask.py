@@ -17,7 +17,6 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from uuid import uuid4
 
 from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.adapters import adapters_for
@@ -177,12 +176,6 @@ def reword(exc: GatewayError, params: Mapping[str, str]) -> None:
             exc.message = exc.message.replace(f"{word} messages", f"{word} {params['messages']}")
     if exc.param is not None and exc.param in params:
         exc.param = params[exc.param]
-
-
-async def open_turn(model: TextModel, ask: Ask) -> Turn:
-    """``ask`` started on ``model`` outside of an HTTP request (a Realtime
-    session's response): built, checked and started as the serve does it."""
-    return await start_turn(model, turn_request(model, ask), ask, f"{ask.id_prefix}{uuid4().hex}")
 
 
 def with_server_tools(ask: Ask, tools: dict[str, ServerTool]) -> Ask:

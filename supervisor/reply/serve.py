@@ -21,6 +21,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
+from uuid import uuid4
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -30,11 +31,7 @@ from mlx_gateway.supervisor.engine.ask import (
     Ask,
     TextModel,
     conversation,
-    open_turn,
-    start_turn,
     text_model,
-    turn_request,
-    with_server_tools,
 )
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, COMPLETION_KINDS
@@ -56,7 +53,6 @@ from mlx_gateway.supervisor.engine.turns import (
     ToolCallMade,
     Turn,
     TurnEvent,
-    TurnRequest,
     template_kwargs,
 )
 from mlx_gateway.supervisor.engine.vision_input import ImageInputs
@@ -70,9 +66,8 @@ from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.inputs import prepare_images
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
-from mlx_gateway.supervisor.reply.server_tools import ToolMaker
+from mlx_gateway.supervisor.reply.opening import prepare
 from mlx_gateway.supervisor.reply.streaming import relay
-from mlx_gateway.supervisor.reply.tool_loop import ToolLoop
 
 __all__ = [  # what a dialect is written against, besides the serve itself
     "CHAT_KINDS",
@@ -235,29 +230,11 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
     """Answer ``ask`` as ``reply`` writes it: a stream, or one body."""
     model = resolve(request, ask)
     inputs = await read_inputs(request, model, ask)
-    state = request.app.state
-    maker = ToolMaker(
-        state.config.tools, getattr(state, "mcp", None), key_fingerprint(request.scope)
-    )
-    specs = [*ask.server_tools, *entry_tools(model, ask.server_tools)]
-    tools = await maker.make(specs, conversation(ask)) if specs else {}
-    if tools:
-        ask = with_server_tools(ask, tools)
-    turn = turn_request(model, ask, inputs)
     request_id = recorder.name_request(ask.id_prefix)
+    key = key_fingerprint(request.scope)
+    opening = await prepare(request.app.state, model, ask, inputs, request_id, key)
     reply.begin(model, request_id)
-
-    def start_round(turn: TurnRequest, round_id: str) -> Awaitable[Turn]:
-        return start_turn(model, turn, ask, round_id)
-
-    def start() -> Awaitable[Turn]:
-        if not tools and not maker.listed:
-            return start_round(turn, request_id)
-        rounds = state.config.tools.max_rounds
-        listed, approved = maker.listed, ask.approved
-        return ToolLoop.begin(
-            turn, tools, start_round, request_id, rounds, listed, approved, maker.aclose
-        )
+    start = opening.start
 
     if stream:
         return await _stream(request, model, start, reply)
@@ -282,14 +259,6 @@ async def _unpadded(
     except WorkerCrashed as exc:
         logger.warning("an answer's worker died; computing it again: %s", exc.message)
     return await unless_disconnected(request, again())
-
-
-def entry_tools(model: TextModel, asked: list[ServerToolSpec]) -> list[ServerToolSpec]:
-    """The config's MCP servers that the model's entry offers (``server_tools``) on
-    every surface, those a request names itself aside."""
-    named = {spec.name for spec in asked if spec.kind == "mcp"}
-    labels = model.settings.server_tools or []
-    return [ServerToolSpec("mcp", type="mcp", name=label) for label in labels if label not in named]
 
 
 async def _stream(
@@ -345,3 +314,11 @@ async def warm(request: Request, ask: Ask) -> str:
     if load is not None:
         await unless_disconnected(request, load())
     return "load"
+
+
+async def open_turn(state: Any, model: TextModel, ask: Ask) -> Turn:
+    """``ask`` started on ``model`` outside of an HTTP request (a Realtime session's
+    response), as the serve starts it: built, checked, with its server tools."""
+    request_id = f"{ask.id_prefix}{uuid4().hex}"
+    opening = await prepare(state, model, ask, None, request_id)
+    return await opening.start()

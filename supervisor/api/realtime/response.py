@@ -152,6 +152,7 @@ class ResponseRun:
     lm: TextModel
     tts: ModelHandle | None
     plan: Plan
+    app_state: Any = None
     id: str = field(default_factory=lambda: new_id("resp"))
     status: str = "in_progress"
     reason: str | None = None
@@ -237,7 +238,7 @@ class ResponseRun:
             source = self.conversation
         messages = await source.messages(plan.instructions)
         self.clock.mark("transcribed")
-        running = await open_turn(self.lm, response_ask(self.lm, plan, messages))
+        running = await open_turn(self.app_state, self.lm, response_ask(self.lm, plan, messages))
         buffer = SentenceBuffer()
         finish = "stop"
         try:

@@ -110,7 +110,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         )
     lm = text_model(registry.resolve(name), CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
-    return settings, Models(lm, whisper, tts)
+    return settings, Models(lm, whisper, tts, websocket.app.state)
 
 
 def _unserved(model: str, handles: list[ModelHandle]) -> GatewayError:

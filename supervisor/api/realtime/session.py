@@ -66,6 +66,8 @@ class Models:
     whisper: Callable[[str | None], ModelHandle]
     """The whisper model a transcription names (``None``: the default one)."""
     tts: ModelHandle | None
+    app_state: Any = None
+    """The app's state: its tools (a model entry's ``server_tools`` run in responses)."""
 
 
 class RealtimeSession:
@@ -380,9 +382,12 @@ class RealtimeSession:
     async def _start_response(self, plan: Plan) -> None:
         if self.response is not None:  # server VAD: one response at a time
             return
-        if self.models.lm is None:
+        models = self.models
+        if models.lm is None:
             raise BadRequest("This session has no language model.", param="model")
-        run = ResponseRun(self.out, self.conversation, self.models.lm, self.models.tts, plan)
+        run = ResponseRun(
+            self.out, self.conversation, models.lm, models.tts, plan, models.app_state
+        )
         run.clock, self._turn = self._turn, TurnClock()  # the first answer of a turn
         self.response = run
 

@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config.tools import McpServerConfig, ToolsConfig
 
 from ..fakes import fake_command, fake_config
+from ..live import LiveGateway
 from ..tools.servers import http_server
 from .clients import asgi_client, strict_sdk
 from .lm_app import OK, hermes_call
@@ -191,3 +192,37 @@ async def test_a_request_cannot_name_a_server_on_the_gateways_machine(
     )
     assert reply.status_code == 400
     assert "tools.allow_private_urls" in reply.json()["error"]["message"]
+
+
+async def test_a_realtime_session_runs_an_entrys_server_tools() -> None:
+    """A Realtime text session on a model whose entry offers the time server: the
+    response's turn runs the call between its rounds, as the HTTP surfaces do."""
+    parsers = {"tool_call_parser": "hermes", "reasoning_parser": "think"}
+    config = fake_config({"model_path": TOOLED, "server_tools": ["time"], **parsers})
+    config.tools = ToolsConfig(mcp_servers={"time": McpServerConfig(command=TIME_SERVER)})
+    with LiveGateway(config=config) as gateway:
+        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
+        async with client.realtime.connect(model=TOOLED) as conn:
+            await conn.session.update(
+                session={
+                    "type": "realtime",
+                    "output_modalities": ["text"],
+                    "audio": {"input": {"turn_detection": None}},
+                }
+            )
+            await conn.conversation.item.create(
+                item={
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": f"say {now_call('UTC')}"}],
+                }
+            )
+            await conn.response.create()
+            async for event in conn:
+                if event.type == "response.done":
+                    done = event.response
+                    break
+    assert done.status == "completed", done
+    texts = [part.text for item in done.output for part in item.content or [] if part.text]
+    # the second round echoes the time server's answer (the call itself has no datetime)
+    assert any("datetime" in text and "UTC" in text for text in texts), done
