@@ -154,6 +154,8 @@ def request_tools(raw: list[dict[str, Any]] | None, loaded: Collection[str] = ()
         elif kind == "tool_search" and tool.get("execution") != "client":
             out.server.append(ServerToolSpec("tool_search", type="tool_search"))
             out.listing.append(tool)
+        elif kind == "tool_search":  # the client's own search: its calls have no item here
+            out.dropped.append(kind)
         elif kind == "namespace":
             out.listing.append(_namespace(tool, i, add, out.dropped))
         elif isinstance(kind, str) and kind.startswith("web_search"):
