@@ -5,7 +5,10 @@ Sets ``ANTHROPIC_BASE_URL`` (the gateway, no ``/v1``), ``ANTHROPIC_AUTH_TOKEN``
 (sent as ``Authorization: Bearer``), the model for the main loop, the
 opus/sonnet/haiku aliases and sub-agents (so no request asks for a Claude model
 the gateway does not serve), and turns off non-essential traffic (telemetry,
-update checks), which a local setup has no use for. When the model's context
+update checks), which a local setup has no use for, and turns tool search on
+(``ENABLE_TOOL_SEARCH``: Claude Code turns it off for a base URL that is not
+Anthropic's, and then renders every MCP tool's schema into the prompt; the gateway
+serves ``defer_loading`` and the tool search tools). When the model's context
 length is known, it also tells Claude Code the limits: ``CLAUDE_CODE_AUTO_COMPACT_WINDOW``
 (the context it compacts against, instead of a hosted model's 200k) and
 ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` (its ``max_tokens``, 32000 by default). Every
@@ -69,6 +72,7 @@ def variables(target: Target) -> dict[str, str]:
         "ANTHROPIC_BASE_URL": target.url,
         "ANTHROPIC_AUTH_TOKEN": target.key or NO_KEY,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "ENABLE_TOOL_SEARCH": "true",
     }
     out.update(dict.fromkeys(MODEL_VARIABLES, target.model))
     if target.window is not None:

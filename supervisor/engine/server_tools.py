@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 
-ToolKind = Literal["web_search", "web_fetch", "mcp"]
+ToolKind = Literal["web_search", "web_fetch", "mcp", "tool_search"]
 
 SEPARATOR = "__"
 """Between an MCP server's label and its tool's name in the name the model sees
@@ -44,17 +44,22 @@ class ServerToolSpec:
     max_uses: int | None = None
     allowed_domains: list[str] = field(default_factory=list)
     blocked_domains: list[str] = field(default_factory=list)
+    deferred: list[Function] = field(default_factory=list)
+    """The tools a ``tool_search`` finds: the request's ``defer_loading`` tools,
+    not rendered into the prompt until found (:mod:`.tool_search`)."""
 
 
 @dataclass(frozen=True)
 class ToolOutcome:
     """What running a call gave: ``text`` for the model, ``is_error`` when it failed
     (the model is told, the turn goes on), ``data`` for the surface's output item
-    (search hits, a fetched page, an MCP result)."""
+    (search hits, a fetched page, an MCP result, the tools a search loaded)."""
 
     text: str
     is_error: bool = False
     data: Any = None
+    loaded: tuple[Function, ...] = ()
+    """Deferred tools a search found: offered to the model from the next round on."""
 
 
 @dataclass(frozen=True)

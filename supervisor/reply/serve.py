@@ -45,6 +45,8 @@ from mlx_gateway.supervisor.engine.server_tools import (
     ServerToolsListed,
     ServerToolSpec,
 )
+from mlx_gateway.supervisor.engine.tool_search import NAME as TOOL_SEARCH
+from mlx_gateway.supervisor.engine.tool_search import spec_function
 from mlx_gateway.supervisor.engine.turns import (
     ChoiceResult,
     Finished,
@@ -73,6 +75,7 @@ __all__ = [  # what a dialect is written against, besides the serve itself
     "CHAT_KINDS",
     "COMPLETION_KINDS",
     "SEPARATOR",
+    "TOOL_SEARCH",
     "ApprovedCall",
     "Ask",
     "ChoiceReply",
@@ -288,11 +291,16 @@ async def _closing(events: AsyncIterator[bytes], running: Turn) -> AsyncIterator
 
 async def count(request: Request, ask: Ask) -> int:
     """The prompt tokens of ``ask``, counted by the model's worker with its own
-    tokenizer and chat template, exactly as the turn would render them."""
+    tokenizer and chat template, exactly as the turn would render them (a tool
+    search with its deferred tools' names; other server tools are not counted)."""
     model = resolve(request, ask, keep_alive=False)
     inputs = await read_inputs(request, model, ask)
     assert inputs is not None, "a raw prompt is not counted here"
-    kwargs = template_kwargs(ask.chat_template_kwargs, ask.tools, ask.enable_thinking)
+    tools = ask.tools
+    searches = [spec_function(s) for s in ask.server_tools if s.kind == "tool_search"]
+    if searches:  # rendered as the turn renders them: the deferred tools by name only
+        tools = dataclasses.replace(tools, functions=[*tools.functions, *searches])
+    kwargs = template_kwargs(ask.chat_template_kwargs, tools, ask.enable_thinking)
     work = count_tokens(model.handle, inputs.messages, kwargs, inputs.files, inputs.frame_indices)
     tokens: int = await unless_disconnected(request, work)
     return tokens

@@ -1,18 +1,20 @@
 """From the server tools a request asks for (:class:`ServerToolSpec`) to runnable
 tools (:class:`ServerTool`): web search (the config's SearXNG instance, else a
-metasearch library), web fetch (only URLs that appear in the conversation), and
+metasearch library), web fetch (only URLs that appear in the conversation), tool
+search (over the request's deferred tools, :mod:`...engine.tool_search`), and
 the tools of MCP servers (the config's, by label, or one the request names,
 checked by the URL rules of ``tools.allow_private_urls``).
 
 The model sees each as a function: ``web_search {query}``, ``web_fetch {url}``
-(its ``url`` constrained to the conversation's URLs), ``<label>__<tool>`` with the
-MCP tool's own input schema.
+(its ``url`` constrained to the conversation's URLs), ``tool_search {pattern}`` or
+``{query}``, ``<label>__<tool>`` with the MCP tool's own input schema.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +28,8 @@ from mlx_gateway.supervisor.engine.server_tools import (
     ServerToolSpec,
     ToolOutcome,
 )
+from mlx_gateway.supervisor.engine.tool_search import NAME as TOOL_SEARCH
+from mlx_gateway.supervisor.engine.tool_search import found_text, is_regex, matching, spec_function
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.tools.safety import check_url
 from mlx_gateway.supervisor.tools.web_fetch import fetch, is_listed, urls_in
@@ -71,6 +75,8 @@ class ToolMaker:
                 made = [self._search(spec)]
             elif spec.kind == "web_fetch":
                 made = [self._fetch(spec, messages)]
+            elif spec.kind == "tool_search":
+                made = [self._tool_search(spec)]
             else:
                 made = await self._mcp(spec)
             for tool in made:
@@ -154,6 +160,31 @@ class ToolMaker:
         parameters = {"type": "object", "properties": {"url": url}, "required": ["url"]}
         description = "Fetch a web page named in the conversation; answers its main text."
         return ServerTool(Function("web_fetch", parameters, description), spec, run, "web_fetch")
+
+    # ------------------------------------------------------------ tool search
+
+    def _tool_search(self, spec: ServerToolSpec) -> ServerTool:
+        regex = is_regex(spec)
+
+        async def run(arguments: dict[str, Any]) -> ToolOutcome:
+            query = arguments.get("pattern" if regex else "query")
+            query = query if isinstance(query, str) else arguments.get("query")
+            if not isinstance(query, str) or not query.strip():
+                what = "a 'pattern'" if regex else "a 'query'"
+                return ToolOutcome(
+                    f"tool_search needs {what} string.", is_error=True, data="invalid_tool_input"
+                )
+            try:
+                found = matching(spec.deferred, query, regex)
+            except re.error as exc:
+                return ToolOutcome(
+                    f"{query!r} is not a regular expression: {exc}",
+                    is_error=True,
+                    data="invalid_tool_input",
+                )
+            return ToolOutcome(found_text(found, query), data=found, loaded=tuple(found))
+
+        return ServerTool(spec_function(spec), spec, run, TOOL_SEARCH)
 
     # ------------------------------------------------------------ MCP
 

@@ -203,7 +203,8 @@ class ToolLoop(Turn):
         last: bool,
     ) -> TurnRequest:
         """The next round's request: the conversation grown by the model's calls and
-        their results; no forced choice; without the server tools in the last round."""
+        their results; with the deferred tools a search loaded; no forced choice;
+        without the server tools in the last round."""
         if last:
             note = LIMIT_NOTE.format(rounds=self.max_rounds)
             last_result = results[-1]
@@ -217,6 +218,12 @@ class ToolLoop(Turn):
                 self.max_rounds,
             )
         functions = turn.tools.functions
+        offered = {f.name for f in functions}
+        for result in results:  # the deferred tools a search loaded
+            for function in result.outcome.loaded:
+                if function.name not in offered:
+                    offered.add(function.name)
+                    functions = [*functions, function]
         if last:
             functions = [f for f in functions if f.name not in self.tools]
         tools = ToolSpec(functions, "auto" if functions else "none", turn.tools.parallel)

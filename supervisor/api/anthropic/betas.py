@@ -2,7 +2,9 @@
 
 Most betas ask for features this gateway has no counterpart for (prompt-caching
 scopes, context management, token-efficient tools…); they are accepted and, like
-the body fields that go with them, ignored. One changes what a valid request is:
+the body fields that go with them, ignored. The tool betas (``mcp-client-*``,
+``web-fetch-*``, ``advanced-tool-use-2025-11-20`` for tool search) need no check:
+their tools are served with or without them. One changes what a valid request is:
 
 ``mid-conversation-system-<date>``
     lets ``messages`` hold ``{"role": "system", …}`` entries (Claude Code declares

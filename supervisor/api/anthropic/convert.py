@@ -10,13 +10,19 @@
   http(s) URL, for vision models);
 * an assistant message's ``tool_use`` blocks become ``tool_calls`` (arguments as
   JSON text), its ``thinking`` blocks ``reasoning_content``;
+* tools with ``defer_loading`` are not the model's functions but what its tool
+  search (``tool_search_tool_regex_*`` / ``_bm25_*``) finds, unless the
+  conversation loaded them already (a ``tool_reference`` in a tool result, an
+  earlier search's ``tool_search_tool_result``);
 * ``tool_choice`` ``any`` is OpenAI's ``required``, ``tool`` names the function,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +39,9 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
     ThinkingBlock,
     ThinkingConfig,
     ToolChoice,
+    ToolReferenceBlock,
     ToolResultBlock,
+    ToolSearchResultBlock,
     ToolUseBlock,
     WebFetchResultBlock,
     WebSearchResultBlock,
@@ -41,7 +49,7 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
 from mlx_gateway.supervisor.engine.thinking import Thinking, from_anthropic
 from mlx_gateway.supervisor.engine.tools import Function, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.reply.serve import SEPARATOR, ServerToolSpec
+from mlx_gateway.supervisor.reply.serve import SEPARATOR, TOOL_SEARCH, ServerToolSpec
 
 
 def system_text(system: str | list[TextBlock] | None) -> str | None:
@@ -63,7 +71,33 @@ def _result_text(block: ToolResultBlock) -> str:
     if isinstance(block.content, str):
         return block.content
     # Images in a tool result have no place in a tool message: only its text goes on.
-    return "".join(part.text for part in block.content if isinstance(part, TextBlock))
+    text = "".join(part.text for part in block.content if isinstance(part, TextBlock))
+    loaded = [part.tool_name for part in block.content if isinstance(part, ToolReferenceBlock)]
+    if loaded:
+        text += f"{chr(10) if text else ''}Loaded the tools: {', '.join(loaded)}."
+    return text
+
+
+def referenced(messages: list[AnthropicMessage]) -> set[str]:
+    """The deferred tools the conversation loaded: ``tool_reference`` blocks in tool
+    results, and the results of earlier tool searches."""
+    names: set[str] = set()
+    for message in messages:
+        for block in message.content if isinstance(message.content, list) else []:
+            if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+                names |= {p.tool_name for p in block.content if isinstance(p, ToolReferenceBlock)}
+            elif isinstance(block, ToolSearchResultBlock):
+                names |= set(_reference_names(block.content))
+    return names
+
+
+def _reference_names(content: Any) -> list[str]:
+    references = content.get("tool_references") if isinstance(content, dict) else None
+    return [
+        r["tool_name"]
+        for r in references or []
+        if isinstance(r, dict) and isinstance(r.get("tool_name"), str)
+    ]
 
 
 def to_chat(
@@ -125,6 +159,8 @@ def _called(block: ToolUseBlock | ServerToolUseBlock | McpToolUseBlock) -> str:
     """The name the model called a tool by (an MCP tool's: ``<server>__<tool>``)."""
     if isinstance(block, McpToolUseBlock):
         return f"{block.server_name}{SEPARATOR}{block.name}"
+    if isinstance(block, ServerToolUseBlock) and block.name.startswith("tool_search_tool_"):
+        return TOOL_SEARCH
     return block.name
 
 
@@ -138,6 +174,8 @@ def _server_results(blocks: list[Any]) -> list[dict[str, Any]]:
                 text = "".join(part.text for part in block.content)
         elif isinstance(block, WebSearchResultBlock | WebFetchResultBlock):
             text = json.dumps(block.content, ensure_ascii=False)
+        elif isinstance(block, ToolSearchResultBlock):
+            text = f"Loaded the tools: {', '.join(_reference_names(block.content)) or 'none'}."
         else:
             continue
         out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": text})
@@ -173,19 +211,29 @@ class RequestTools:
     server_choice: str | None = None
 
 
-SERVER_TOOL_KINDS = {"web_search": "web_search", "web_fetch": "web_fetch"}
-"""Anthropic's server tool types (``web_search_20250305``, ``web_fetch_20250910`` …)
-by the name their type begins with → the gateway's tool."""
+SERVER_TOOL_KINDS = {
+    "web_search": "web_search",
+    "web_fetch": "web_fetch",
+    "tool_search_tool_regex": "tool_search",
+    "tool_search_tool_bm25": "tool_search",
+}
+"""Anthropic's server tool types (``web_search_20250305``, ``web_fetch_20250910``,
+``tool_search_tool_bm25_20251119`` …) by the name their type begins with → the
+gateway's tool."""
 
 
 def request_tools(
     tools: list[AnthropicTool] | None,
     choice: ToolChoice | None,
     mcp_servers: list[McpServerDefinition] | None = None,
+    loaded: Collection[str] = (),
 ) -> RequestTools:
-    """Sort ``tools``: client tools (an ``input_schema``) are the model's functions;
-    server tools (web search, web fetch) and ``mcp_servers`` run on the gateway."""
+    """Sort ``tools``: client tools (an ``input_schema``) are the model's functions,
+    those with ``defer_loading`` (unless ``loaded`` names them) the tool search's;
+    server tools (web search, web fetch, tool search) and ``mcp_servers`` run on
+    the gateway."""
     functions = []
+    deferred = []
     server: list[ServerToolSpec] = []
     for i, tool in enumerate(tools or []):
         kind = next(
@@ -206,7 +254,8 @@ def request_tools(
         elif tool.type not in (None, "custom"):
             raise BadRequest(
                 f"tools.{i}.type: '{tool.type}' is a tool this gateway does not run (it runs "
-                "client tools with an input_schema, web_search_* and web_fetch_*).",
+                "client tools with an input_schema, web_search_*, web_fetch_* and "
+                "tool_search_tool_*).",
                 param=f"tools.{i}.type",
             )
         elif tool.input_schema is None:
@@ -215,7 +264,13 @@ def request_tools(
                 param=f"tools.{i}.input_schema",
             )
         else:
-            functions.append(Function(tool.name, tool.input_schema, tool.description))
+            function = Function(tool.name, tool.input_schema, tool.description)
+            if tool.defer_loading and tool.name not in loaded:
+                deferred.append(function)
+            else:
+                functions.append(function)
+    if deferred:
+        server = _with_deferred(server, deferred)
     for server_def in mcp_servers or []:
         config = server_def.tool_configuration
         if config is not None and not config.enabled:
@@ -247,6 +302,19 @@ def request_tools(
     else:
         spec = checked_spec(functions, mode, parallel, "tool_choice")
     return RequestTools(spec, server, server_choice)
+
+
+def _with_deferred(server: list[ServerToolSpec], deferred: list[Function]) -> list[ServerToolSpec]:
+    """``server`` with the deferred tools given to its tool search."""
+    search = next((s for s in server if s.kind == "tool_search"), None)
+    if search is None:
+        raise BadRequest(
+            "tools: a tool with defer_loading needs a tool search tool in tools "
+            "(tool_search_tool_regex_20251119 or tool_search_tool_bm25_20251119).",
+            param="tools",
+        )
+    spec = dataclasses.replace(search, deferred=deferred)
+    return [spec if s is search else s for s in server]
 
 
 def _server_function(name: str | None, server: list[ServerToolSpec]) -> str:

@@ -16,7 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.anthropic import betas
-from mlx_gateway.supervisor.api.anthropic.convert import request_tools, thinking_of, to_chat
+from mlx_gateway.supervisor.api.anthropic.convert import (
+    referenced,
+    request_tools,
+    thinking_of,
+    to_chat,
+)
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.requests import SamplingFields
@@ -70,7 +75,7 @@ def check_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> 
 
 def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> Ask:
     """The turn a Messages body asks for (a token count's body: the same prompt)."""
-    tools = request_tools(req.tools, req.tool_choice, req.mcp_servers)
+    tools = request_tools(req.tools, req.tool_choice, req.mcp_servers, referenced(req.messages))
     if isinstance(req, CountTokensRequest):
         thinking = thinking_of(req.thinking)
         fields = SamplingFields(model=req.model)
@@ -97,7 +102,7 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         enable_thinking=thinking.enabled,
         thinking_budget=thinking.budget,
         tools=tools.spec,
-        server_tools=tools.server if isinstance(req, MessagesRequest) else [],
+        server_tools=tools.server,  # a count renders only the tool search of them
         server_choice=tools.server_choice,
         stops=stops,
         adapter=adapter,

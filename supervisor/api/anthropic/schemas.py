@@ -44,9 +44,15 @@ class ToolUseBlock(Struct, tag="tool_use", tag_field="type"):
     input: dict[str, Any]
 
 
+class ToolReferenceBlock(Struct, tag="tool_reference", tag_field="type"):
+    """A deferred tool named in a tool result: it is loaded from the first round."""
+
+    tool_name: str
+
+
 class ToolResultBlock(Struct, tag="tool_result", tag_field="type"):
     tool_use_id: str
-    content: str | list[TextBlock | ImageBlock] = ""
+    content: str | list[TextBlock | ImageBlock | ToolReferenceBlock] = ""
     is_error: bool = False
 
 
@@ -84,6 +90,13 @@ class WebFetchResultBlock(Struct, tag="web_fetch_tool_result", tag_field="type")
     content: Any = None
 
 
+class ToolSearchResultBlock(Struct, tag="tool_search_tool_result", tag_field="type"):
+    """A tool search of an earlier turn: ``content.tool_references`` stay loaded."""
+
+    tool_use_id: str
+    content: Any = None
+
+
 class McpToolResultBlock(Struct, tag="mcp_tool_result", tag_field="type"):
     tool_use_id: str
     content: str | list[TextBlock] = ""
@@ -102,6 +115,7 @@ Block = (
     | WebSearchResultBlock
     | WebFetchResultBlock
     | McpToolResultBlock
+    | ToolSearchResultBlock
 )
 
 
@@ -111,8 +125,10 @@ class AnthropicMessage(Struct):
 
 
 class AnthropicTool(Struct):
-    """A client tool (``input_schema``), or a server tool named by its ``type``
-    (``web_search_20250305``, ``web_fetch_20250910`` …), which has no schema."""
+    """A client tool (``input_schema``; ``defer_loading``: found by a tool search
+    rather than rendered), or a server tool named by its ``type``
+    (``web_search_20250305``, ``web_fetch_20250910``, ``tool_search_tool_regex_20251119``
+    …), which has no schema."""
 
     name: FunctionName
     input_schema: dict[str, Any] | None = None
@@ -121,6 +137,7 @@ class AnthropicTool(Struct):
     max_uses: Annotated[int, Meta(ge=1)] | None = None
     allowed_domains: list[str] | None = None
     blocked_domains: list[str] | None = None
+    defer_loading: bool = False
 
 
 class McpToolConfiguration(Struct):

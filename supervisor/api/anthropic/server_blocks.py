@@ -2,7 +2,9 @@
 shapes: ``server_tool_use`` then ``web_search_tool_result`` (each hit's url, title
 and page_age) or ``web_fetch_tool_result`` (the page's main text as a text
 document), and ``mcp_tool_use`` then ``mcp_tool_result`` (``is_error`` and the
-server's text). A failed search or fetch is its result block's error object, with
+server's text), and a tool search's ``server_tool_use`` (``tool_search_tool_regex``
+or ``…_bm25``) then ``tool_search_tool_result`` (the ``tool_reference`` of each
+tool it loaded). A failed search or fetch is its result block's error object, with
 the error code Anthropic uses for the case."""
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ def use_block(event: ServerToolCall) -> dict[str, Any]:
     except ValueError:
         arguments = {"arguments": event.arguments}
     block: dict[str, Any] = {"type": "server_tool_use", "id": block_id(event.id, spec.kind)}
-    if spec.kind == "mcp":
+    if spec.kind == "tool_search":
+        regex = "regex" in spec.type
+        block["name"] = "tool_search_tool_regex" if regex else "tool_search_tool_bm25"
+    elif spec.kind == "mcp":
         block["type"] = "mcp_tool_use"
         block["name"] = event.tool.tool_name
         block["server_name"] = spec.name
@@ -48,6 +53,12 @@ def result_block(event: ServerToolResult) -> dict[str, Any]:
             "tool_use_id": tool_use_id,
             "is_error": outcome.is_error,
             "content": [{"type": "text", "text": outcome.text}],
+        }
+    if spec.kind == "tool_search":
+        return {
+            "type": "tool_search_tool_result",
+            "tool_use_id": tool_use_id,
+            "content": _found(event),
         }
     if spec.kind == "web_search":
         content: Any
@@ -82,3 +93,17 @@ def result_block(event: ServerToolResult) -> dict[str, Any]:
             "retrieved_at": datetime.datetime.now(datetime.UTC).isoformat(),
         }
     return {"type": "web_fetch_tool_result", "tool_use_id": tool_use_id, "content": content}
+
+
+def _found(event: ServerToolResult) -> dict[str, Any]:
+    """A tool search's result: the tools it loaded, or its error."""
+    outcome = event.outcome
+    if outcome.is_error:
+        code = outcome.data if isinstance(outcome.data, str) else "unavailable"
+        return {
+            "type": "tool_search_tool_result_error",
+            "error_code": code,
+            "error_message": outcome.text,
+        }
+    references = [{"type": "tool_reference", "tool_name": f.name} for f in outcome.loaded]
+    return {"type": "tool_search_tool_search_result", "tool_references": references}

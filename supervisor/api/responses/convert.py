@@ -31,7 +31,7 @@ from mlx_gateway.supervisor.api.responses.schemas import (
 )
 from mlx_gateway.supervisor.api.responses.tools import flat_name
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.reply.serve import SEPARATOR
+from mlx_gateway.supervisor.reply.serve import SEPARATOR, TOOL_SEARCH
 
 
 def new_id(prefix: str) -> str:
@@ -88,9 +88,29 @@ def to_chat(items: list[InputItem], where: str = "input") -> list[dict[str, Any]
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
             case ServerToolItem(type="mcp_call" | "web_search_call"):
                 messages += _server_call(item, i)
+            case ServerToolItem(type="tool_search_call"):
+                call_id = item.call_id or item.id or f"call_{i}"
+                arguments = json.dumps(item.arguments if isinstance(item.arguments, dict) else {})
+                function = {"name": TOOL_SEARCH, "arguments": arguments}
+                call = {"id": call_id, "type": "function", "function": function}
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            case ServerToolItem(type="tool_search_output"):
+                names = ", ".join(loaded_names([item])) or "none"
+                answer = f"Loaded the tools: {names}."
+                call_id = item.call_id or item.id or f"call_{i}"
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": answer})
             case _:
                 pass  # reasoning, MCP listings and approvals
     return messages
+
+
+def loaded_names(items: list[Any]) -> list[str]:
+    """The tools that the ``tool_search_output`` items among ``items`` loaded."""
+    names = []
+    for item in items:
+        if isinstance(item, ServerToolItem) and item.type == "tool_search_output":
+            names += [t["name"] for t in item.tools or [] if isinstance(t.get("name"), str)]
+    return names
 
 
 def _server_call(item: ServerToolItem, i: int) -> list[dict[str, Any]]:
@@ -102,7 +122,7 @@ def _server_call(item: ServerToolItem, i: int) -> list[dict[str, Any]]:
         answer = "(the search ran; its results were read then)"
     else:
         name = f"{item.server_label}{SEPARATOR}{item.name}"
-        arguments = item.arguments or "{}"
+        arguments = item.arguments if isinstance(item.arguments, str) else "{}"
         answer = item.output if item.output is not None else f"Error: {item.error}"
     call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
     return [

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mlx_gateway.supervisor.api.responses.convert import to_chat
+from mlx_gateway.supervisor.api.responses.convert import loaded_names, to_chat
 from mlx_gateway.supervisor.api.responses.schemas import (
     FunctionToolChoice,
     McpApprovalResponse,
@@ -61,7 +61,14 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
             )
         earlier = previous.conversation
     new_messages = to_chat(items)
-    tools = request_tools(req.tools)
+    earlier_output = previous.response["output"] if previous else []
+    searched = loaded_names(items) + [
+        t["name"]
+        for o in earlier_output
+        if o.get("type") == "tool_search_output"
+        for t in o.get("tools") or []
+    ]
+    tools = request_tools(req.tools, set(searched))
     choice = req.tool_choice
     server_choice: str | None = None
     if isinstance(choice, FunctionToolChoice):
@@ -112,7 +119,7 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
         adapter=req.adapter,
         server_tools=tools.server,
         server_choice=server_choice,
-        approved=_approved(items, previous.response["output"] if previous else []),
+        approved=_approved(items, earlier_output),
         params=_PARAMS,
     )
     return ResponseInput(ask, items, earlier, new_messages, tools)

@@ -34,6 +34,7 @@ class ResponsesFunctionTool(Struct, tag="function", tag_field="type"):
     parameters: dict[str, Any] | None = None
     description: str | None = None
     strict: bool | None = None
+    defer_loading: bool | None = None
 
 
 class FunctionToolChoice(Struct, tag="function", tag_field="type"):
@@ -192,14 +193,19 @@ class ReasoningItem(Struct, kw_only=True):
 
 class ServerToolItem(Struct, kw_only=True):
     """An item of a tool the server ran (``web_search_call``, ``mcp_call``,
-    ``mcp_list_tools``), sent back in the input as clients keep their history: its
-    call and result go to the prompt as a tool call and its answer."""
+    ``mcp_list_tools``, ``tool_search_call`` and ``tool_search_output``), sent back
+    in the input as clients keep their history: its call and result go to the
+    prompt as a tool call and its answer."""
 
     type: str
     id: str | None = None
+    call_id: str | None = None
     name: str | None = None
     server_label: str | None = None
-    arguments: str | None = None
+    arguments: str | dict[str, Any] | None = None
+    """JSON text (``mcp_call``), an object (``tool_search_call``)."""
+    tools: list[dict[str, Any]] | None = None
+    """The tools a ``tool_search_output`` loaded."""
     output: str | None = None
     error: Any = None
     action: dict[str, Any] | None = None
@@ -234,6 +240,8 @@ _ITEM_TYPES: dict[str, type[Any]] = {
     "mcp_call": ServerToolItem,
     "mcp_list_tools": ServerToolItem,
     "mcp_approval_request": ServerToolItem,
+    "tool_search_call": ServerToolItem,
+    "tool_search_output": ServerToolItem,
     "mcp_approval_response": McpApprovalResponse,
 }
 

@@ -3,7 +3,9 @@ events: ``mcp_list_tools`` (a server's tools, listed before the first round),
 ``mcp_call`` (arguments, then ``output`` or ``error``), ``mcp_approval_request``
 (a call that waits for the client's ``mcp_approval_response``) and
 ``web_search_call`` (``action: {type: search, query}``, ``completed`` or
-``failed`` with the reason), in the shapes and event names of OpenAI's API."""
+``failed`` with the reason), and a tool search's ``tool_search_call`` then
+``tool_search_output`` (the loaded tools' definitions; these two have only the
+``output_item`` events), in the shapes and event names of OpenAI's API."""
 
 from __future__ import annotations
 
@@ -71,8 +73,18 @@ class ServerItems:
 
     def call(self, event: ServerToolCall) -> bytes:
         spec = event.tool.spec
-        if spec.kind == "web_search":
+        if spec.kind == "tool_search":
             item: dict[str, Any] = {
+                "id": _id("tsc"),
+                "type": "tool_search_call",
+                "call_id": event.id,
+                "execution": "server",
+                "arguments": _object(event.arguments),
+                "status": "in_progress",
+            }
+            _index, out = self._add(item)
+        elif spec.kind == "web_search":
+            item = {
                 "id": _id("ws"),
                 "type": "web_search_call",
                 "status": "in_progress",
@@ -108,6 +120,8 @@ class ServerItems:
             return b""
         outcome = event.outcome
         where = {"output_index": self.output.index(item), "item_id": item["id"]}
+        if item["type"] == "tool_search_call":
+            return self._searched(item, event)
         if item["type"] == "web_search_call":
             if outcome.is_error:
                 item["status"] = "failed"
@@ -131,6 +145,33 @@ class ServerItems:
                 out = self.emit("response.mcp_call.completed", **where)
         return out + self._done(item)
 
+    def _searched(self, call: dict[str, Any], event: ServerToolResult) -> bytes:
+        """A tool search ended: its call, then a ``tool_search_output`` with the
+        tools it loaded (none when it failed: its call is ``incomplete``)."""
+        call["status"] = "incomplete" if event.outcome.is_error else "completed"
+        out = self._done(call)
+        tools = [
+            {
+                "type": "function",
+                "name": f.name,
+                "description": f.description,
+                "parameters": f.parameters,
+                "strict": f.strict,
+                "defer_loading": True,
+            }
+            for f in event.outcome.loaded
+        ]
+        item = {
+            "id": _id("tso"),
+            "type": "tool_search_output",
+            "call_id": event.id,
+            "execution": "server",
+            "status": "completed",
+            "tools": tools,
+        }
+        _index, added = self._add(item)
+        return out + added + self._done(item)
+
     def approval(self, event: ServerToolApproval) -> bytes:
         item = {
             "id": event.id,
@@ -150,3 +191,11 @@ def _query(arguments: str) -> str:
         return arguments
     query = value.get("query") if isinstance(value, dict) else None
     return query if isinstance(query, str) else arguments
+
+
+def _object(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return {"arguments": arguments}
+    return value if isinstance(value, dict) else {"arguments": value}

@@ -8,6 +8,9 @@
   the input are flattened again for the prompt.
 * ``web_search`` (and ``web_search_preview``) and ``mcp`` tools are run by the
   gateway itself (:mod:`...reply.tool_loop`): they become server tool specs.
+* ``tool_search`` (run by the server) searches the ``function`` tools marked
+  ``defer_loading``: they are not the model's functions until a search finds them
+  (or a ``tool_search_output`` of the input loaded them).
 * Other tools that OpenAI's servers run or that need their own call item types
   (``file_search``, ``code_interpreter``, ``computer_use_preview``,
   ``image_generation``, ``local_shell``, ``custom`` …) cannot run here: they are
@@ -17,8 +20,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +57,6 @@ HOSTED_TOOL_TYPES = frozenset(
         "shell",
         "apply_patch",
         "custom",
-        "tool_search",
         "programmatic_tool_calling",
     }
 )
@@ -98,13 +102,16 @@ def _function(raw: Any, param: str) -> ResponsesFunctionTool:
 
 
 def _listed(tool: ResponsesFunctionTool) -> dict[str, Any]:
-    return {
+    listed = {
         "type": "function",
         "name": tool.name,
         "description": tool.description,
         "parameters": tool.parameters,
         "strict": tool.strict,
     }
+    if tool.defer_loading:
+        listed["defer_loading"] = True
+    return listed
 
 
 def _model_function(tool: ResponsesFunctionTool, name: str, note: str | None) -> Function:
@@ -114,10 +121,12 @@ def _model_function(tool: ResponsesFunctionTool, name: str, note: str | None) ->
     return Function(name, tool.parameters or {}, description, bool(tool.strict))
 
 
-def request_tools(raw: list[dict[str, Any]] | None) -> RequestTools:
-    """Check and sort the request's ``tools`` (see the module's docstring)."""
+def request_tools(raw: list[dict[str, Any]] | None, loaded: Collection[str] = ()) -> RequestTools:
+    """Check and sort the request's ``tools`` (see the module's docstring);
+    ``loaded``: deferred tools that earlier searches loaded."""
     out = RequestTools()
     seen: dict[str, str] = {}
+    deferred: list[Function] = []
 
     def add(
         tool: ResponsesFunctionTool, namespace: str | None, note: str | None, param: str
@@ -140,6 +149,13 @@ def request_tools(raw: list[dict[str, Any]] | None) -> RequestTools:
             function = _function(tool, f"tools[{i}]")
             add(function, None, None, f"tools[{i}]")
             out.listing.append(_listed(function))
+            if function.defer_loading and function.name not in loaded:
+                deferred.append(out.functions.pop())
+        elif kind == "tool_search" and tool.get("execution") != "client":
+            out.server.append(ServerToolSpec("tool_search", type="tool_search"))
+            out.listing.append(tool)
+        elif kind == "tool_search":  # the client's own search: its calls have no item here
+            out.dropped.append(kind)
         elif kind == "namespace":
             out.listing.append(_namespace(tool, i, add, out.dropped))
         elif isinstance(kind, str) and kind.startswith("web_search"):
@@ -157,6 +173,8 @@ def request_tools(raw: list[dict[str, Any]] | None) -> RequestTools:
                 "and leaves out hosted tools such as 'web_search').",
                 param=f"tools[{i}].type",
             )
+    if deferred:
+        _defer(out, deferred)
     for kind in out.dropped:
         if kind not in _noticed:
             _noticed.add(kind)
@@ -168,6 +186,19 @@ def request_tools(raw: list[dict[str, Any]] | None) -> RequestTools:
                 kind,
             )
     return out
+
+
+def _defer(out: RequestTools, deferred: list[Function]) -> None:
+    """Give the deferred functions to the request's tool search."""
+    for i, spec in enumerate(out.server):
+        if spec.kind == "tool_search":
+            out.server[i] = dataclasses.replace(spec, deferred=deferred)
+            return
+    raise BadRequest(
+        "Invalid value for 'tools': a function with defer_loading needs a "
+        "{'type': 'tool_search'} tool beside it.",
+        param="tools",
+    )
 
 
 def _namespace(tool: dict[str, Any], i: int, add: Any, dropped: list[str]) -> dict[str, Any]:

@@ -124,6 +124,7 @@ def test_print_writes_nothing(gw: LiveGateway, env: dict[str, str], capsys: Any)
     settings = json.loads(out.split("\n", 1)[1])
     assert settings["env"]["ANTHROPIC_BASE_URL"] == gw.url
     assert settings["env"]["ANTHROPIC_MODEL"] == "small"
+    assert settings["env"]["ENABLE_TOOL_SEARCH"] == "true"  # the gateway serves it
     assert not file.exists() and not Path(env["XDG_STATE_HOME"]).exists()
 
 

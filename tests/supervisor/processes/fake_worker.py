@@ -46,13 +46,16 @@ Per request, the last message's text (or the prompt) decides:
 * ``repeat <text>`` as the first message: every request of that conversation is
   ``<text>`` (a tool loop whose model calls a tool in every round).
 * ``tools``: says the names of the tools its chat template gets (``a b …``).
+* ``script <a> ;; <b> ;; …`` as the first message: a tool loop's round n (n
+  assistant messages so far) is piece n, the last one from then on.
 * ``prefill <seconds> …``: a long prompt: after Started, nothing for ``<seconds>``
   but one ``Prefilled`` progress (half the prompt's words) halfway, then it echoes
   the words like any other text.
 * anything else: echoes the words back, one per step, ``max_tokens`` capping them
   (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
 
-A ``CountTokens`` is answered at once with the number of words in all messages; a
+A ``CountTokens`` is answered at once with the number of words in all messages and
+in the JSON of the chat template's tools; a
 ``Tokenize`` with one token per word of its text (ids 0, 1, …; the words as pieces),
 a ``Detokenize`` with its ids joined by spaces.
 """
@@ -120,6 +123,10 @@ def text_of(msg: Generate) -> str:
         first = msg.messages[0].get("content", "")
         if isinstance(first, str) and first.startswith("repeat "):
             return first.removeprefix("repeat ")  # every round of a tool loop says it
+        if isinstance(first, str) and first.startswith("script "):
+            rounds = first.removeprefix("script ").split(" ;; ")  # round n says piece n
+            done = sum(1 for m in msg.messages if m.get("role") == "assistant")
+            return rounds[min(done, len(rounds) - 1)]
         content = msg.messages[-1].get("content", "")
         if isinstance(content, list):
             return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
@@ -288,6 +295,8 @@ def main() -> None:
                     count = sum(
                         len(str(m.get("content", "")).split()) for m in request.messages or []
                     )
+                    tools = request.chat_template_kwargs.get("tools")
+                    count += len(json.dumps(tools).split()) if tools else 0
                     send(Done(request_id=rid, finish_reason="counted", usage=Usage(count, 0)))
                 case Tokenize(request_id=rid):
                     words = (request.text or "").split()
