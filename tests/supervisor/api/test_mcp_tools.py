@@ -226,3 +226,17 @@ async def test_a_realtime_session_runs_an_entrys_server_tools() -> None:
     texts = [part.text for item in done.output for part in item.content or [] if part.text]
     # the second round echoes the time server's answer (the call itself has no datetime)
     assert any("datetime" in text and "UTC" in text for text in texts), done
+
+
+async def test_responses_mcp_streamed_through_the_sdk(sdk: openai.AsyncOpenAI) -> None:
+    stream = await sdk.responses.create(
+        model=OK, input=f"say {now_call('UTC')}", tools=[mcp_tool()], stream=True
+    )
+    kinds = []
+    async for event in stream:
+        kinds.append(event.type)
+        if event.type == "response.completed":
+            final = event.response
+    assert "response.mcp_call.completed" in kinds, kinds
+    call = next(item for item in final.output if item.type == "mcp_call")
+    assert call.status == "completed" and "UTC" in (call.output or "")  # type: ignore[union-attr]

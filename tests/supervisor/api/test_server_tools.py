@@ -240,3 +240,18 @@ async def test_a_fetch_of_a_url_not_in_the_conversation_is_refused(
     blocks = reply.json()["content"]
     result = next(b for b in blocks if b["type"] == "web_fetch_tool_result")
     assert result["content"]["error_code"] == "url_not_allowed"
+
+
+async def test_anthropic_any_tool_choice_with_only_server_tools(app: Starlette) -> None:
+    async with client_for(app) as client:
+        message = await client.messages.create(
+            model=OK,
+            max_tokens=200,
+            messages=[{"role": "user", "content": f"say {search_call('lamps')}"}],
+            tools=[{"type": "web_search_20250305", "name": "web_search"}],
+            tool_choice={"type": "any"},
+        )
+    assert [block.type for block in message.content][:2] == [
+        "server_tool_use",
+        "web_search_tool_result",
+    ]
