@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mlx_gateway.protocol import kinds
-from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.kinds import serves
-from mlx_gateway.supervisor.engine.parsers.reasoning import resolve_reasoning
+from mlx_gateway.supervisor.engine.turns import reasoning_markers
 from mlx_gateway.supervisor.pool.keep_alive import expires_at
 from mlx_gateway.supervisor.pool.memory import model_dir, text_config, weights_on_disk
 from mlx_gateway.supervisor.pool.model_files import configured_context_window
@@ -47,10 +46,7 @@ def model_files(handle: ModelHandle) -> ModelFiles:
 def thinks(handle: ModelHandle) -> bool:
     """Whether the model writes thinking blocks (its config's reasoning parser, else
     the markers its worker found in the chat template)."""
-    config = handle.config
-    parser = config.reasoning_parser if isinstance(config, TextModelConfig) else None
-    extra = handle.facts.extra if handle.facts is not None else None
-    return resolve_reasoning(parser, extra) is not None
+    return reasoning_markers(handle) is not None
 
 
 def capabilities(handle: ModelHandle) -> list[str]:

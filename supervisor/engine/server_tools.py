@@ -19,8 +19,10 @@ from mlx_gateway.supervisor.engine.parsers.tool_calls import Function
 ToolKind = Literal["web_search", "web_fetch", "mcp", "tool_search"]
 
 SEPARATOR = "__"
-"""Between an MCP server's label and its tool's name in the name the model sees
-(``time__get_current_time``): a plain identifier that every tool-call format writes."""
+"""Between a group's name and a member's in the flat name the model sees: an MCP
+server's label and its tool (``time__get_current_time``), a Responses namespace and
+its function (``agents__spawn``); a plain identifier that every tool-call format
+writes."""
 
 
 @dataclass(frozen=True)

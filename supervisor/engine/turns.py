@@ -38,7 +38,11 @@ from mlx_gateway.supervisor.engine.kinds import kind_of
 from mlx_gateway.supervisor.engine.parsers.formats import resolve_tool_format
 from mlx_gateway.supervisor.engine.parsers.grammars import json_document
 from mlx_gateway.supervisor.engine.parsers.markers import StopScanner
-from mlx_gateway.supervisor.engine.parsers.reasoning import make_splitter, resolve_reasoning
+from mlx_gateway.supervisor.engine.parsers.reasoning import (
+    ThinkMarkers,
+    make_splitter,
+    resolve_reasoning,
+)
 from mlx_gateway.supervisor.engine.parsers.tool_calls import ToolCallStream, ToolFormat
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec
 from mlx_gateway.supervisor.errors import ContextLengthExceeded
@@ -159,6 +163,14 @@ def text_settings(handle: ModelHandle) -> TextModelConfig:
 def _extra(handle: ModelHandle) -> dict[str, str]:
     """What the worker reported of its model (chat template markers…), once ready."""
     return handle.facts.extra if handle.facts is not None else {}
+
+
+def reasoning_markers(handle: ModelHandle) -> ThinkMarkers | None:
+    """The model's thinking markers (its config's reasoning parser, else those its
+    worker found in the chat template); ``None``: it writes no thinking blocks."""
+    config = handle.config
+    parser = config.reasoning_parser if isinstance(config, TextModelConfig) else None
+    return resolve_reasoning(parser, _extra(handle))
 
 
 def tool_format(handle: ModelHandle) -> ToolFormat | None:
@@ -295,13 +307,7 @@ class Turn:
             request.n == 1
             and not request.tools.active
             and request.logprobs is None
-            and (
-                request.prompt is not None
-                or resolve_reasoning(
-                    text_settings(self.handle).reasoning_parser, _extra(self.handle)
-                )
-                is None
-            )
+            and (request.prompt is not None or reasoning_markers(self.handle) is None)
         )
 
     def choice(self, index: int) -> AsyncIterator[TurnEvent]:
@@ -395,11 +401,7 @@ class _ChoiceParser:
         request = turn.request
         started = self.generation.started
         raw = request.prompt is not None  # no template, so nothing to parse
-        markers = (
-            None
-            if raw
-            else resolve_reasoning(text_settings(turn.handle).reasoning_parser, _extra(turn.handle))
-        )
+        markers = None if raw else reasoning_markers(turn.handle)
         self.splitter = (
             make_splitter(markers, inside=bool(started and started.reasoning)) if markers else None
         )

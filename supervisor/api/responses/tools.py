@@ -33,13 +33,9 @@ from mlx_gateway.supervisor.api.responses.schemas import ResponsesFunctionTool
 from mlx_gateway.supervisor.engine.tools import Function
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http import validation_error
-from mlx_gateway.supervisor.reply.serve import ServerToolSpec
+from mlx_gateway.supervisor.reply.serve import SEPARATOR, ServerToolSpec
 
 logger = logging.getLogger(__name__)
-
-SEPARATOR = "__"
-"""Between a namespace and a member's name in the flat name the model sees (a
-plain identifier, which every tool-call format can write)."""
 
 HOSTED_TOOL_TYPES = frozenset(
     {
