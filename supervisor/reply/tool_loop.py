@@ -153,8 +153,13 @@ class ToolLoop(Turn):
             client_call = False
             text: list[str] = []
             finish: Finished | None = None
+            final = self.rounds > self.max_rounds  # the tool-free round after the limit
             async for event in self.round.choice(0):
                 match event:
+                    case ToolCallMade(name=name) if name in self.tools and final:
+                        logger.info(
+                            "%s: %s called after the round limit: not run", self.request_id, name
+                        )
                     case ToolCallMade(name=name) if name in self.tools:
                         tool = self.tools[name]
                         if tool.spec.require_approval == "always":
@@ -184,6 +189,8 @@ class ToolLoop(Turn):
                 yield result
             if not calls or client_call or over or waiting:
                 reason = "length" if over and not client_call else finish.reason
+                if final and not client_call and reason == "tool_calls":
+                    reason = "stop"  # only dropped server calls: the answer ended
                 yield Finished(reason, total, finish.stop_sequence, reasoning_tokens)
                 return
             last = self.rounds >= self.max_rounds

@@ -255,3 +255,17 @@ async def test_anthropic_any_tool_choice_with_only_server_tools(app: Starlette) 
         "server_tool_use",
         "web_search_tool_result",
     ]
+
+
+async def test_a_server_call_after_the_round_limit_is_not_run(sdk: openai.AsyncOpenAI) -> None:
+    # A client function keeps the last round's tool parsing on: the model's call of
+    # the search there is dropped, not run, and the turn ends.
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    response = await sdk.responses.create(
+        model=OK,
+        input=f"repeat say {search_call('again')}",
+        tools=[{"type": "web_search"}, weather],
+    )
+    calls = [item for item in response.output if item.type == "web_search_call"]
+    assert len(calls) == 3  # tools.max_rounds
+    assert response.status == "completed"
