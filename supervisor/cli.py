@@ -156,7 +156,9 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
         loop.add_signal_handler(signum, stop.set)
     names = ", ".join(model.served_model_name for model in config.models)
     log.info("serving %s on http://%s:%d/v1", names, host, port)
-    warning = exposure_warning(host, config.server.api_keys)
+    warning = exposure_warning(
+        host, [*config.server.api_keys, *(app.key for app in config.server.keys)]
+    )
     if warning:
         log.warning(warning)
     app = create_app(config)

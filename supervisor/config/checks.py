@@ -46,6 +46,42 @@ def _check_peers(ctx: _Ctx, config: GatewayConfig) -> None:
         names[peer.name] = j
 
 
+def _check_keys(ctx: _Ctx, config: GatewayConfig) -> None:
+    """Each app of ``server.keys`` has its own name and its own key (one key, one
+    app: the key says who calls), and ``server.wyoming.key`` names one of them."""
+    server = config.server
+    names: dict[str, int] = {}
+    owners: dict[str, str] = {}
+    for key in server.api_keys:
+        owners.setdefault(key, "server.api_keys")
+    for key in server.admin_keys:
+        owners[key] = "server.admin_keys"
+    for j, app in enumerate(server.keys):
+        if app.name in names:
+            raise ctx.error(
+                ("server", "keys", j, "name"),
+                f"the app name {app.name!r} is already used by server.keys[{names[app.name]}]; "
+                "give each app its own name",
+            )
+        names[app.name] = j
+        source = next(s for s in ("key_env", "key_file", "key") if getattr(app, s) is not None)
+        if app.key in owners:
+            raise ctx.error(
+                ("server", "keys", j, source),
+                f"app {app.name!r} has the same key as {owners[app.key]}; give each app "
+                "its own key (the key is how the gateway knows who calls)",
+            )
+        owners[app.key] = f"server.keys[{j}] ({app.name!r})"
+    wyoming = server.wyoming
+    if wyoming is not None and wyoming.key is not None and wyoming.key not in names:
+        listed = ", ".join(names) or "none"
+        raise ctx.error(
+            ("server", "wyoming", "key"),
+            f"{wyoming.key!r} is no app of server.keys (here: {listed}); name the app "
+            "Wyoming acts as",
+        )
+
+
 def _check_wyoming(ctx: _Ctx, config: GatewayConfig) -> None:
     """The models ``server.wyoming`` offers are speech models of this file."""
     wyoming = config.server.wyoming
@@ -97,6 +133,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_realtime(ctx, config)
     _check_peers(ctx, config)
     _check_wyoming(ctx, config)
+    _check_keys(ctx, config)
     _check_groups(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):

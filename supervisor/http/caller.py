@@ -14,6 +14,8 @@ from typing import Literal
 
 from starlette.types import Scope
 
+from mlx_gateway.supervisor.config.apps import in_scope
+
 Role = Literal["client", "admin", "read-only"]
 Priority = Literal["interactive", "batch"]
 
@@ -31,6 +33,15 @@ class Caller:
     """Served names or globs this app may use; ``None``: all of them."""
     fingerprint: str = "-"
     """The first 8 hex digits of the key's SHA-256 (``-`` without a key)."""
+
+    def allows(self, model: str) -> bool:
+        """Whether ``model`` (a served name or alias) is within this app's scope."""
+        return in_scope(self.models, (model,))
+
+    @property
+    def may_generate(self) -> bool:
+        """Whether this app may do more than list and show (not ``read-only``)."""
+        return self.role != "read-only"
 
 
 ANONYMOUS = Caller(name="anonymous")

@@ -33,6 +33,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
+from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.http.disconnect import unless_gone
 from mlx_gateway.supervisor.peers.directory import VIA_HEADER, Peer, PeerDirectory, _describe
 from mlx_gateway.supervisor.peers.forward import open_upstream, relay
@@ -95,10 +96,13 @@ class PeerMiddleware:
             return  # the client left while sending
         replay = _replaying(body, receive)
         name = model_of(_header(scope, b"content-type"), body)
-        peers = directory.serving(name) if name else []
+        # A model outside the key's scope is no peer's either (the local lookup
+        # refuses it too, so the request ends as a 404).
+        allowed = name is not None and name != "" and caller_of(scope).allows(name)
+        peers = directory.serving(name) if allowed and name else []
         local = _local_handle(registry, name)
         if not peers:
-            down = directory.last_known(name) if name and local is None else []
+            down = directory.last_known(name) if allowed and name and local is None else []
             if down:
                 error = GatewayError(
                     f"Model '{name}' is served by the peer gateway "

@@ -64,7 +64,7 @@ async def realtime(websocket: WebSocket) -> None:
 
 def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     registry = websocket.app.state.registry
-    handles: list[ModelHandle] = registry.handles
+    handles: list[ModelHandle] = registry.visible()
     chosen: RealtimeConfig = websocket.app.state.config.realtime
     query = websocket.query_params
     intent = query.get("intent") or "conversation"
