@@ -94,8 +94,9 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         return found[0]
 
     speakers = [h for h in handles if kind_of(h) in SPEECH_KINDS]
-    tts = registry.resolve(chosen.speech_model) if chosen.speech_model else None
-    tts = tts or (speakers[0] if speakers else None)
+    # realtime.speech_model outside the key's scope: another speaker it may use, if any
+    found = registry.lookup(chosen.speech_model) if chosen.speech_model else None
+    tts = found.handle if found is not None else (speakers[0] if speakers else None)
     settings = Settings(voice=chosen.voice, early_transcription=chosen.early_transcription)
     if tts is None:
         settings.modalities = ["text"]

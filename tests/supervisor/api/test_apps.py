@@ -5,6 +5,7 @@ limits answer 429 with ``Retry-After`` while other apps go on."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,8 @@ import httpx
 import ollama
 import openai
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from mlx_gateway.supervisor.config.apps import KeyConfig
 
@@ -199,3 +202,24 @@ def test_max_concurrent(gateway: LiveGateway) -> None:
         slow.join(30)
     assert answers and answers[0].choices[0].message.content
     assert chat(single, OPEN).choices[0].message.content  # its slot is free again
+
+
+# ------------------------------------------------------------------ realtime
+
+
+def realtime(gw: LiveGateway, key: str, model: str) -> dict[str, Any]:
+    """The first event of a Realtime session opened with ``key`` for ``model``."""
+    url = f"ws://127.0.0.1:{gw.port}/v1/realtime?model={model}"
+    headers = {"Authorization": f"Bearer {key}"}
+    with ws_connect(url, additional_headers=headers, open_timeout=10) as ws:
+        return json.loads(ws.recv(timeout=10))
+
+
+def test_realtime_obeys_the_scope_and_the_role(gateway: LiveGateway) -> None:
+    assert realtime(gateway, "sk-guest", OPEN)["type"] == "session.created"
+    refused = realtime(gateway, "sk-guest", HIDDEN)
+    assert refused["type"] == "error" and refused["error"]["code"] == "model_not_found"
+    assert realtime(gateway, SHORT, HIDDEN)["type"] == "session.created"
+    with pytest.raises(InvalidStatus) as read_only:
+        realtime(gateway, "sk-viewer", OPEN)
+    assert read_only.value.response.status_code == 403
