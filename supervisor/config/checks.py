@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from mlx_gateway.protocol.kinds import SPEECH, TRANSCRIPTION, kinds_serving
+from mlx_gateway.supervisor.config.apps import in_scope
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
@@ -72,6 +73,7 @@ def _check_keys(ctx: _Ctx, config: GatewayConfig) -> None:
                 "its own key (the key is how the gateway knows who calls)",
             )
         owners[app.key] = f"server.keys[{j}] ({app.name!r})"
+        _warn_unmatched(ctx, j, app.name, app.models or [], config)
     wyoming = server.wyoming
     if wyoming is not None and wyoming.key is not None and wyoming.key not in names:
         listed = ", ".join(names) or "none"
@@ -80,6 +82,26 @@ def _check_keys(ctx: _Ctx, config: GatewayConfig) -> None:
             f"{wyoming.key!r} is no app of server.keys (here: {listed}); name the app "
             "Wyoming acts as",
         )
+
+
+def _warn_unmatched(
+    ctx: _Ctx, j: int, name: str, patterns: list[str], config: GatewayConfig
+) -> None:
+    """A scope entry that matches no model of the file is most likely a typo; it is
+    no error, since models pulled later (``/api/pull``) may match it."""
+    names = [alias for model in config.models for alias in model.names]
+    for k, pattern in enumerate(patterns):
+        if not in_scope([pattern], tuple(names)):
+            path: _KeyPath = ("server", "keys", j, "models", k)
+            pos = ctx.positions.get(path)
+            log.warning(
+                "%s%s: app %r: %r matches no model of this file (yet); the app cannot use "
+                "it until one is added",
+                _display(path),
+                ctx.where(pos),
+                name,
+                pattern,
+            )
 
 
 def _check_wyoming(ctx: _Ctx, config: GatewayConfig) -> None:

@@ -32,7 +32,6 @@ the message as its reason.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 from collections.abc import Iterable, Sequence
 
@@ -153,20 +152,18 @@ class AuthMiddleware:
         found = self.apps.find(key)
         method = "GET" if kind == "websocket" else scope["method"]
         path = scope["path"]
-        error = self.check(method, path, key, found)
-        limited = found is not None and found.limits is not None
-        working = kind == "websocket" or (not is_admin(method, path) and generates(method, path))
-        if error is None and limited and working:
-            assert found is not None and found.limits is not None
+        working = kind == "websocket" or generates(method, path)  # a Realtime session works
+        error = self.check(method, path, key, found, working=working)
+        limits = found.limits if found is not None and not is_admin(method, path) else None
+        if error is None and limits is not None and working:
             try:
-                found.limits.admit()
+                limits.admit()
             except AppLimitExceeded as exceeded:
                 error = exceeded
-            else:
-                await self._run(scope, receive, send, found, found.limits)
-                return
+        else:
+            limits = None  # nothing admitted: nothing to release
         if error is None:
-            await self._run(scope, receive, send, found, None)
+            await self._run(scope, receive, send, found, limits)
         elif kind == "websocket":
             await _deny_websocket(error, scope, receive, send)
         else:
@@ -188,10 +185,19 @@ class AuthMiddleware:
                 limits.release(used)
 
     def check(
-        self, method: str, path: str, key: str | None, found: App | None = None
+        self,
+        method: str,
+        path: str,
+        key: str | None,
+        found: App | None = None,
+        *,
+        working: bool | None = None,
     ) -> GatewayError | None:
         """The error for a request with ``key`` (whose app is ``found``), or ``None``
-        when it may pass."""
+        when it may pass; ``working``: whether it generates (default: by
+        :func:`generates`)."""
+        if working is None:
+            working = generates(method, path)
         if found is None and key is not None:
             found = self.apps.find(key)
         role = found.caller.role if found is not None else None
@@ -211,7 +217,7 @@ class AuthMiddleware:
             return None
         if role is None:
             return _unauthenticated(key) if self.apps.closed else None
-        if role == "read-only" and (generates(method, path) or path == "/v1/realtime"):
+        if role == "read-only" and working:
             return _read_only(found)
         return None
 
@@ -265,13 +271,6 @@ def _unauthenticated(key: str | None) -> AuthenticationError:
     )
 
 
-def key_fingerprint(scope: Scope) -> str:
-    """A short fingerprint of the request's key for logs (the first 8 hex digits of
-    its SHA-256; ``-`` without a key): which client did it, never the key itself."""
-    key = presented_key(scope)
-    return hashlib.sha256(key.encode()).hexdigest()[:8] if key else "-"
-
-
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` accepts connections from this machine only."""
     host = host.strip().strip("[]")
@@ -288,6 +287,6 @@ def exposure_warning(host: str, api_keys: Iterable[str]) -> str | None:
     if is_loopback(host) or any(True for _ in api_keys):
         return None
     return (
-        f"binding {host} without server.api_keys: anyone who can reach this machine "
-        "can use every model; set api_keys (and admin_keys) or bind 127.0.0.1"
+        f"binding {host} without server.api_keys or server.keys: anyone who can reach "
+        "this machine can use every model; set keys (or api_keys) or bind 127.0.0.1"
     )

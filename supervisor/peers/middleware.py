@@ -96,13 +96,12 @@ class PeerMiddleware:
             return  # the client left while sending
         replay = _replaying(body, receive)
         name = model_of(_header(scope, b"content-type"), body)
-        # A model outside the key's scope is no peer's either (the local lookup
-        # refuses it too, so the request ends as a 404).
-        allowed = name is not None and name != "" and caller_of(scope).allows(name)
-        peers = directory.serving(name) if allowed and name else []
+        # outside the key's scope a model is no peer's either (nor here: a 404)
+        wanted = name if name and caller_of(scope).allows(name) else None
+        peers = directory.serving(wanted) if wanted else []
         local = _local_handle(registry, name)
         if not peers:
-            down = directory.last_known(name) if allowed and name and local is None else []
+            down = directory.last_known(wanted) if wanted and local is None else []
             if down:
                 error = GatewayError(
                     f"Model '{name}' is served by the peer gateway "

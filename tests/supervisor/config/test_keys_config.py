@@ -166,3 +166,12 @@ def test_keys_from_env_and_file_open_a_real_gateway(
             assert [m.id for m in client.models.list()] == ["fake/ok"]
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{gw.url}/v1", api_key="AGENT_KEY", max_retries=0).models.list()
+
+
+def test_a_scope_that_matches_nothing_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load(tmp_path, "- name: a\n  key: sk-1\n  models: [fake/*, qwen3-8]\n")
+    assert config.server.keys[0].models == ["fake/*", "qwen3-8"]
+    warned = [r.getMessage() for r in caplog.records if "matches no model" in r.getMessage()]
+    assert len(warned) == 1 and "'qwen3-8'" in warned[0] and "config.yaml:7" in warned[0]
