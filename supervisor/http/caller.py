@@ -4,7 +4,9 @@ The auth middleware puts a :class:`Caller` on the ASGI scope (``scope["state"]
 ["caller"]``) once it has accepted the key; everything after it (the model scope
 checks, the scheduler's priority, usage records, tool-call logs) reads it with
 :func:`caller_of` and never looks at the key again. A gateway without keys, and any
-request that reaches code before the middleware ran, is :data:`ANONYMOUS`.
+request that reaches code before the middleware ran, is :data:`ANONYMOUS`. A key of
+the ``api_keys`` / ``admin_keys`` shorthand is an app named ``key-<fp>`` /
+``admin-<fp>`` (:mod:`.keyring`).
 """
 
 from __future__ import annotations
@@ -37,11 +39,6 @@ class Caller:
     def allows(self, model: str) -> bool:
         """Whether ``model`` (a served name or alias) is within this app's scope."""
         return in_scope(self.models, (model,))
-
-    @property
-    def may_generate(self) -> bool:
-        """Whether this app may do more than list and show (not ``read-only``)."""
-        return self.role != "read-only"
 
 
 ANONYMOUS = Caller(name="anonymous")
