@@ -1,7 +1,7 @@
 """Usage rows of the other kinds, from real workers on tiny random models (a
-language model, BERT embeddings, a cross-encoder, Whisper, Soprano, FLUX.2): each row holds
-what its client was told (tokens, seconds of audio heard or received), and a
-repeated prompt's cached tokens are those the client saw."""
+language model, BERT embeddings, a cross-encoder, Whisper, Soprano, FLUX.2): each
+row holds what its client was told (tokens, seconds of audio heard or received,
+pictures), and a repeated prompt's cached tokens are those the client saw."""
 
 from __future__ import annotations
 
