@@ -25,9 +25,12 @@ KIND_OF_ROUTE: dict[str, str] = {
     "/v1/audio/speech": "speech",
     "/v1/images/generations": "images",
     "/v1/images/edits": "images",
+    "wyoming transcribe": "transcription",
+    "wyoming synthesize": "speech",
 }
-"""The kind of request each route answers (what ``group_by=kind`` groups by); any
-other route that used a model (token counts, tokenize) is named by its path."""
+"""The kind of request each route answers (what ``group_by=kind`` groups by; the
+Wyoming server's requests count as HTTP ones); any other route that used a model
+is named by its path."""
 
 
 def kind_of_route(route: str) -> str:

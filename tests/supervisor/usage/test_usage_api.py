@@ -54,10 +54,10 @@ def ask_every_surface(url: str) -> dict[str, tuple[int, int, int]]:
     ):
         _openai(sdk, told)
         _anthropic(claude, told)
-    olla = ollama.Client(host=url)
-    answer = olla.chat(model=MODEL, messages=say("ollama"))
+    with ollama.Client(host=url) as olla:
+        answer = olla.chat(model=MODEL, messages=say("ollama"))
+        parts = list(olla.generate(model=MODEL, prompt="say generated", stream=True))
     told["ollama"] = [(answer.prompt_eval_count or 0, answer.eval_count or 0)]
-    parts = list(olla.generate(model=MODEL, prompt="say generated", stream=True))
     told["ollama"].append((parts[-1].prompt_eval_count or 0, parts[-1].eval_count or 0))
     return {
         kind: (len(pairs), sum(p for p, _ in pairs), sum(c for _, c in pairs))
