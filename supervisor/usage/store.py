@@ -88,6 +88,7 @@ class UsageStore:
         self.retention = retention_days * 86400.0
         self._queue: queue.Queue[object] = queue.Queue(MAX_QUEUED)
         self._thread = threading.Thread(target=self._run, name="usage-writer", daemon=True)
+        self._closing = threading.Event()
         self.dropped = 0
         """Rows dropped because the queue was full."""
         self.written = 0
@@ -137,10 +138,14 @@ class UsageStore:
         return await asyncio.to_thread(run)
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued, then stop the thread."""
+        """Write what is queued (waiting ``timeout`` at most), then stop the thread.
+        Rows the file still refuses by then are given up, with a warning."""
         if not self._thread.is_alive():
             return
-        await self.flush(timeout)
+        written = await self.flush(timeout)
+        self._closing.set()  # a batch being tried again is given up
+        if not written:
+            log.warning("usage: %s did not take the last rows in %.0f s", self.path, timeout)
         try:
             self._queue.put_nowait(_STOP)
         except queue.Full:
@@ -215,9 +220,8 @@ class UsageStore:
                 return
             except sqlite3.Error as exc:
                 log.warning("usage: writing %d rows to %s failed: %s", len(values), self.path, exc)
-                if last:
+                if last or self._closing.wait(RETRY_AFTER):
                     return
-                time.sleep(RETRY_AFTER)
 
     def _prune(self, conn: sqlite3.Connection) -> None:
         try:

@@ -54,6 +54,23 @@ async def test_rows_wait_for_a_locked_file_and_are_written_once_it_is_free(
     await store.close()
 
 
+async def test_closing_gives_up_rows_a_locked_file_refuses(tmp_path: Path) -> None:
+    """A gateway that stops while its usage file is locked stops all the same."""
+    path = tmp_path / "usage.sqlite3"
+    store = UsageStore(path, retention_days=30)
+    store.start()
+    assert await store.flush()
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        store.add(row(time.time()))
+        await store.close(timeout=0.5)
+        assert store.written == 0
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+
+
 async def test_rows_past_the_retention_are_deleted_at_start(tmp_path: Path) -> None:
     path = tmp_path / "usage.sqlite3"
     store = UsageStore(path, retention_days=365)
