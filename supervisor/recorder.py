@@ -55,8 +55,9 @@ class RequestRecord:
     cached_tokens: int = 0
     """Of those, read from the prompt cache."""
     completion_tokens: int = 0
-    turns: list[tuple[int, int]] = field(default_factory=list)
-    """The prompt and cached tokens of each earlier turn (a tool loop's rounds)."""
+    earlier: tuple[int, int] = (0, 0)
+    """The prompt and cached tokens of the turns before the current one (a tool
+    loop's earlier rounds)."""
     images: int = 0
     """Pictures made (finished, not previews)."""
     status: int = 200
@@ -128,19 +129,15 @@ def note_turn() -> None:
     far stay, the turn's own are added as its choices report them."""
     record = _current.get()
     if record is not None:
-        record.turns.append((record.prompt_tokens, record.cached_tokens))
+        record.earlier = (record.prompt_tokens, record.cached_tokens)
 
 
 def note_started(prompt_tokens: int) -> None:
     """The worker accepted the request (``Started``)."""
     record = _current.get()
     if record is not None:
-        record.prompt_tokens = _earlier(record)[0] + prompt_tokens
+        record.prompt_tokens = record.earlier[0] + prompt_tokens
         record.phase = f"prefill 0/{prompt_tokens}"
-
-
-def _earlier(record: RequestRecord) -> tuple[int, int]:
-    return record.turns[-1] if record.turns else (0, 0)
 
 
 def note_abort(abort: Callable[[BaseException], bool]) -> None:
@@ -209,7 +206,7 @@ def note_done(
     record = _current.get()
     if record is not None:
         record.outcome = finish_reason
-        earlier_prompt, earlier_cached = _earlier(record)
+        earlier_prompt, earlier_cached = record.earlier
         if prompt_tokens:
             record.prompt_tokens = earlier_prompt + prompt_tokens
             record.cached_tokens = earlier_cached + cached_tokens
