@@ -6,10 +6,10 @@ request in a context variable; the shared request code (:mod:`.generation`, and
 any endpoint's own work loop) notes facts on it with the ``note_*`` functions,
 which do nothing outside a request. When the response ends, the middleware
 commits the record into the app's :class:`Recorder`, which counts it and hands
-its :class:`UsageRow` to the usage database (:mod:`.usage`, written off the request
-path). A context variable reaches
-every task the request starts (anyio and asyncio copy the context into them), so
-no handler needs to pass the record around.
+its :class:`UsageRow` to the usage database (:mod:`.usage`, written off the
+request path). A context variable reaches every task the request starts (anyio
+and asyncio copy the context into them), so no handler needs to pass the record
+around.
 """
 
 from __future__ import annotations
