@@ -135,6 +135,15 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     with ``previous_response_id`` or fetched with ``GET /v1/responses/{id}``."""
     response_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 64.0
     """Responses API: memory for stored responses, in MiB; the oldest go first."""
+    usage: bool = True
+    """Record what each answered request used (app, model, kind, tokens, audio,
+    images, time, status) in the usage database (``GET /v1/usage``,
+    ``mlx-gateway usage``); ``false``: nothing is written."""
+    usage_path: str | None = None
+    """The usage database (SQLite); ``None``: ``usage.sqlite3`` in the gateway's
+    state folder (``$MLX_GATEWAY_CACHE_DIR``, default ``~/.cache/mlx-gateway``)."""
+    usage_retention_days: Annotated[float, msgspec.Meta(gt=0)] = 90.0
+    """Days a usage row is kept; older ones are deleted (at start and hourly)."""
     prompt_cache_dir: str | None = None
     """Language models: a directory where KV caches are written when a model stops
     (evicted, idle, unloaded) or an entry leaves the memory prompt cache, and read

@@ -30,6 +30,7 @@ from mlx_gateway.supervisor.engine.kinds import (
     require_kind,
 )
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
+from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.serve import text_model
 
@@ -111,7 +112,8 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         )
     lm = text_model(registry.resolve(name), CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
-    return settings, Models(lm, whisper, tts, websocket.app.state)
+    caller = caller_of(websocket.scope).name
+    return settings, Models(lm, whisper, tts, websocket.app.state, caller)
 
 
 def _unserved(model: str, handles: list[ModelHandle]) -> GatewayError:

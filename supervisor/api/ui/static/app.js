@@ -582,6 +582,6 @@ $("#img-run").addEventListener("click", generateImage);
 $("#speak-run").addEventListener("click", speak);
 refresh();
 setInterval(refresh, 2000);
-const VIEWS = ["models", "logs", "playground", "talk"];
+const VIEWS = ["models", "logs", "playground", "talk", "usage"];
 const wanted = (location.hash || "").slice(1);
 show(VIEWS.includes(wanted) ? wanted : "models");
