@@ -244,6 +244,7 @@ class WyomingHandler(AsyncEventHandler):
     def _recorded(self, route: str) -> Iterator[None]:
         """Count the request in ``/metrics`` as the HTTP middleware would."""
         record, token = recorder.open_record()
+        record.key = self.caller.name  # the app server.wyoming.key names
         status = 200
         try:
             yield
