@@ -1,7 +1,6 @@
 """Who reads whose usage: an admin every app's rows, a client key its own app's
-only. The apps are set on each request as the auth middleware sets them (the
-``Caller`` contract of ``http/caller.py``): the rows are recorded under the app's
-name, and ``GET /v1/usage`` filters by it."""
+only. The apps are ``server.keys`` entries, told apart by the real auth middleware:
+the rows are recorded under the app's name, and ``GET /v1/usage`` filters by it."""
 
 from __future__ import annotations
 
@@ -12,40 +11,30 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from starlette.types import Receive, Scope, Send
 
 from mlx_gateway.supervisor.app import create_app
-from mlx_gateway.supervisor.http.auth import presented_key
-from mlx_gateway.supervisor.http.caller import Caller, set_caller
+from mlx_gateway.supervisor.config.apps import KeyConfig
 
 from ..fakes import fake_command, fake_config
 
 MODEL = "fake/ok"
-APPS = {
-    "chat-key": Caller("chat-app"),
-    "indexer-key": Caller("indexer", priority="batch"),
-    "ops-key": Caller("ops", role="admin"),
-}
+APPS = [
+    KeyConfig(name="chat-app", key="chat-key"),
+    KeyConfig(name="indexer", key="indexer-key", priority="batch"),
+    KeyConfig(name="ops", key="ops-key", role="admin"),
+]
 
 
 @pytest.fixture
 async def gateway(tmp_path: Path) -> AsyncIterator[Any]:
     config = fake_config(
         {"model_path": MODEL},
-        api_keys=["chat-key", "indexer-key"],
-        admin_keys=["ops-key"],
+        keys=APPS,
         usage_path=str(tmp_path / "usage.sqlite3"),
     )
     app = create_app(config, command=fake_command)
-
-    async def as_apps(scope: Scope, receive: Receive, send: Send) -> None:
-        caller = APPS.get(presented_key(scope) or "")
-        if caller is not None:
-            set_caller(scope, caller)
-        await app(scope, receive, send)
-
     async with app.router.lifespan_context(app):
-        yield as_apps
+        yield app
 
 
 def client(gateway: Any, key: str) -> httpx.AsyncClient:
