@@ -33,7 +33,6 @@ from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
-from mlx_embeddings import load as load_model_and_tokenizer
 
 from mlx_gateway.protocol.messages import (
     Detokenize,
@@ -53,6 +52,7 @@ from mlx_gateway.workers.common.length_batches import pad_right, shortest_first
 from mlx_gateway.workers.common.row_batches import RowBatches
 from mlx_gateway.workers.common.token_bound import TokenBound
 from mlx_gateway.workers.common.tokenize import answer_tokenize
+from mlx_gateway.workers.embeddings.images import ImageInputs, read_images
 from mlx_gateway.workers.embeddings.pooling import (
     MODEL_POOLING,
     Pooling,
@@ -60,6 +60,7 @@ from mlx_gateway.workers.embeddings.pooling import (
     pool,
     read_pooling,
 )
+from mlx_gateway.workers.embeddings.vision import DualEncoder, load_embedder
 from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 
@@ -77,6 +78,7 @@ class _Job:
 
     request_id: str
     tokens: list[list[int]]
+    """Each input's token ids (empty for an image input)."""
     dimensions: int | None
     vectors: np.ndarray | None = None
     """(inputs, model dims) float32, allocated with the first batch."""
@@ -90,10 +92,10 @@ class _Item:
 
     job: _Job
     index: int
-
-    @property
-    def length(self) -> int:
-        return len(self.job.tokens[self.index])
+    length: int
+    """Its width in a batch: its tokens, a dual encoder's text width, or an image's patches."""
+    pixels: np.ndarray | None = None
+    """An image input: the processor's pixel array."""
 
 
 @dataclass
@@ -120,6 +122,9 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         self.model: Any = None
         self.tokenizer: Any = None
         self.info: _Model | None = None
+        self.dual: DualEncoder | None = None
+        """Set for a model that embeds images too (see :mod:`.vision`)."""
+        self.name = ""
         self.token_bound = TokenBound(None)
         """Refuses an input that cannot fit before it is tokenized (truncate false)."""
 
@@ -127,6 +132,7 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
 
     def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
         self._emit = emit
+        self.name = spec.served_model_name
         self.max_batch_tokens = _positive_option(spec, "max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS)
 
         def downloading(repo: str) -> None:
@@ -136,20 +142,28 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             spec.model_path, on_download=downloading, allow_patterns=ALLOW_PATTERNS
         )
         emit(Progress(stage="load", detail=str(path)))
+        config = read_json(path / "config.json")
         try:
-            model, tokenizer = load_model_and_tokenizer(str(path))
+            model, tokenizer = load_embedder(path, config)
         except ValueError as exc:  # "Model type … not supported", tokenizer failures
             raise LoadError(f"load failed: {spec.model_path}: {exc}") from None
         self.model = model
         self.tokenizer = _hf_tokenizer(tokenizer)
         self.token_bound = TokenBound.of(self.tokenizer)
-        config = read_json(path / "config.json")
+        limit = max_input_length(path, config, self.tokenizer, spec.context_length)
+        self.dual = DualEncoder.of(model, tokenizer, limit)
         self.info = self._describe(path, config, spec)
         info = self.info
+        inputs = "text,image" if self.dual is not None else "text"
         return ModelFacts(
             context_length=info.max_length,
             model_type=config.get("model_type"),
-            extra={"dimensions": str(info.dims), "pooling": info.pooling.name, **info.facts},
+            extra={
+                "dimensions": str(info.dims),
+                "pooling": info.pooling.name,
+                "inputs": inputs,
+                **info.facts,
+            },
         )
 
     def _describe(self, path: Path, config: dict[str, Any], spec: WorkerSpec) -> _Model:
@@ -157,7 +171,7 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         pad_id = tokenizer.pad_token_id
         if pad_id is None:
             pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-        pooling = read_pooling(path)
+        pooling = read_pooling(path) if self.dual is None else Pooling()
         info = _Model(
             max_length=max_input_length(path, config, tokenizer, spec.context_length),
             dims=0,
@@ -168,19 +182,24 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         self.info = info
         # One pass on a short input: finds the vector size (Dense layers may change
         # it) and pays the first-call costs before Ready rather than on a request.
+        # A dual encoder's probe runs its text tower alone (its __call__ wants an image).
         probe = [tokenizer("hello", add_special_tokens=True)["input_ids"]]
-        output, mask, lengths = self._forward(probe)
-        if pooling.modes != (MODEL_POOLING,) and not can_pool_states(output):
-            log.info("the model returns no token states: using its own pooling")
-            info.pooling = Pooling()
-        vectors = pool(info.pooling, output, mask, lengths)
+        if self.dual is not None:
+            vectors = self.dual.text_vectors(probe, info.pad_id)
+        else:
+            output, mask, lengths = self._forward(probe)
+            if pooling.modes != (MODEL_POOLING,) and not can_pool_states(output):
+                log.info("the model returns no token states: using its own pooling")
+                info.pooling = Pooling()
+            vectors = pool(info.pooling, output, mask, lengths)
         mx.eval(vectors)
         info.dims = int(vectors.shape[-1])
         info.facts = {"normalized": str(info.pooling.normalize).lower()}
         log.info(
-            "embeddings: %d dims, pooling %s%s, max length %d, max_batch_tokens %d",
+            "embeddings: %d dims, %s%s%s, max length %d, max_batch_tokens %d",
             info.dims,
-            info.pooling.name,
+            "texts and images" if self.dual is not None else "texts",
+            f", pooling {info.pooling.name}" if self.dual is None else "",
             " + L2 normalization" if info.pooling.normalize else "",
             info.max_length,
             self.max_batch_tokens,
@@ -209,13 +228,29 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
                 f"dimensions must be between 1 and {info.dims} for this model, got {dimensions}",
                 param="dimensions",
             )
-        tokens = self._tokens(request)
+        images = read_images(request, payloads, self.dual, self.name)
+        texts = self._tokens(request) if request.texts or request.token_ids else []
+        if not texts and not images.pixels:
+            raise RequestError("the input is empty", param="input")
+        tokens = images.merge(texts)
         job = _Job(request.request_id, tokens, dimensions, remaining=len(tokens))
-        job.prompt_tokens = sum(len(t) for t in tokens)
+        job.prompt_tokens = sum(len(t) for t in texts) + images.tokens
         self._jobs[job.request_id] = job
-        for index in shortest_first([len(t) for t in tokens]):
-            self._queue.append(_Item(job, index))
+        self._queue.extend(self._items(job, images))
         self._emit(Started(request_id=job.request_id, prompt_tokens=job.prompt_tokens))
+
+    def _items(self, job: _Job, images: ImageInputs) -> list[_Item]:
+        """The job's inputs as queue items: texts shortest first, then the images."""
+        dual = self.dual
+        text_at = [i for i in range(len(job.tokens)) if i not in images.pixels]
+        widths = [len(job.tokens[i]) for i in text_at]
+        if dual is not None:
+            widths = [max(w, dual.text_width) for w in widths]
+        items = [_Item(job, text_at[k], widths[k]) for k in shortest_first(widths)]
+        for index, pixels in images.pixels.items():
+            assert dual is not None
+            items.append(_Item(job, index, dual.image_tokens, pixels))
+        return items
 
     def _tokens(self, request: Embed) -> list[list[int]]:
         """Each input as token ids, checked against the model's limits."""
@@ -296,10 +331,16 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             return
         info = self.info
         assert info is not None
-        output, mask, lengths = self._forward([item.job.tokens[item.index] for item in batch])
-        vectors = pool(info.pooling, output, mask, lengths)
-        rows = np.array(vectors)  # evaluates; float32 from pool()
-        for item, row in zip(batch, rows, strict=True):
+        texts = [item for item in batch if item.pixels is None]
+        images = [item for item in batch if item.pixels is not None]
+        done: list[tuple[_Item, np.ndarray]] = []
+        if texts:
+            done.extend(zip(texts, np.array(self._text_vectors(texts)), strict=True))
+        if images:
+            assert self.dual is not None
+            pixels = [item.pixels for item in images if item.pixels is not None]
+            done.extend(zip(images, np.array(self.dual.image_vectors(pixels)), strict=True))
+        for item, row in done:
             job = item.job
             if job.vectors is None:
                 job.vectors = np.empty((len(job.tokens), info.dims), dtype=np.float32)
@@ -307,6 +348,16 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             job.remaining -= 1
         for job in self._finished():
             self._finish(job)
+
+    def _text_vectors(self, items: list[_Item]) -> mx.array:
+        """One float32 vector per text item (evaluated by the caller)."""
+        info = self.info
+        assert info is not None
+        rows = [item.job.tokens[item.index] for item in items]
+        if self.dual is not None:
+            return self.dual.text_vectors(rows, info.pad_id)
+        output, mask, lengths = self._forward(rows)
+        return pool(info.pooling, output, mask, lengths)
 
     def _forward(self, rows: list[list[int]]) -> tuple[Any, mx.array, mx.array]:
         """Run the model on ``rows`` padded on the right; returns its output, the
