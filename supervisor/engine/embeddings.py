@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import sys
+from collections.abc import Sequence
 
 from mlx_gateway.protocol.messages import Done, Embed, Embeddings
 from mlx_gateway.supervisor import recorder
@@ -18,13 +19,16 @@ from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall, unwrap
 
 
-async def embed(handle: ModelHandle, msg: Embed) -> tuple[Embeddings, bytes, int]:
-    """Run ``msg`` on ``handle``'s worker: the header, the matrix bytes and the
-    prompt tokens. Raises the worker's error as a :class:`GatewayError`; when
-    cancelled (the client left) the worker is told to drop the request."""
+async def embed(
+    handle: ModelHandle, msg: Embed, files: Sequence[bytes] = ()
+) -> tuple[Embeddings, bytes, int]:
+    """Run ``msg`` (its image inputs' ``files`` as payload frames) on ``handle``'s
+    worker: the header, the matrix bytes and the prompt tokens. Raises the
+    worker's error as a :class:`GatewayError`; when cancelled (the client left)
+    the worker is told to drop the request."""
     result: tuple[Embeddings, bytes] | None = None
     recorder.note_handle(handle)
-    async with WorkerCall(handle, msg) as call:
+    async with WorkerCall(handle, msg, files) as call:
         async for item in call:
             match unwrap(item):
                 case Embeddings() as header, [matrix, *_]:

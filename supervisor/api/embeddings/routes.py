@@ -18,12 +18,15 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Embeddings
 from mlx_gateway.supervisor.api.embeddings.inputs import (
+    MAX_INPUTS,
     Embedding,
     EmbeddingList,
     EmbeddingRequest,
     EmbeddingUsage,
     split_input,
 )
+from mlx_gateway.supervisor.api.embeddings.items import read_items
+from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.reply.embed import EmbedAsk, embed_for, floats, split_rows
 
@@ -35,12 +38,20 @@ INLINE_VALUES = 1 << 16
 async def create_embeddings(request: Request) -> Response:
     """Validate, then embed every input in one worker request."""
     req = await read_json(request, EmbeddingRequest)
-    texts, token_ids = split_input(req.input)
+    parts = read_items(req.input, req.images, MAX_INPUTS)
+    token_ids: list[list[int]] = []
+    if parts is not None:
+        texts, images = parts
+    elif req.input is None:
+        raise BadRequest("'input' is required.", param="input")
+    else:
+        (texts, token_ids), images = split_input(req.input), []
     ask = EmbedAsk(
         model=req.model,
         endpoint=ENDPOINT,
         texts=texts,
         token_ids=token_ids,
+        images=images,
         dimensions=req.dimensions,
         keep_alive=req.keep_alive,
         ttl=req.ttl,
