@@ -253,14 +253,18 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         return items
 
     def _tokens(self, request: Embed) -> list[list[int]]:
-        """Each input as token ids, checked against the model's limits."""
+        """Each text input as token ids, checked against the model's limits (errors
+        name the input's position among all inputs, images included)."""
+        images = set(request.images)
+        count = len(request.texts or request.token_ids) + len(images)
+        at = [i for i in range(count) if i not in images]
         info = self.info
         assert info is not None
         if request.texts and request.token_ids:
             raise RequestError("give either texts or token ids, not both", param="input")
         if request.texts:
             if not request.truncate:
-                self._refuse_unfittable(request.texts, info.max_length)
+                self._refuse_unfittable(request.texts, info.max_length, at)
             encoded = self.tokenizer(
                 request.texts, add_special_tokens=True, truncation=False, verbose=False
             )
@@ -271,41 +275,41 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
                 bad = next((t for t in ids if not 0 <= t < info.vocab_size), None)
                 if bad is not None:
                     raise RequestError(
-                        f"input[{i}] holds token id {bad}, outside the vocabulary "
+                        f"input[{at[i]}] holds token id {bad}, outside the vocabulary "
                         f"(0..{info.vocab_size - 1})",
-                        param=f"input[{i}]",
+                        param=f"input[{at[i]}]",
                     )
         else:
             raise RequestError("the input is empty", param="input")
         limit = info.max_length
         for i, ids in enumerate(tokens):
             if not ids:
-                raise RequestError(f"input[{i}] is empty", param=f"input[{i}]")
+                raise RequestError(f"input[{at[i]}] is empty", param=f"input[{at[i]}]")
             if len(ids) <= limit:
                 continue
             if not request.truncate:
                 raise RequestError(
-                    f"input[{i}] is {len(ids)} tokens long, over this model's maximum input "
+                    f"input[{at[i]}] is {len(ids)} tokens long, over this model's maximum input "
                     f"length of {limit} tokens; shorten it (or set truncate: true for the "
                     "model to cut inputs to the limit)",
-                    param=f"input[{i}]",
+                    param=f"input[{at[i]}]",
                     code="context_length_exceeded",
                 )
             tokens[i] = self._truncated(request, i, ids)
         return tokens
 
-    def _refuse_unfittable(self, texts: list[str], limit: int) -> None:
+    def _refuse_unfittable(self, texts: list[str], limit: int, at: list[int]) -> None:
         """An input that cannot fit, refused before the inputs are tokenized (see
         :mod:`...common.token_bound`)."""
         for i, text in enumerate(texts):
             tokens = self.token_bound.at_least([text])
             if tokens > limit:
                 raise RequestError(
-                    f"input[{i}] is at least {tokens} tokens long "
+                    f"input[{at[i]}] is at least {tokens} tokens long "
                     f"({self.token_bound.reason(len(text))}), over this model's maximum "
                     f"input length of {limit} tokens; shorten it (or set truncate: true "
                     "for the model to cut inputs to the limit)",
-                    param=f"input[{i}]",
+                    param=f"input[{at[i]}]",
                     code="context_length_exceeded",
                 )
 

@@ -112,3 +112,13 @@ def test_a_text_only_model_refuses_an_image_naming_itself(tiny_bert_path: Path) 
     message = caught.value.message
     assert "'tiny'" in message and "embeds text only" in message
     assert caught.value.status == 400 and caught.value.param == "input[0]"
+
+
+def test_a_text_error_names_its_place_among_the_images(siglip: tuple) -> None:
+    backend, _ = siglip
+    long_text = " ".join(["the quick brown fox jumps over the lazy dog"] * 4)
+    with pytest.raises(RequestError) as caught:
+        backend.submit(
+            Embed(request_id="long", texts=["hello world", long_text], images=[0]), IMAGES[:1]
+        )
+    assert caught.value.param == "input[2]" and caught.value.code == "context_length_exceeded"
