@@ -19,7 +19,15 @@ from mlx_gateway.supervisor.engine.embedding_images import (
     embedding_image_policy,
     read_image_inputs,
 )
-from mlx_gateway.supervisor.engine.embeddings import embed, float_rows, floats, split_rows
+from mlx_gateway.supervisor.engine.embeddings import (
+    embed,
+    float_rows,
+    floats,
+    input_groups,
+    one_per_input,
+    split_rows,
+    summary,
+)
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
@@ -32,7 +40,10 @@ __all__ = [
     "embed_for",
     "float_rows",
     "floats",
+    "input_groups",
+    "one_per_input",
     "split_rows",
+    "summary",
 ]
 
 

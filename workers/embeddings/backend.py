@@ -53,6 +53,11 @@ from mlx_gateway.workers.common.row_batches import RowBatches
 from mlx_gateway.workers.common.token_bound import TokenBound
 from mlx_gateway.workers.common.tokenize import answer_tokenize
 from mlx_gateway.workers.embeddings.images import ImageInputs, read_images
+from mlx_gateway.workers.embeddings.multivector import (
+    MULTI_VECTOR_TYPES,
+    MultiVector,
+    load_multivector,
+)
 from mlx_gateway.workers.embeddings.pooling import (
     MODEL_POOLING,
     Pooling,
@@ -82,6 +87,8 @@ class _Job:
     dimensions: int | None
     vectors: np.ndarray | None = None
     """(inputs, model dims) float32, allocated with the first batch."""
+    token_vectors: dict[int, np.ndarray] = field(default_factory=dict)
+    """A multi-vector model's: each input's (tokens, dims) vectors."""
     remaining: int = 0
     prompt_tokens: int = 0
 
@@ -94,8 +101,8 @@ class _Item:
     index: int
     length: int
     """Its width in a batch: its tokens, a dual encoder's text width, or an image's patches."""
-    pixels: np.ndarray | None = None
-    """An image input: the processor's pixel array."""
+    pixels: Any = None
+    """An image input: what the model's processor made of it."""
 
 
 @dataclass
@@ -124,6 +131,8 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         self.info: _Model | None = None
         self.dual: DualEncoder | None = None
         """Set for a model that embeds images too (see :mod:`.vision`)."""
+        self.multi: MultiVector | None = None
+        """Set for a multi-vector model (see :mod:`.multivector`)."""
         self.name = ""
         self.token_bound = TokenBound(None)
         """Refuses an input that cannot fit before it is tokenized (truncate false)."""
@@ -144,7 +153,10 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         emit(Progress(stage="load", detail=str(path)))
         config = read_json(path / "config.json")
         try:
-            model, tokenizer = load_embedder(path, config)
+            if config.get("model_type") in MULTI_VECTOR_TYPES:
+                model, tokenizer = load_multivector(path)
+            else:
+                model, tokenizer = load_embedder(path, config)
         except ValueError as exc:  # "Model type … not supported", tokenizer failures
             raise LoadError(f"load failed: {spec.model_path}: {exc}") from None
         self.model = model
@@ -152,9 +164,11 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         self.token_bound = TokenBound.of(self.tokenizer)
         limit = max_input_length(path, config, self.tokenizer, spec.context_length)
         self.dual = DualEncoder.of(model, tokenizer, limit)
+        self.multi = MultiVector.of(model, tokenizer) if self.dual is None else None
         self.info = self._describe(path, config, spec)
         info = self.info
-        inputs = "text,image" if self.dual is not None else "text"
+        images = self.dual is not None or self.multi is not None
+        inputs = "text,image" if images else "text"
         return ModelFacts(
             context_length=info.max_length,
             model_type=config.get("model_type"),
@@ -162,6 +176,7 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
                 "dimensions": str(info.dims),
                 "pooling": info.pooling.name,
                 "inputs": inputs,
+                "vectors": "multi" if self.multi is not None else "one",
                 **info.facts,
             },
         )
@@ -171,7 +186,8 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         pad_id = tokenizer.pad_token_id
         if pad_id is None:
             pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-        pooling = read_pooling(path) if self.dual is None else Pooling()
+        own_vectors = self.dual is not None or self.multi is not None
+        pooling = Pooling() if own_vectors else read_pooling(path)
         info = _Model(
             max_length=max_input_length(path, config, tokenizer, spec.context_length),
             dims=0,
@@ -184,7 +200,9 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         # it) and pays the first-call costs before Ready rather than on a request.
         # A dual encoder's probe runs its text tower alone (its __call__ wants an image).
         probe = [tokenizer("hello", add_special_tokens=True)["input_ids"]]
-        if self.dual is not None:
+        if self.multi is not None:
+            vectors = mx.array(self.multi.text_rows(probe, info.pad_id)[0])
+        elif self.dual is not None:
             vectors = self.dual.text_vectors(probe, info.pad_id)
         else:
             output, mask, lengths = self._forward(probe)
@@ -223,12 +241,16 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         info = self.info
         assert info is not None
         dimensions = request.dimensions
+        if dimensions is not None and self.multi is not None:
+            raise RequestError(
+                "dimensions is not supported by a multi-vector model", param="dimensions"
+            )
         if dimensions is not None and not 1 <= dimensions <= info.dims:
             raise RequestError(
                 f"dimensions must be between 1 and {info.dims} for this model, got {dimensions}",
                 param="dimensions",
             )
-        images = read_images(request, payloads, self.dual, self.name)
+        images = read_images(request, payloads, self.dual or self.multi, self.name)
         texts = self._tokens(request) if request.texts or request.token_ids else []
         if not texts and not images.pixels:
             raise RequestError("the input is empty", param="input")
@@ -248,8 +270,7 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             widths = [max(w, dual.text_width) for w in widths]
         items = [_Item(job, text_at[k], widths[k]) for k in shortest_first(widths)]
         for index, pixels in images.pixels.items():
-            assert dual is not None
-            items.append(_Item(job, index, dual.image_tokens, pixels))
+            items.append(_Item(job, index, images.widths[index], pixels))
         return items
 
     def _tokens(self, request: Embed) -> list[list[int]]:
@@ -338,12 +359,15 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         texts = [item for item in batch if item.pixels is None]
         images = [item for item in batch if item.pixels is not None]
         done: list[tuple[_Item, np.ndarray]] = []
-        if texts:
-            done.extend(zip(texts, np.array(self._text_vectors(texts)), strict=True))
-        if images:
-            assert self.dual is not None
-            pixels = [item.pixels for item in images if item.pixels is not None]
-            done.extend(zip(images, np.array(self.dual.image_vectors(pixels)), strict=True))
+        if self.multi is not None:
+            self._multi_step(self.multi, texts, images)
+        else:
+            if texts:
+                done.extend(zip(texts, np.array(self._text_vectors(texts)), strict=True))
+            if images:
+                assert self.dual is not None
+                pixels = [item.pixels for item in images]
+                done.extend(zip(images, np.array(self.dual.image_vectors(pixels)), strict=True))
         for item, row in done:
             job = item.job
             if job.vectors is None:
@@ -352,6 +376,17 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             job.remaining -= 1
         for job in self._finished():
             self._finish(job)
+
+    def _multi_step(self, multi: MultiVector, texts: list[_Item], images: list[_Item]) -> None:
+        """A multi-vector model's pass: the texts together, each image alone."""
+        info = self.info
+        assert info is not None
+        rows = [item.job.tokens[item.index] for item in texts]
+        found = list(zip(texts, multi.text_rows(rows, info.pad_id), strict=True)) if rows else []
+        found += [(item, multi.image_rows(item.pixels)) for item in images]
+        for item, vectors in found:
+            item.job.token_vectors[item.index] = vectors
+            item.job.remaining -= 1
 
     def _text_vectors(self, items: list[_Item]) -> mx.array:
         """One float32 vector per text item (evaluated by the caller)."""
@@ -379,6 +414,11 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         return output, mx_mask, mx.array([len(r) for r in rows])
 
     def _finish(self, job: _Job) -> None:
+        counts: list[int] = []
+        if job.token_vectors:  # a multi-vector model: every input's rows, in order
+            parts = [job.token_vectors[i] for i in range(len(job.tokens))]
+            counts = [len(part) for part in parts]
+            job.vectors = np.concatenate(parts)
         vectors = job.vectors
         assert vectors is not None
         if job.dimensions is not None and job.dimensions < vectors.shape[1]:
@@ -389,7 +429,11 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         rows, dims = matrix.shape
         self._emit(
             Embeddings(
-                request_id=job.request_id, rows=rows, dims=dims, prompt_tokens=job.prompt_tokens
+                request_id=job.request_id,
+                rows=rows,
+                dims=dims,
+                prompt_tokens=job.prompt_tokens,
+                vectors=counts,
             ),
             [memoryview(cast(Any, matrix)).cast("B")],
         )

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import Any
 
 from mlx_gateway.protocol.messages import Embed
 from mlx_gateway.workers.common.images import decode_image
+from mlx_gateway.workers.embeddings.multivector import MultiVector
 from mlx_gateway.workers.embeddings.vision import DualEncoder
 from mlx_gateway.workers.runtime.contract import RequestError
 
@@ -23,9 +23,13 @@ from mlx_gateway.workers.runtime.contract import RequestError
 class ImageInputs:
     """A request's images as pixel arrays, by input position."""
 
-    pixels: dict[int, np.ndarray] = field(default_factory=dict)
+    pixels: dict[int, Any] = field(default_factory=dict)
+    """What the model's processor made of each image."""
+    widths: dict[int, int] = field(default_factory=dict)
+    """Each image's tokens: its width in a batch."""
     tokens: int = 0
-    """The prompt tokens they count for (the patches the vision tower reads)."""
+    """The prompt tokens they count for (the patches the vision tower reads, or a
+    multi-vector model's document prompt)."""
 
     def merge(self, texts: list[list[int]]) -> list[list[int]]:
         """Every input's token ids in input order: the texts' around the images'
@@ -36,16 +40,19 @@ class ImageInputs:
 
 
 def read_images(
-    request: Embed, payloads: Sequence[bytes], dual: DualEncoder | None, model: str
+    request: Embed,
+    payloads: Sequence[bytes],
+    encoder: DualEncoder | MultiVector | None,
+    model: str,
 ) -> ImageInputs:
-    """The request's images decoded and processed for ``dual``; a 400 naming the
+    """The request's images decoded and processed for ``encoder``; a 400 naming the
     input for a text-only model, a bad position, a missing frame or a file that is
     no image."""
     positions = request.images
     if not positions:
         return ImageInputs()
     first = f"input[{positions[0]}]"
-    if dual is None:
+    if encoder is None:
         raise RequestError(
             f"The model '{model}' embeds text only: it cannot embed the image in {first}. "
             "Send images to an image-embedding model (a SigLIP-style dual encoder).",
@@ -63,6 +70,11 @@ def read_images(
     for frame, position in enumerate(positions):
         where = f"input[{position}]"
         image = decode_image(bytes(payloads[frame]), where=where)
-        inputs.pixels[position] = dual.pixels(image)
-        inputs.tokens += dual.image_tokens
+        if isinstance(encoder, MultiVector):
+            prepared = encoder.prepare(image)
+            inputs.pixels[position], width = prepared, prepared.tokens
+        else:
+            inputs.pixels[position], width = encoder.pixels(image), encoder.image_tokens
+        inputs.widths[position] = width
+        inputs.tokens += width
     return inputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from mlx_gateway.supervisor.errors import BadRequest
 
@@ -41,7 +41,11 @@ class Embedding(Struct, kw_only=True):
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str
-    """Floats, or base64 of the little-endian float32 bytes."""
+    """Floats, or base64 of the little-endian float32 bytes. A multi-vector model's:
+    the mean of its token vectors, L2-normalized."""
+    multi_vector: list[list[float]] | UnsetType = UNSET
+    """Extension, multi-vector models (ColQwen): one vector per token, for late
+    interaction."""
 
 
 class EmbeddingUsage(Struct):

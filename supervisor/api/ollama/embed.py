@@ -18,6 +18,7 @@ from mlx_gateway.supervisor.reply.embed import (
     base64_url,
     embed_for,
     float_rows,
+    one_per_input,
 )
 
 MAX_INPUTS = 2048
@@ -55,7 +56,7 @@ async def embed(request: Request) -> Response:
     durations = clock.durations(None)
     body = {
         "model": req.model,
-        "embeddings": float_rows(matrix.header, matrix.data),
+        "embeddings": one_per_input(matrix.header, matrix.data),
         "total_duration": durations["total_duration"],
         "load_duration": durations["load_duration"],
         "prompt_eval_count": matrix.prompt_tokens,

@@ -1,4 +1,5 @@
-"""The image inputs of ``POST /v1/embeddings`` (image-embedding models).
+"""The text and image items of an embeddings request (``POST /v1/embeddings``'s
+``input``; ``/v1/rerank``'s documents for an embeddings model).
 
 ``input`` items may be strings or parts, in any mix: ``{"type": "text", "text"}``,
 ``{"type": "image_url", "image_url": {"url"}}`` (or ``"image_url": "<url>"``),
@@ -12,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_gateway.supervisor.engine.embedding_images import base64_url
+from mlx_gateway.supervisor.engine.embedding_images import ImageInput, base64_url
 from mlx_gateway.supervisor.errors import BadRequest
-from mlx_gateway.supervisor.reply.embed import ImageInput
 
 TEXT_TYPES = ("text", "input_text")
 IMAGE_TYPES = ("image_url", "input_image")
@@ -39,7 +39,7 @@ def read_items(
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if isinstance(item, dict):
-            kind, content, param = _part(item, where)
+            kind, content, param = part(item, where)
         elif isinstance(item, str):
             kind, content, param = "text", item, where
         else:
@@ -66,7 +66,7 @@ def read_items(
     return texts, found
 
 
-def _part(item: dict[str, Any], where: str) -> tuple[str, str, str]:
+def part(item: dict[str, Any], where: str) -> tuple[str, str, str]:
     """One part as (``text`` or ``image``, its text or URL, its field)."""
     kind = item.get("type")
     if kind in TEXT_TYPES or (kind is None and "text" in item):
