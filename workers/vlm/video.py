@@ -126,22 +126,24 @@ def _sample(container: Any, where: str, limits: VideoLimits) -> Video:
             code="video_too_large",
         )
     step = 1.0 / limits.fps
-    if duration is not None and duration * limits.fps > limits.max_frames:
-        step = duration / limits.max_frames  # the cap spread over the whole clip
-    kept: list[tuple[float, np.ndarray]] = []
-    next_time = 0.0
+    if duration is not None:
+        wanted = max(1, min(limits.max_frames, math.ceil(duration * limits.fps - 1e-6)))
+        step = duration / wanted  # the cap spread over the whole clip
+    kept: list[np.ndarray] = []
+    target = 0.0
     last = 0.0
     for frame in container.decode(stream):
         time = float(frame.time) if frame.time is not None else last
         last = max(last, time)
         if last > limits.max_seconds:
             raise _too_long(where, last, limits.max_seconds)
-        if time + 1e-6 >= next_time:
-            kept.append((time, frame.to_ndarray(format="rgb24")))
-            next_time = time + step
+        if time + 1e-6 >= target:
+            kept.append(frame.to_ndarray(format="rgb24"))
+            while target <= time + 1e-6:
+                target += step
     if not kept:
         raise _invalid(where, "the video stream has no frames")
-    frames = _evenly([image for _, image in kept], limits.max_frames)
+    frames = _evenly(kept, limits.max_frames)
     seconds = duration if duration is not None else last
     rate = len(frames) / seconds if seconds > 0 else limits.fps
     return Video(frames=frames, fps=rate, duration=seconds)

@@ -59,7 +59,7 @@ def test_what_is_no_video_is_a_400_saying_why(data: bytes, words: str) -> None:
 def test_a_still_image_is_not_a_video() -> None:
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, "PNG")
-    with pytest.raises(RequestError, match="still image .* image_url part"):
+    with pytest.raises(RequestError, match=r"still image .* image_url part"):
         decode_video(buffer.getvalue(), where="v", limits=VideoLimits())
 
 
