@@ -10,7 +10,9 @@ Before a model ever ran its need is *estimated* as the sum of
 * for language and vision models, a KV *working set*: the KV cache of
   :data:`KV_WORKING_TOKENS` tokens shared by the concurrent requests (bounded by
   ``max_concurrency`` times the context, or ``max_kv_size``), at the cache's element
-  size (``kv_bits`` quantizes it); and the activations of one prefill chunk.
+  size (``kv_bits`` quantizes it); and the activations of one prefill chunk;
+* for vision models, the vision tower's activations for one request's pictures
+  (``max_images`` images and a video's ``max_frames`` frames, :mod:`.vision_need`).
 
 The worst case (every slot holding a full context) is not reserved: a request's own
 KV cache is admitted by its worker against what the budget can give the model
@@ -34,8 +36,11 @@ from mlx_gateway.protocol.kinds import KINDS, memory_profile
 from mlx_gateway.protocol.messages import Memory
 from mlx_gateway.store.gguf_files import converted_folder, gguf_on_disk
 from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config.kinds import settings_as
+from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 from mlx_gateway.supervisor.pool.gguf_size import gguf_size
+from mlx_gateway.supervisor.pool.vision_need import vision_need
 
 MB = 1000**2
 GB = 1000**3
@@ -252,6 +257,9 @@ def estimate(config: ModelConfig) -> Need:
         parts["activations"] += prefill_activations(meta, config)
     if config.draft_model_path is not None:
         parts["draft"] = draft_need(config, profile.weight_factor)
+    directory = model_dir(config.model_path) if kind == "vlm" else None
+    if directory is not None:
+        parts["vision"] = vision_need(directory, settings_as(config, VlmConfig))
     if config.distributed is not None:
         parts = _this_machines_share(parts, config)
     return Need(sum(parts.values()), "estimated", parts)
