@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
 VL = "tiny-vl"  # fps 4, max_frames 8, max_video_seconds 3, reads files under clips/
 SMALL = "tiny-vl-small"  # max_video_mb: 0.001
+TIGHT = "tiny-vl-tight"  # context_length: 40
 LM = "lab/fake/ok"  # a fake language model: takes no videos
 
 
@@ -59,6 +60,7 @@ async def app(tiny_vlm_path: Path, clips: Path) -> AsyncIterator[Starlette]:
                 local_video_dirs=[str(clips)],
             ),
             model_entry(**vlm, served_model_name=SMALL, max_video_mb=0.001),
+            model_entry(**vlm, served_model_name=TIGHT, context_length=40, fps=4),
             model_entry(model_path=LM, served_model_name=LM),
         ],
     )
@@ -177,3 +179,19 @@ async def test_videos_need_a_vision_model(http: httpx.AsyncClient, app: Starlett
     assert (status, error["code"]) == (400, "videos_not_supported")
     assert error["param"] == "messages[0].content[0]" and f"'{LM}'" in error["message"]
     assert app.state.registry.resolve(LM).status().state == "unloaded"
+
+
+async def test_the_frames_count_before_the_turn_and_in_the_context_check(
+    http: httpx.AsyncClient, sdk: openai.AsyncOpenAI
+) -> None:
+    messages = with_video(data_url(make_video(8)))
+    body = {"model": VL, "messages": messages}
+    counted = await http.post("/v1/chat/completions/input_tokens", json=body)
+    assert counted.status_code == 200
+    assert counted.json()["input_tokens"] == await prompt_tokens(sdk, messages)
+
+    # 2 frames fit a 40-token context, 8 frames (42 prompt tokens) do not.
+    assert await prompt_tokens(sdk, with_video(data_url(make_video(2))), model=TIGHT) < 40
+    status, error = await error_of(http, messages, model=TIGHT)
+    assert (status, error["code"]) == (400, "context_length_exceeded")
+    assert "42" in error["message"]
