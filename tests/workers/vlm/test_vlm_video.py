@@ -133,3 +133,20 @@ def test_a_bad_video_is_a_400_and_the_backend_serves_on(run: Run) -> None:
     run.submit(ask("after"), [make_video(2)])
     run.drain()
     assert isinstance(run.events("after")[0], Started)
+
+
+@pytest.mark.slow
+def test_the_vision_tower_sees_the_frames(run: Run) -> None:
+    import mlx.core as mx
+
+    backend = run.backend
+
+    def embedded(clip: bytes) -> mx.array:
+        with mx.stream(backend._stream):  # type: ignore[arg-type]
+            return backend.prompts.prompt(ask("e"), [clip]).kwargs["inputs_embeds"]
+
+    red_green = embedded(make_video(2))
+    assert mx.array_equal(red_green, embedded(make_video(2))).item()  # deterministic
+    blue_yellow = embedded(make_video(2, first=2))
+    assert blue_yellow.shape == red_green.shape
+    assert not mx.allclose(blue_yellow, red_green).item()  # other colours, other input
