@@ -149,6 +149,9 @@ async def read_video_url(url: str, param: str, policy: VideoPolicy) -> bytes:
             return await fetch(url, policy.fetch, param)
         except ImageTooLarge:
             raise _too_large(f"at '{shown(url)}'", policy.max_bytes, param) from None
+        except BadRequest as exc:  # the image fetcher's words, said of a video
+            words = exc.message.replace("The image URL", "The video URL")
+            raise BadRequest(words, param=exc.param, code=exc.code) from None
     if scheme == "file" or url.startswith(("/", "~")):
         path = url[len("file://") :] if scheme == "file" else url
         return await asyncio.to_thread(_local_file, path, policy, param)

@@ -20,14 +20,15 @@ from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.spawn import worker_command
+from tests.fixtures.image_server import ImageServer
 from tests.fixtures.tiny_video import make_video
 
 from ..fakes import fake_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-VL = "tiny-vl"  # fps 4, max_frames 8, max_video_seconds 3, reads files under clips/
-SMALL = "tiny-vl-small"  # max_video_mb: 0.001
+VL = "tiny-vl"  # fps 4, max_frames 8, max_video_seconds 3, reads files under clips/, loopback
+SMALL = "tiny-vl-small"  # max_video_mb: 0.001; private addresses refused (the default)
 TIGHT = "tiny-vl-tight"  # context_length: 40
 LM = "lab/fake/ok"  # a fake language model: takes no videos
 
@@ -58,6 +59,7 @@ async def app(tiny_vlm_path: Path, clips: Path) -> AsyncIterator[Starlette]:
                 max_frames=8,
                 max_video_seconds=3,
                 local_video_dirs=[str(clips)],
+                allow_private_image_urls=True,
             ),
             model_entry(**vlm, served_model_name=SMALL, max_video_mb=0.001),
             model_entry(**vlm, served_model_name=TIGHT, context_length=40, fps=4),
@@ -115,6 +117,21 @@ async def test_the_peers_part_names_and_a_local_file(sdk: openai.AsyncOpenAI, cl
         assert await prompt_tokens(sdk, with_video(data_url(make_video(4)), kind)) == four
     assert await prompt_tokens(sdk, with_video(str(clips / "four.mp4"))) == four
     assert await prompt_tokens(sdk, with_video(f"file://{clips}/four.mp4")) == four
+
+
+async def test_an_http_url_under_the_image_fetch_rules(
+    http: httpx.AsyncClient, sdk: openai.AsyncOpenAI
+) -> None:
+    four = await prompt_tokens(sdk, with_video(data_url(make_video(4))))
+    with ImageServer() as server:
+        server.files["/clip.mp4"] = make_video(4)
+        assert await prompt_tokens(sdk, with_video(server.url("/clip.mp4"))) == four
+        status, error = await error_of(http, with_video(server.url("/clip.mp4")), model=SMALL)
+        assert (status, error["code"]) == (400, "image_url_refused")
+        assert error["message"].startswith("The video URL ")
+        status, error = await error_of(http, with_video(server.url("/gone.mp4")))
+        assert (status, error["code"]) == (400, "image_url_unreachable")
+        assert "HTTP 404" in error["message"]
 
 
 async def test_responses_take_input_video(sdk: openai.AsyncOpenAI) -> None:
