@@ -36,7 +36,6 @@ from mlx_gateway.protocol.kinds import KINDS, memory_profile
 from mlx_gateway.protocol.messages import Memory
 from mlx_gateway.store.gguf_files import converted_folder, gguf_on_disk
 from mlx_gateway.supervisor.config import ModelConfig
-from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 from mlx_gateway.supervisor.pool.gguf_size import gguf_size
@@ -257,9 +256,9 @@ def estimate(config: ModelConfig) -> Need:
         parts["activations"] += prefill_activations(meta, config)
     if config.draft_model_path is not None:
         parts["draft"] = draft_need(config, profile.weight_factor)
-    directory = model_dir(config.model_path) if kind == "vlm" else None
+    directory = model_dir(config.model_path) if isinstance(config, VlmConfig) else None
     if directory is not None:
-        parts["vision"] = vision_need(directory, settings_as(config, VlmConfig))
+        parts["vision"] = vision_need(directory, config)
     if config.distributed is not None:
         parts = _this_machines_share(parts, config)
     return Need(sum(parts.values()), "estimated", parts)
