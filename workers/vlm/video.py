@@ -141,6 +141,9 @@ def _sample(container: Any, where: str, limits: VideoLimits) -> Video:
             kept.append(frame.to_ndarray(format="rgb24"))
             while target <= time + 1e-6:
                 target += step
+            if len(kept) > 2 * limits.max_frames:  # no duration known: thin out as we go
+                kept = kept[::2]
+                step *= 2
     if not kept:
         raise _invalid(where, "the video stream has no frames")
     frames = _evenly(kept, limits.max_frames)

@@ -150,3 +150,12 @@ def test_the_vision_tower_sees_the_frames(run: Run) -> None:
     blue_yellow = embedded(make_video(2, first=2))
     assert blue_yellow.shape == red_green.shape
     assert not mx.allclose(blue_yellow, red_green).item()  # other colours, other input
+
+
+def test_a_clip_without_a_known_duration_is_thinned_as_it_is_read() -> None:
+    clip = make_video(40, fps=4, container="m4v")  # a raw MPEG-4 stream: no duration
+    video = decode_video(clip, where="v", limits=VideoLimits(fps=4.0, max_frames=5))
+    assert len(video.frames) == 5  # at most 2 x 5 were held at a time
+    assert video.duration > 0
+    with pytest.raises(RequestError, match="max_video_seconds"):  # found while reading
+        decode_video(clip, where="v", limits=VideoLimits(max_seconds=2))
