@@ -38,7 +38,8 @@ class VlmConfig(TextModelConfig, kw_only=True, tag="vlm"):
     """Video frames sampled per second of video (evenly in time)."""
     max_frames: Annotated[int, msgspec.Meta(ge=1, le=256)] = 16
     """Most frames taken from one video: a longer clip is sampled evenly over its
-    whole length. 16 frames of a Qwen2-VL-sized video cost about 1,500 prompt tokens."""
+    whole length. On Qwen2-VL, 16 frames of 448 x 448 are 8 temporal patches of 256
+    tokens: about 2,000 prompt tokens."""
     max_video_mb: PositiveMiB = 50.0
     """Largest video file (a ``data:`` URL's bytes, a fetched or local file), in MiB
     → else 400 ``video_too_large``."""
