@@ -93,14 +93,24 @@ def video_url(part: dict[str, Any], where: str) -> tuple[str, str]:
 
 def check_videos_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> None:
     """A 400 naming the model and the first video part when the model is not a
-    vision model."""
+    vision model, or the first one past its ``max_videos``."""
     parts = video_parts(messages)
-    if parts and not serves(handle, IMAGE_INPUT):
+    if not parts:
+        return
+    if not serves(handle, IMAGE_INPUT):
         raise BadRequest(
             f"The model '{handle.name}' (model_type {handle.config.model_type}) does not "
             "accept videos; send video_url parts to a model of model_type vlm.",
             param=parts[0][0],
             code="videos_not_supported",
+        )
+    limit = settings_as(handle.config, VlmConfig).max_videos
+    if len(parts) > limit:
+        raise BadRequest(
+            f"The request has {len(parts)} videos; the model '{handle.name}' accepts at most "
+            f"{limit} (max_videos).",
+            param=parts[limit][0],
+            code="too_many_videos",
         )
 
 

@@ -40,6 +40,8 @@ class VlmConfig(TextModelConfig, kw_only=True, tag="vlm"):
     """Most frames taken from one video: a longer clip is sampled evenly over its
     whole length. On Qwen2-VL, 16 frames of 448 x 448 are 8 temporal patches of 256
     tokens: about 2,000 prompt tokens."""
+    max_videos: Positive = 2
+    """Most videos in one request → else 400 ``too_many_videos``."""
     max_video_mb: PositiveMiB = 50.0
     """Largest video file (a ``data:`` URL's bytes, a fetched or local file), in MiB
     → else 400 ``video_too_large``."""

@@ -244,7 +244,14 @@ def test_route_limits_follow_the_models_files() -> None:
     mib = 2**20
     models = [
         model_entry(model_path="a", model_type="lm"),
-        model_entry(model_path="v", model_type="vlm", max_image_mb=3, max_images=2, max_video_mb=3),
+        model_entry(
+            model_path="v",
+            model_type="vlm",
+            max_image_mb=3,
+            max_images=2,
+            max_video_mb=3,
+            max_videos=1,
+        ),
         model_entry(model_path="w", model_type="whisper", max_upload_mb=50),
         model_entry(model_path="i", model_type="image-edit", max_image_mb=10),
     ]

@@ -178,6 +178,12 @@ async def test_bad_and_oversized_videos_are_400s_and_the_worker_stays_up(
         and error["param"] == "messages[0].content[0].video_url.url"
     )
 
+    clip = with_video(data_url(make_video(2)))
+    three = [{"role": "user", "content": clip[0]["content"][:1] * 3}]
+    status, error = await error_of(http, three)
+    assert (status, error["code"]) == (400, "too_many_videos")
+    assert error["param"] == "messages[0].content[2]" and "max_videos" in error["message"]
+
     status, error = await error_of(http, with_video(data_url(b"x", "image/png")))
     assert (status, error["code"]) == (400, "invalid_video_url")
 
