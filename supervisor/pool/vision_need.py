@@ -1,6 +1,6 @@
 """The vision part of a vision model's memory need: the vision tower's working memory
-for the most pictures one request may bring (``max_images`` images, and a video's
-``max_frames`` frames).
+for the most pictures one request may bring (``max_images`` images, and
+``max_videos`` videos of ``max_frames`` frames).
 
 The tower's weights are in the weight files (counted with the rest). What is
 estimated here is its activations when it encodes a request's pictures at once:
@@ -45,7 +45,8 @@ def vision_need(directory: Path, settings: Any) -> int:
         _int(vision.get("intermediate_size")),
     )
     patches = max(1, frame_pixels(directory, settings) // (patch * patch))
-    pictures = _int(getattr(settings, "max_images", 0)) + math.ceil(
+    videos = _int(getattr(settings, "max_videos", 0))
+    pictures = _int(getattr(settings, "max_images", 0)) + videos * math.ceil(
         _int(getattr(settings, "max_frames", 0)) / temporal
     )
     activations = pictures * patches * int(widest) * 2 * ACTIVATION_COPIES
