@@ -4,8 +4,9 @@ The gateway sends each video part's file as a binary frame and rewrites the part
 ``{"type": "video", "payload": k}``. Here the file is opened with PyAV (FFmpeg in
 the wheel: mp4, webm, mkv, mov, avi, animated formats…) and frames are sampled
 evenly in time: ``fps`` frames per second of video, at most ``max_frames`` in all
-(spread over the whole clip when it is longer), at least one. A clip longer than
-``max_seconds`` is refused before its frames are decoded; bytes that are no video
+(spread over the whole clip when it is longer), at least one; a long clip is
+sampled by seeking, not decoded whole. A clip longer than ``max_seconds`` is
+refused before its frames are decoded; bytes that are no video
 are a 400 that says why FFmpeg could not read them.
 
 No MLX here: PyAV and NumPy only, testable on its own.
@@ -25,6 +26,8 @@ from mlx_gateway.workers.runtime.contract import RequestError
 DEFAULT_FPS = 1.0
 DEFAULT_MAX_FRAMES = 16
 DEFAULT_MAX_SECONDS = 600.0
+SEEK_RATIO = 8
+"""A clip with more than this many frames per wanted frame is sampled by seeking."""
 MAX_FRAME_PIXELS = 16_000_000
 """Larger frames (beyond 4K) are refused: every sampled frame is held as RGB."""
 
@@ -129,6 +132,12 @@ def _sample(container: Any, where: str, limits: VideoLimits) -> Video:
     if duration is not None:
         wanted = max(1, min(limits.max_frames, math.ceil(duration * limits.fps - 1e-6)))
         step = duration / wanted  # the cap spread over the whole clip
+        rate = float(stream.average_rate or 0)
+        if rate * duration > SEEK_RATIO * wanted:  # far more frames than wanted
+            frames = _seeking(container, stream, [k * step for k in range(wanted)])
+            if frames:
+                return Video(frames=frames, fps=len(frames) / duration, duration=duration)
+            container.seek(0)  # nothing came of seeking: read it all after all
     kept: list[np.ndarray] = []
     target = 0.0
     last = 0.0
@@ -150,6 +159,23 @@ def _sample(container: Any, where: str, limits: VideoLimits) -> Video:
     seconds = duration if duration is not None else last
     rate = len(frames) / seconds if seconds > 0 else limits.fps
     return Video(frames=frames, fps=rate, duration=seconds)
+
+
+def _seeking(container: Any, stream: Any, times: list[float]) -> list[np.ndarray]:
+    """The first frame at or after each of ``times`` (seconds from the stream's start),
+    each reached by seeking to the key frame before it and decoding on from there:
+    a long clip is not decoded whole for a few frames."""
+    base = stream.time_base
+    start = float(stream.start_time * base) if stream.start_time is not None else 0.0
+    frames: list[np.ndarray] = []
+    for offset in times:
+        target = start + offset
+        container.seek(int(target / base), stream=stream, backward=True)
+        for frame in container.decode(stream):
+            if frame.time is None or frame.time + 1e-6 >= target:
+                frames.append(frame.to_ndarray(format="rgb24"))
+                break
+    return frames
 
 
 def _duration(container: Any, stream: Any) -> float | None:

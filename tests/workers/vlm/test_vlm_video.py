@@ -159,3 +159,23 @@ def test_a_clip_without_a_known_duration_is_thinned_as_it_is_read() -> None:
     assert video.duration > 0
     with pytest.raises(RequestError, match="max_video_seconds"):  # found while reading
         decode_video(clip, where="v", limits=VideoLimits(max_seconds=2))
+
+
+def test_a_long_clip_is_sampled_by_seeking_as_if_read_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mlx_gateway.workers.vlm import video as module
+
+    # 10 s at 23 frames a second; the wanted frames (0, 57.5, 115, 172.5) fall between
+    # key frames, and their colours (6 in turn) differ from the key frames' ones.
+    clip = make_video(230, fps=23)
+    limits = VideoLimits(fps=0.4, max_frames=16)
+    seeking = decode_video(clip, where="v", limits=limits)
+    monkeypatch.setattr(module, "SEEK_RATIO", 10_000)  # the other path: every frame read
+    read_whole = decode_video(clip, where="v", limits=limits)
+    assert len(seeking.frames) == len(read_whole.frames) == 4
+    for a, b in zip(seeking.frames, read_whole.frames, strict=True):
+        assert (a == b).all()
+    colours = [tuple(int(c) for c in frame[28, 28]) for frame in seeking.frames]
+    assert len(set(colours)) == 4  # key frames (every 12th) would all be red
+    assert seeking.duration == read_whole.duration
