@@ -127,8 +127,9 @@ KINDS: dict[str, Kind] = {
             model_types=("vlm", "multimodal"),
             surfaces=frozenset({CHAT, COMPLETIONS, IMAGE_INPUT, TOKENIZE}),
             endpoints="/v1/chat/completions",
-            # the vision tower's pass
-            memory=MemoryProfile(1.0, 450 * MB, activations=600 * MB, kv=True),
+            # working buffers; the vision tower's pass for its pictures is per model
+            # (supervisor/pool/vision_need.py)
+            memory=MemoryProfile(1.0, 450 * MB, activations=100 * MB, kv=True),
             extra=_extra("vlm", "mlx-vlm", "mlx_vlm", "PIL"),
             batches=True,
         ),

@@ -49,6 +49,7 @@ from mlx_gateway.protocol.replies import (
 )
 from mlx_gateway.protocol.requests import (
     IMAGE_PART,
+    VIDEO_PART,
     Assign,
     Cancel,
     CountTokens,
@@ -69,6 +70,7 @@ from mlx_gateway.protocol.requests import (
 
 __all__ = [
     "IMAGE_PART",
+    "VIDEO_PART",
     "Assign",
     "Batch",
     "Cancel",

@@ -13,6 +13,9 @@ from mlx_gateway.protocol.spec import WorkerSpec
 
 IMAGE_PART = "image"
 """The ``type`` of an image part in a :class:`Generate` message's content."""
+VIDEO_PART = "video"
+"""The ``type`` of a video part in a :class:`Generate` message's content:
+``{"type": "video", "payload": k}``, the video file being payload frame ``k``."""
 
 
 class Generate(Message, tag="generate"):
@@ -23,7 +26,8 @@ class Generate(Message, tag="generate"):
     "detail": "auto"|"low"|"high"}`` and ``images[k]`` is the index of the payload
     frame holding the file of the ``k``-th image part, in message order. An audio
     part (``input_audio``, omni models) reads ``{"type": "audio", "format": …,
-    "payload": f}``: ``f`` is the index of the payload frame holding its file."""
+    "payload": f}``: ``f`` is the index of the payload frame holding its file. A
+    video part reads ``{"type": "video", "payload": f}`` the same way."""
 
     request_id: str
     messages: list[dict[str, Any]] | None = None

@@ -27,6 +27,7 @@ _DURATION_KEYS = frozenset(
         "step_timeout",
         "min_resident_seconds",
         "image_fetch_timeout",
+        "max_video_seconds",
         "image_url_ttl",
         "response_store_ttl",
         "stream_keepalive",

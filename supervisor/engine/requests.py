@@ -79,7 +79,39 @@ class InputAudioPart(Struct, tag="input_audio", tag_field="type"):
     input_audio: InputAudio
 
 
-UserContent = str | list[TextPart | ImagePart | InputAudioPart]
+class VideoURL(Struct):
+    url: str
+    """A ``data:`` URL (base64), an http(s) URL the gateway fetches, or a file path
+    under the model's ``local_video_dirs``."""
+
+
+VideoRef = str | VideoURL
+"""A video's URL, as it is or as ``{"url": …}`` (peers send either)."""
+
+
+class VideoURLPart(Struct, tag="video_url", tag_field="type"):
+    """A content part ``{"type": "video_url", "video_url": {"url": ...}}`` (user
+    messages only; models of model_type vlm)."""
+
+    video_url: VideoRef
+
+
+class InputVideoPart(Struct, tag="input_video", tag_field="type"):
+    """``{"type": "input_video", "video_url": …}`` (or ``"video": …``), a peer's name."""
+
+    video_url: VideoRef | None = None
+    video: VideoRef | None = None
+
+
+class VideoPart(Struct, tag="video", tag_field="type"):
+    """``{"type": "video", "video": …}``, a peer's name (mlx-vlm's, vLLM's)."""
+
+    video: VideoRef
+
+
+UserContent = (
+    str | list[TextPart | ImagePart | InputAudioPart | VideoURLPart | InputVideoPart | VideoPart]
+)
 
 
 class FunctionCall(Struct):

@@ -3,9 +3,9 @@
 For a vision model every ``{"type": "image_url", "image_url": {"url", "detail"}}``
 part is read (``data:`` URL or http(s) fetch, see :mod:`..image_fetch`), all of a
 request's images at once; the part becomes ``{"type": "image", "detail": …}`` and
-its file travels to the worker as a binary frame (``Generate.images``). Audio parts
-(``input_audio``, :mod:`.audio_input`) ride along: their files are the frames after
-the images.
+its file travels to the worker as a binary frame (``Generate.images``). Video parts
+(:mod:`.video_input`) and audio parts (``input_audio``, :mod:`.audio_input`) ride
+along: their files are the frames after the images, videos first.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.engine.audio_input import attach_audio
 from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
 from mlx_gateway.supervisor.engine.kinds import serves
+from mlx_gateway.supervisor.engine.video_input import VideoPolicy, read_videos
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -44,22 +45,33 @@ def image_policy(config: ModelConfig, server: ServerConfig) -> ImagePolicy:
 @dataclass
 class ImageInputs:
     """The messages as the worker gets them, and the payload files: the images in part
-    order, then the audio clips (their parts name their frames)."""
+    order, then the videos, then the audio clips (their parts name their frames)."""
 
     messages: list[dict[str, Any]]
     files: list[bytes] = field(default_factory=list)
     audio_frames: int = 0
     """How many of ``files`` (the last ones) are audio."""
+    video_frames: int = 0
+    """How many of ``files`` (before the audio) are videos."""
 
     @property
     def frame_indices(self) -> list[int]:
         """``Generate.images``: image part ``k`` is payload frame ``k``."""
-        return list(range(len(self.files) - self.audio_frames))
+        return list(range(len(self.files) - self.audio_frames - self.video_frames))
+
+    async def with_videos(self, policy: VideoPolicy) -> ImageInputs:
+        """The video parts' files read and appended (before any audio is attached);
+        see :func:`..video_input.read_videos`."""
+        assert self.audio_frames == 0, "videos are read before the audio is attached"
+        messages, files = await read_videos(self.messages, self.files, policy)
+        added = len(files) - len(self.files)
+        return ImageInputs(messages, files, 0, self.video_frames + added)
 
     def with_audio(self) -> ImageInputs:
         """The audio parts' files appended (see :func:`..audio_input.attach_audio`)."""
         messages, files = attach_audio(self.messages, self.files)
-        return ImageInputs(messages, files, len(files) - len(self.files) + self.audio_frames)
+        added = len(files) - len(self.files)
+        return ImageInputs(messages, files, added + self.audio_frames, self.video_frames)
 
 
 def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

@@ -45,10 +45,18 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
     edits = largest([m.max_image_mb for m in models if isinstance(m, ImageConfig)])
     if edits:
         limits["/v1/images/edits"] = int(edits * MIB) * EDIT_FILES + FORM_OVERHEAD
-    # A chat request carries its images inline as base64 data URLs (4 bytes per 3).
-    vision = largest([m.max_image_mb * m.max_images for m in models if isinstance(m, VlmConfig)])
+    # A chat request carries its images and videos inline as base64 data URLs (4
+    # bytes per 3); so may a Responses request.
+    vision = largest(
+        [
+            m.max_image_mb * m.max_images + m.max_video_mb * m.max_videos
+            for m in models
+            if isinstance(m, VlmConfig)
+        ]
+    )
     if vision:
         limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
+        limits["/v1/responses"] = limits["/v1/chat/completions"]
     return limits
 
 

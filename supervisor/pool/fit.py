@@ -53,6 +53,9 @@ class Fit:
     force_over_budget: int = 0
     """Bytes a forced load would run over the budget (0 when within)."""
     stops_spares: bool = False
+    need_parts: dict[str, int] = field(default_factory=dict)
+    """An estimate's parts (weights, runtime, kv, activations, vision…); empty for a
+    measured or configured need."""
 
     @property
     def fits(self) -> bool:
@@ -93,6 +96,7 @@ class Fit:
             "verdict": self.verdict,
             "need": self.need,
             "need_source": self.need_source,
+            "need_parts": self.need_parts,
             "budget": self.budget,
             "free": self.free,
             "evict": self.evict,
@@ -109,6 +113,7 @@ def assess(placement: Placement, handle: WorkerHandle) -> Fit:
     budget = placement.budget
     free = budget - placement.used(excluding=handle)
     fit = Fit(handle.name, "fits", need.bytes, need.source, budget, free)
+    fit.need_parts = dict(need.parts)
     if placement.is_resident(handle):
         fit.verdict = "resident"
         return fit

@@ -12,7 +12,9 @@ Before a model ever ran its need is *estimated* as the sum of
   ``max_concurrency`` times the context, or ``max_kv_size``), at the cache's element
   size (``kv_bits`` quantizes it); and the activations of one prefill chunk;
 * for encoders with a vision tower (image-embedding models), one vision pass over
-  a full batch of images (:mod:`.vision_need`).
+  a full batch of images; for vision models, the vision tower's activations for one
+  request's pictures (``max_images`` images and a video's ``max_frames`` frames);
+  both in :mod:`.vision_need`.
 
 The worst case (every slot holding a full context) is not reserved: a request's own
 KV cache is admitted by its worker against what the budget can give the model
@@ -36,9 +38,10 @@ from mlx_gateway.protocol.kinds import KINDS, memory_profile
 from mlx_gateway.protocol.messages import Memory
 from mlx_gateway.store.gguf_files import converted_folder, gguf_on_disk
 from mlx_gateway.supervisor.config import ModelConfig
+from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 from mlx_gateway.supervisor.pool.gguf_size import gguf_size
-from mlx_gateway.supervisor.pool.vision_need import image_pass_bytes
+from mlx_gateway.supervisor.pool.vision_need import image_pass_bytes, vision_need
 
 MB = 1000**2
 GB = 1000**3
@@ -257,6 +260,9 @@ def estimate(config: ModelConfig) -> Need:
         parts["images"] = images
     if config.draft_model_path is not None:
         parts["draft"] = draft_need(config, profile.weight_factor)
+    directory = model_dir(config.model_path) if isinstance(config, VlmConfig) else None
+    if directory is not None:
+        parts["vision"] = vision_need(directory, config)
     if config.distributed is not None:
         parts = _this_machines_share(parts, config)
     return Need(sum(parts.values()), "estimated", parts)

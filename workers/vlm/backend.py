@@ -79,6 +79,7 @@ from mlx_gateway.workers.vlm.model_settings import (
 )
 from mlx_gateway.workers.vlm.prompt import Prompt, Prompts
 from mlx_gateway.workers.vlm.row_sampler import argmax_sampler, row_processors
+from mlx_gateway.workers.vlm.video import video_limits
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator], Backend):
             name=spec.served_model_name,
             limits=self.limits,
             prefix_cache=self._prefix_cache,
+            video=video_limits(spec.options),
         )
         return ModelFacts(
             context_length=self.context_length,
@@ -276,7 +278,7 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator], Backend):
         def too_long(limit: int) -> str:
             return (
                 f"This model's maximum context length is {limit} tokens. However, your "
-                f"{where} resulted in {prompt_tokens} tokens (images included). Please "
+                f"{where} resulted in {prompt_tokens} tokens (images and videos included). Please "
                 f"reduce the length of the {where}."
             )
 

@@ -2,10 +2,12 @@
 the input embeddings mlx-vlm's batch takes.
 
 The chat template (with a system-turn and tool-prompt fallback for templates that
-lack them) renders the messages, the model's processor expands the image tokens and
-makes the pixels and audio features, and the vision tower and token embedding run
-at once, so a failure is this request's error (400), not a failed batch step. The
-prefix cache's salt (images and audio change it) is set here too.
+lack them) renders the messages, the model's processor expands the image and video
+tokens and makes the pixels and audio features (videos: :mod:`.video`, their
+frames as a video where the processor takes one, else as ordered images), and the
+vision tower and token embedding run at once, so a failure is this request's error
+(400), not a failed batch step. The prefix cache's salt (images, videos and audio
+change it) is set here too.
 """
 
 from __future__ import annotations
@@ -22,16 +24,23 @@ from mlx_vlm.utils import prepare_inputs, should_add_special_tokens
 from mlx_vlm.vision_cache import VisionFeatureCache, processed_image_key
 from PIL import Image
 
-from mlx_gateway.protocol.messages import IMAGE_PART, CountTokens, Generate, Tokenize
+from mlx_gateway.protocol.messages import IMAGE_PART, VIDEO_PART, CountTokens, Generate, Tokenize
 from mlx_gateway.workers.common import system_turns
 from mlx_gateway.workers.common.tokenize import text_tokens
 from mlx_gateway.workers.common.tool_prompt import probe_tool_prompt
 from mlx_gateway.workers.runtime.contract import RequestError
 from mlx_gateway.workers.vlm.audio_input import decode_input_audio, sampling_rate, takes_audio
 from mlx_gateway.workers.vlm.images import DETAILS, ImageLimits, decode_image, image_payload
+from mlx_gateway.workers.vlm.video import Video, VideoLimits, decode_video
+from mlx_gateway.workers.vlm.video_template import (
+    has_video_parts,
+    processor_handles_video,
+    render_with_videos,
+)
 
 log = logging.getLogger(__name__)
 
+DEFAULT_VIDEO = VideoLimits()
 VISION_CACHE_SIZE = 16
 """Encoded images kept for models whose mlx-vlm code reuses them (Gemma 4, Qwen 3.5…)."""
 _TEXT_PARTS = ("text", "input_text")
@@ -70,11 +79,15 @@ class Prompts:
         name: str,
         limits: ImageLimits,
         prefix_cache: apc.APCManager | None,
+        video: VideoLimits = DEFAULT_VIDEO,
     ) -> None:
         self.model = model
         self.processor = processor
         self.name = name
         self.limits = limits
+        self.video = video
+        self.native_video = processor_handles_video(processor)
+        """Whether videos reach the processor as videos (else as ordered images)."""
         self.prefix_cache = prefix_cache
         self._vision_cache = VisionFeatureCache(max_size=VISION_CACHE_SIZE)
         self.tool_prompt = probe_tool_prompt(self.render, name)
@@ -82,9 +95,9 @@ class Prompts:
 
     def prompt(self, request: Generate, payloads: Sequence[bytes]) -> Prompt:
         """Template, images and tokens → the prompt with its input embeddings."""
-        raw, where, has_images, has_audio = self.inputs(request, payloads)
+        raw, where, has_images, has_media = self.inputs(request, payloads)
         tokens = raw["input_ids"].squeeze(0).tolist()
-        kwargs = self.embed(raw, has_images, has_audio=has_audio)
+        kwargs = self.embed(raw, has_images, has_media=has_media)
         return Prompt(tokens=tokens, kwargs=kwargs, where=where)
 
     def inputs(
@@ -92,15 +105,16 @@ class Prompts:
     ) -> tuple[dict[str, Any], str, bool, bool]:
         """The processor's output for the request (token ids with the image tokens
         expanded, pixels…), the field it came from, and whether it has images and
-        audio. The vision tower does not run here."""
+        other media (audio, videos). The vision tower does not run here."""
         images: list[Image.Image] = []
         audio: list[Any] = []
+        videos: list[Video] = []
         if request.messages is not None:
-            messages = self.template_messages(request, payloads, images, audio)
+            messages = self.template_messages(request, payloads, images, audio, videos)
             text = self.apply_template(
                 messages, len(images), request.chat_template_kwargs, audios=len(audio)
             )
-            raw = self.processed(text, images, audio)
+            raw = self.processed(text, images, audio, videos)
             where = "messages"
         elif isinstance(request.prompt, str):
             raw = self.processed(request.prompt, [])
@@ -119,7 +133,7 @@ class Prompts:
             raise RequestError("either messages or prompt is required", param="messages")
         if raw["input_ids"].size == 0:
             raise RequestError(f"the {where} is empty", param=where)
-        return raw, where, bool(images), bool(audio)
+        return raw, where, bool(images), bool(audio) or bool(videos)
 
     def count(self, request: CountTokens | Tokenize, payloads: Sequence[bytes]) -> list[int]:
         """The prompt tokens a ``Generate`` of the same messages (or text) would have."""
@@ -141,12 +155,16 @@ class Prompts:
         payloads: Sequence[bytes],
         images: list[Image.Image],
         audio: list[Any],
+        videos: list[Video] | None = None,
     ) -> list[dict[str, Any]]:
         """The messages as mlx-vlm's templates take them; decodes each image part's
-        payload into ``images`` and each audio part's into ``audio``, in order. Audio
-        parts leave the messages: mlx-vlm's templates put the audio markers at the end
-        of the last user message (``num_audios``)."""
+        payload into ``images``, each audio part's into ``audio`` and each video
+        part's into ``videos`` (or, for a processor without video, its frames into
+        ``images``), in order. Audio parts leave the messages: mlx-vlm's templates
+        put the audio markers at the end of the last user message (``num_audios``)."""
         assert request.messages is not None
+        videos = [] if videos is None else videos
+        image_parts = 0
         out: list[dict[str, Any]] = []
         for i, message in enumerate(request.messages):
             content = message.get("content")
@@ -160,7 +178,8 @@ class Prompts:
                 if kind in _TEXT_PARTS:
                     parts.append({"type": "text", "text": str(part.get("text", ""))})
                 elif kind == IMAGE_PART:
-                    payload = image_payload(request, payloads, len(images), where)
+                    payload = image_payload(request, payloads, image_parts, where)
+                    image_parts += 1
                     detail = str(part.get("detail") or "auto")
                     if detail not in DETAILS:
                         raise RequestError(
@@ -175,19 +194,42 @@ class Prompts:
                     parts.append({"type": IMAGE_PART})
                 elif kind == "audio":
                     audio.append(self._audio(part, payloads, where, len(audio)))
+                elif kind == VIDEO_PART:
+                    parts += self._video(part, payloads, where, images, videos)
                 else:
                     raise RequestError(
                         f"content parts of type '{kind}' are not supported by this model",
                         param=f"{where}.type",
                     )
             out.append({**message, "content": parts})
-        if len(images) != len(request.images):
+        if image_parts != len(request.images):
             raise RequestError(
                 f"the request names {len(request.images)} image payload(s) but its messages "
-                f"have {len(images)} image part(s)",
+                f"have {image_parts} image part(s)",
                 param="messages",
             )
         return out
+
+    def _video(
+        self,
+        part: dict[str, Any],
+        payloads: Sequence[bytes],
+        where: str,
+        images: list[Image.Image],
+        videos: list[Video],
+    ) -> list[dict[str, Any]]:
+        """The template parts of a video part: one video part (its frames joining
+        ``videos``) or, for a processor without video, one image part per frame
+        (joining ``images``)."""
+        frame = part.get("payload")
+        if not isinstance(frame, int) or not 0 <= frame < len(payloads):
+            raise RequestError(f"{where}: video payload {frame} is missing", param=where)
+        video = decode_video(payloads[frame], where=f"{where}.video_url", limits=self.video)
+        if self.native_video:
+            videos.append(video)
+            return [{"type": VIDEO_PART}]
+        images += [Image.fromarray(frame) for frame in video.frames]
+        return [{"type": IMAGE_PART} for _ in video.frames]
 
     def _audio(self, part: dict[str, Any], payloads: Sequence[bytes], where: str, k: int) -> Any:
         """The samples of an audio part; a 400 naming the model when it takes no audio."""
@@ -246,21 +288,41 @@ class Prompts:
         return text
 
     def render(self, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-        """mlx-vlm's chat template (with the generation prompt) applied to ``messages``."""
+        """mlx-vlm's chat template (with the generation prompt) applied to ``messages``
+        (video parts kept in place, see :mod:`.video_template`)."""
+        if has_video_parts(messages):
+            return render_with_videos(self.processor, self.model.config, messages, **kwargs)
         return apply_chat_template(self.processor, self.model.config, messages, **kwargs)
 
     def processed(
-        self, text: str, images: list[Image.Image], audio: list[Any] | None = None
+        self,
+        text: str,
+        images: list[Image.Image],
+        audio: list[Any] | None = None,
+        videos: list[Video] | None = None,
     ) -> dict[str, Any]:
-        """The processor's output: token ids, pixels when there are images, audio
-        features when there is audio."""
+        """The processor's output: token ids, pixels when there are images or videos,
+        audio features when there is audio."""
         config = self.model.config
+        extra: dict[str, Any] = {}
+        if videos:
+            extra["videos"] = [video.channels_first() for video in videos]
+            extra["video_metadata"] = [
+                {
+                    "total_num_frames": len(video.frames),
+                    "fps": video.fps,
+                    "frames_indices": list(range(len(video.frames))),
+                    "duration": video.duration,
+                }
+                for video in videos
+            ]
         try:
             return prepare_inputs(
                 self.processor,
                 images=images or None,
                 audio=audio or None,
                 prompts=text,
+                **extra,
                 image_token_index=getattr(config, "image_token_index", None),
                 add_special_tokens=should_add_special_tokens(config.model_type, self.processor),
             )
@@ -270,7 +332,7 @@ class Prompts:
             ) from None
 
     def embed(
-        self, raw: dict[str, Any], has_images: bool, *, has_audio: bool = False
+        self, raw: dict[str, Any], has_images: bool, *, has_media: bool = False
     ) -> dict[str, Any]:
         """Run the vision tower and the token embedding now, so a failure is this
         request's error, not a failed batch step."""
@@ -291,12 +353,12 @@ class Prompts:
         kwargs = {**data, **{k: v for k, v in embedded.to_dict().items() if v is not None}}
         mx.eval([v for v in kwargs.values() if isinstance(v, mx.array)])
         if self.prefix_cache is not None:
-            # The cache keys blocks by their tokens plus this salt; images and audio
-            # (the processor's features: its markers are the same for every clip)
-            # change it.
+            # The cache keys blocks by their tokens plus this salt; images, audio and
+            # videos (the processor's features: their markers are the same for every
+            # clip) change it.
             image_hash = apc.hash_image_payload(pixel_values=pixel_values) if has_images else 0
             media = (
-                {k: v for k, v in data.items() if isinstance(v, mx.array)} if has_audio else None
+                {k: v for k, v in data.items() if isinstance(v, mx.array)} if has_media else None
             )
             kwargs["_apc_semantic_hash"] = apc.semantic_extra_hash(
                 image_hash=image_hash,

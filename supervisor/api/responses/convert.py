@@ -24,10 +24,12 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     InputImage,
     InputItem,
     InputText,
+    InputVideo,
     MessageItem,
     OutputText,
     Refusal,
     ServerToolItem,
+    VideoURLObject,
 )
 from mlx_gateway.supervisor.api.responses.tools import flat_name
 from mlx_gateway.supervisor.errors import BadRequest
@@ -51,6 +53,17 @@ def _parts(parts: str | list[ContentPart], where: str) -> str | list[dict[str, A
                 out.append({"type": "text", "text": text})
             case InputImage(image_url=url, detail=detail) if url:
                 out.append({"type": "image_url", "image_url": {"url": url, "detail": detail}})
+            case InputVideo(video_url=video_url, video=video):
+                ref = video_url if video_url is not None else video
+                url = ref.url if isinstance(ref, VideoURLObject) else ref
+                if not url:
+                    raise BadRequest(
+                        "An input_video part needs its URL in 'video_url' (a data: URL, an "
+                        "http(s) URL or an allowed file path).",
+                        param=f"{where}[{j}]",
+                        code="invalid_video_url",
+                    )
+                out.append({"type": "video_url", "video_url": {"url": url}})
             case InputImage():
                 raise BadRequest(
                     "Images by 'file_id' are not supported; send 'image_url' (a data: URL or "

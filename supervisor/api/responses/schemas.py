@@ -149,11 +149,23 @@ class InputImage(Struct, tag="input_image", tag_field="type"):
     detail: Literal["auto", "low", "high"] = "auto"
 
 
+class VideoURLObject(Struct):
+    url: str
+
+
+class InputVideo(Struct, tag="input_video", tag_field="type"):
+    """A video (vision models; the peers' part name): its URL in ``video_url`` or
+    ``video``, a string or ``{"url": …}``."""
+
+    video_url: str | VideoURLObject | None = None
+    video: str | VideoURLObject | None = None
+
+
 class Refusal(Struct, tag="refusal", tag_field="type"):
     refusal: str
 
 
-ContentPart = InputText | OutputText | InputImage | Refusal
+ContentPart = InputText | OutputText | InputImage | InputVideo | Refusal
 
 
 class MessageItem(Struct, kw_only=True):

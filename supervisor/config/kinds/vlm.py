@@ -1,8 +1,9 @@
 """Vision models (``model_type: vlm``, also ``multimodal``; mlx-vlm): how the gateway
-takes their images and what their worker is told (how images are sized, whether
-prompts are cached).
+takes their images and videos and what their worker is told (how images are sized,
+how video frames are sampled, whether prompts are cached).
 
-How the gateway reads image URLs is :func:`..engine.vision_input.image_policy`.
+How the gateway reads image URLs is :func:`..engine.vision_input.image_policy`,
+video URLs :func:`..engine.video_input.video_policy`.
 No I/O and no MLX here.
 """
 
@@ -33,6 +34,22 @@ class VlmConfig(TextModelConfig, kw_only=True, tag="vlm"):
     max_pixels: Positive | None = None
     """Scale larger images down to at most this many pixels, keeping their aspect
     ratio."""
+    fps: Annotated[float, msgspec.Meta(gt=0, le=30)] = 1.0
+    """Video frames sampled per second of video (evenly in time)."""
+    max_frames: Annotated[int, msgspec.Meta(ge=1, le=256)] = 16
+    """Most frames taken from one video: a longer clip is sampled evenly over its
+    whole length. On Qwen2-VL, 16 frames of 448 x 448 are 8 temporal patches of 256
+    tokens: about 2,000 prompt tokens."""
+    max_videos: Positive = 2
+    """Most videos in one request → else 400 ``too_many_videos``."""
+    max_video_mb: PositiveMiB = 50.0
+    """Largest video file (a ``data:`` URL's bytes, a fetched or local file), in MiB
+    → else 400 ``video_too_large``."""
+    max_video_seconds: PositiveSeconds = 600.0
+    """Longest video, in seconds → else 400 ``video_too_long`` (from the worker)."""
+    local_video_dirs: list[str] = []
+    """Folders whose video files a request may name by path (``/…`` or ``file://…``);
+    none by default (a path is then a 400)."""
     prefix_cache: bool = True
     """Keep recent prompts' key/value blocks and reuse a repeated prefix (mlx-vlm's
     automatic prefix cache, in memory)."""
@@ -42,6 +59,9 @@ class VlmConfig(TextModelConfig, kw_only=True, tag="vlm"):
         options: dict[str, Any] = {
             "prefix_cache": self.prefix_cache,
             "stream_interval": self.stream_interval,
+            "video_fps": self.fps,
+            "max_frames": self.max_frames,
+            "max_video_seconds": self.max_video_seconds,
         }
         if self.resize_shape is not None:
             shape = self.resize_shape

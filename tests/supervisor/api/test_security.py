@@ -244,12 +244,20 @@ def test_route_limits_follow_the_models_files() -> None:
     mib = 2**20
     models = [
         model_entry(model_path="a", model_type="lm"),
-        model_entry(model_path="v", model_type="vlm", max_image_mb=3, max_images=2),
+        model_entry(
+            model_path="v",
+            model_type="vlm",
+            max_image_mb=3,
+            max_images=2,
+            max_video_mb=3,
+            max_videos=1,
+        ),
         model_entry(model_path="w", model_type="whisper", max_upload_mb=50),
         model_entry(model_path="i", model_type="image-edit", max_image_mb=10),
     ]
     limits = route_limits(models)
-    assert limits["/v1/chat/completions"] == 8 * mib + mib  # 2 x 3 MiB in base64, + text
+    # 2 x 3 MiB of images and 3 MiB of video in base64, + text
+    assert limits["/v1/chat/completions"] == limits["/v1/responses"] == 12 * mib + mib
     assert limits["/v1/audio/"] == 50 * mib + 64 * 1024
     assert limits["/v1/images/edits"] == 5 * 10 * mib + 64 * 1024
     assert route_limits(models[:1]) == {}

@@ -10,6 +10,7 @@ import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, config_from_model_path, load_config
 from mlx_gateway.supervisor.engine.image_fetch import MIB
+from mlx_gateway.supervisor.engine.video_input import video_policy
 from mlx_gateway.supervisor.engine.vision_input import image_policy
 from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
@@ -33,6 +34,11 @@ def test_vision_keys(tmp_path: Path) -> None:
                 resize_shape: [448, 336]
                 max_pixels: 1000000
                 prefix_cache: false
+                fps: 2
+                max_frames: 8
+                max_video_mb: 10
+                max_video_seconds: 1m
+                local_video_dirs: [{tmp_path}]
               - model_path: {VLM}
                 served_model_name: defaults
                 model_type: vlm
@@ -56,12 +62,22 @@ def test_vision_keys(tmp_path: Path) -> None:
         "resize_shape": [448, 336],
         "max_pixels": 1_000_000,
         "stream_interval": 0.02,
+        "video_fps": 2.0,
+        "max_frames": 8,
+        "max_video_seconds": 60.0,
     }
     assert default.worker_options() == {
         "prefix_cache": True,
         "resize_shape": [512, 512],
         "stream_interval": 0.02,
+        "video_fps": 1.0,
+        "max_frames": 16,
+        "max_video_seconds": 600.0,
     }
+    videos = video_policy(tuned, config.server)
+    assert (videos.max_bytes, videos.fetch.max_bytes) == (10 * MIB, 10 * MIB)
+    assert videos.local_dirs == (tmp_path.resolve(),)
+    assert video_policy(default, config.server).local_dirs == ()
 
 
 @pytest.mark.parametrize(
@@ -73,6 +89,9 @@ def test_vision_keys(tmp_path: Path) -> None:
         ("max_pixels", 0, "expected an integer >= 1"),
         ("max_images", 0, "expected an integer >= 1"),
         ("max_image_mb", 0, "expected a number > 0"),
+        ("fps", 0, "expected a number > 0"),
+        ("max_frames", 0, "expected an integer >= 1"),
+        ("max_video_mb", 0, "expected a number > 0"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: object, words: str) -> None:
@@ -83,7 +102,8 @@ def test_bad_values_name_the_key(key: str, value: object, words: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("resize_shape", [64, 64]), ("prefix_cache", False), ("max_images", 2)]
+    ("key", "value"),
+    [("resize_shape", [64, 64]), ("prefix_cache", False), ("max_images", 2), ("max_frames", 4)],
 )
 def test_vision_keys_on_other_models_are_errors(key: str, value: object) -> None:
     with pytest.raises(ConfigError) as caught:

@@ -70,6 +70,7 @@ def test_fit_names_exactly_the_models_a_load_evicts() -> None:
         first = fit(http, "a")
         assert (first["verdict"], first["fits"], first["evict"]) == ("fits", True, [])
         assert (first["need"], first["need_source"]) == (GB, "configured")
+        assert first["need_parts"] == {}  # an estimate lists its parts (vision…)
         assert first["budget"] == 2.5 * GB
         for name in ("a", "b", "a"):  # b is now the least recently used
             assert http.post(f"/v1/models/{name}/load").status_code == 200

@@ -214,3 +214,20 @@ def test_measured_needs_are_remembered_across_restarts(tmp_path: Path) -> None:
     assert again.remembered(changed) == 0  # other settings: estimate again
     path.write_text("not json")
     assert NeedBook(path).remembered(model) == 0  # a broken file is ignored
+
+
+def test_a_vision_model_counts_its_tower_for_images_and_frames(hub: Path) -> None:
+    repo = "mlx-community/Qwen2-VL-2B-Instruct-4bit"
+    base = estimate(entry(repo, model_type="vlm", max_videos=1))  # 8 images, 16 frames
+    longer = estimate(entry(repo, model_type="vlm", max_videos=1, max_frames=64))
+    # 16 frames are 8 pictures deep (two frames a temporal patch). A 448x448 picture
+    # is 1024 patches of 14x14; each holds 4 copies of the MLP's 1280 x 4 wide
+    # activation in fp16; one picture's 16 heads of scores in fp32.
+    per_picture = 1024 * 1280 * 4 * 2 * 4
+    assert base.parts["vision"] == 16 * per_picture + 16 * 1024 * 1024 * 4
+    assert longer.parts["vision"] - base.parts["vision"] == (32 - 8) * per_picture
+    assert longer.bytes - base.bytes == (32 - 8) * per_picture
+    # The entry's max_pixels sizes the pictures; a text model has no vision part.
+    small = estimate(entry(repo, model_type="vlm", max_pixels=224 * 224, max_images=1))
+    assert small.parts["vision"] == (1 + 2 * 8) * 256 * 1280 * 4 * 2 * 4 + 16 * 256 * 256 * 4
+    assert "vision" not in estimate(entry("mlx-community/Qwen3-4B-4bit")).parts

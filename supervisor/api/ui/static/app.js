@@ -376,13 +376,19 @@ async function sendChat(event) {
   event.preventDefault();
   const text = $("#chat-input").value.trim();
   if (!text) return;
-  const image = $("#chat-image").files[0];
+  const media = $("#chat-image").files[0];
   let content = text;
-  if (image && !$("#chat-image-label").hidden) {
-    content = [{ type: "image_url", image_url: { url: await fileAsDataURL(image) } }, { type: "text", text }];
+  if (media && !$("#chat-image-label").hidden) {
+    // A video goes as a video_url part (the worker samples its frames), else an image.
+    const url = await fileAsDataURL(media);
+    const part = media.type.startsWith("video/")
+      ? { type: "video_url", video_url: { url } }
+      : { type: "image_url", image_url: { url } };
+    content = [part, { type: "text", text }];
+    $("#chat-image").value = "";
   }
   chatHistory.push({ role: "user", content });
-  bubble("user").textContent = text;
+  bubble("user").textContent = media && content !== text ? `[${media.name}] ${text}` : text;
   $("#chat-input").value = "";
   const answer = bubble("assistant");
   const reasoning = document.createElement("details");
@@ -601,6 +607,19 @@ $("#log-model").addEventListener("change", startLogs);
 $("#log-clear").addEventListener("click", () => { $("#log-lines").textContent = ""; });
 $("#pg-model").addEventListener("change", choosePlayground);
 $("#chat-form").addEventListener("submit", sendChat);
+function dropOnChat(event) {
+  // A vision model's chat takes a dropped image or video as its next message's file.
+  if ($("#chat-image-label").hidden) return;
+  event.preventDefault();
+  const file = event.dataTransfer?.files?.[0];
+  $("#pg-chat").style.outline = event.type === "dragover" ? "2px dashed currentColor" : "";
+  if (event.type !== "drop" || !file) return;
+  if (!/^(image|video)\//.test(file.type)) return;
+  const picked = new DataTransfer();
+  picked.items.add(file);
+  $("#chat-image").files = picked.files;
+}
+for (const type of ["dragover", "dragleave", "drop"]) $("#pg-chat").addEventListener(type, dropOnChat);
 $("#chat-stop").addEventListener("click", () => state.chatAbort?.abort());
 $("#emb-run").addEventListener("click", compareEmbeddings);
 $("#emb-nearest").addEventListener("click", () => nearestText());
