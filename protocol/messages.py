@@ -19,10 +19,13 @@ and the shared parts), :mod:`.requests` (gateway → worker) and :mod:`.replies`
 from __future__ import annotations
 
 from mlx_gateway.protocol.parts import (
+    BATCH,
+    INTERACTIVE,
     Constraint,
     Memory,
     Message,
     ModelFacts,
+    Priority,
     SamplingParams,
     TokenLogprob,
     Usage,
@@ -58,6 +61,7 @@ from mlx_gateway.protocol.requests import (
     GenerateImage,
     Limits,
     MountAdapter,
+    Pause,
     Ping,
     Rerank,
     Shutdown,
@@ -68,7 +72,9 @@ from mlx_gateway.protocol.requests import (
 )
 
 __all__ = [
+    "BATCH",
     "IMAGE_PART",
+    "INTERACTIVE",
     "Assign",
     "Batch",
     "Cancel",
@@ -91,8 +97,10 @@ __all__ = [
     "Message",
     "ModelFacts",
     "MountAdapter",
+    "Pause",
     "Ping",
     "Prefilled",
+    "Priority",
     "Progress",
     "Ready",
     "Reply",
@@ -130,6 +138,7 @@ Request = (
     | Shutdown
     | Ping
     | Limits
+    | Pause
     | Assign
 )
 Reply = (

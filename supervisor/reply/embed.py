@@ -16,6 +16,7 @@ from mlx_gateway.supervisor.engine.embeddings import embed, float_rows, floats, 
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.reply.priority import priority_of
 
 __all__ = ["EmbedAsk", "Matrix", "embed_for", "float_rows", "floats", "split_rows"]
 
@@ -63,6 +64,7 @@ async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
         token_ids=ask.token_ids,
         dimensions=ask.dimensions,
         truncate=truncate,
+        priority=priority_of(request),
     )
     header, data, tokens = await unless_disconnected(request, embed(handle, msg))
     return Matrix(header, data, tokens, handle.name)

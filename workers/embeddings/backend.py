@@ -36,6 +36,7 @@ import numpy as np
 from mlx_embeddings import load as load_model_and_tokenizer
 
 from mlx_gateway.protocol.messages import (
+    BATCH,
     Detokenize,
     Done,
     Embed,
@@ -82,6 +83,7 @@ class _Job:
     """(inputs, model dims) float32, allocated with the first batch."""
     remaining: int = 0
     prompt_tokens: int = 0
+    batch: bool = False
 
 
 @dataclass
@@ -212,9 +214,10 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         tokens = self._tokens(request)
         job = _Job(request.request_id, tokens, dimensions, remaining=len(tokens))
         job.prompt_tokens = sum(len(t) for t in tokens)
+        job.batch = request.priority == BATCH
         self._jobs[job.request_id] = job
-        for index in shortest_first([len(t) for t in tokens]):
-            self._queue.append(_Item(job, index))
+        order = shortest_first([len(t) for t in tokens])
+        self._queue_rows((_Item(job, index) for index in order), job.batch)
         self._emit(Started(request_id=job.request_id, prompt_tokens=job.prompt_tokens))
 
     def _tokens(self, request: Embed) -> list[list[int]]:
