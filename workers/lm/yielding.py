@@ -9,8 +9,8 @@ waits in the queue or reads its prompt, each batch request still reading its pro
 leaves the batch at the end of the slice it read (its KV cache so far kept on it as
 :attr:`~.active.LmActive.resume`) and goes back to the head of the queued batch
 requests (:func:`requeue`). It is admitted again, from the token where it stopped,
-once no interactive request is reading its prompt (:func:`holds_batch`). A batch
-request that already decodes stays: a decode step reads one token per request.
+once no interactive request waits for its first token (:func:`holds_batch`). A
+batch request that already decodes stays: a decode step reads one token per request.
 """
 
 from __future__ import annotations
@@ -33,14 +33,16 @@ def prefilling(active: LmActive) -> bool:
 
 
 def holds_batch(running: Iterable[LmActive]) -> bool:
-    """Whether an interactive request among ``running`` reads its prompt: a batch
-    request does not start its prefill meanwhile."""
-    return any(not a.batch and prefilling(a) for a in running)
+    """Whether an interactive request among ``running`` still waits for its first
+    token: a batch request does not start or go on with its prefill meanwhile (the
+    step that makes that token would read a slice of the batch prompt too)."""
+    return any(not a.batch and a.generated == 0 for a in running)
 
 
 def must_yield(queue: Iterable[LmActive], running: list[LmActive]) -> list[LmActive]:
     """The running batch requests that leave the batch before the next step: those
-    still reading their prompt, while an interactive request waits or reads its own."""
+    still reading their prompt, while an interactive request waits in the queue or
+    for its first token."""
     if not (any(not a.batch for a in queue) or holds_batch(running)):
         return []
     return [a for a in running if a.batch and prefilling(a)]
