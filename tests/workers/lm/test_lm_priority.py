@@ -81,7 +81,9 @@ def test_a_batch_prefill_yields_to_an_interactive_request_at_its_next_slice(
         after = schedule(recorder.replies)[len(before) :]
         first_chat = after.index(("chunk", "chat", 0))
         batch_slices = [s for s in after[:first_chat] if s[1] == "batch"]
-        assert batch_slices == [], f"the batch prefill went on before the chat's first token: {after}"
+        assert batch_slices == [], (
+            f"the batch prefill went on before the chat's first token: {after}"
+        )
         resumed = [done for kind, rid, done in after if kind == "prefilled" and rid == "batch"]
         assert resumed and resumed[0] > read, "the batch prefill starts over instead of going on"
         assert resumed == sorted(resumed)
