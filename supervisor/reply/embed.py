@@ -35,6 +35,8 @@ class EmbedAsk:
     keep_alive: float | str | None = None
     ttl: float | None = None
     id_prefix: str = "embd-"
+    service_tier: str | None = None
+    """``flex``: batch work, whatever the caller's priority (:mod:`.priority`)."""
 
 
 @dataclass
@@ -64,7 +66,7 @@ async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
         token_ids=ask.token_ids,
         dimensions=ask.dimensions,
         truncate=truncate,
-        priority=priority_of(request),
+        priority=priority_of(request, ask.service_tier),
     )
     header, data, tokens = await unless_disconnected(request, embed(handle, msg))
     return Matrix(header, data, tokens, handle.name)
