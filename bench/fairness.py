@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -48,6 +49,10 @@ from .servers import launch_gateway, reexec_with_openblas, wait_model_ready
 QUESTION = "What is the capital of France? Answer in one line."
 SENTENCES = [f"Sentence {i} of the photo tagger's index: a cat on a red sofa." for i in range(64)]
 KINDS = ("prefill", "embeddings", "both")
+PROGRESS = re.compile(r": prefill (\d+)/(\d+) tokens")
+USAGE = re.compile(r'"prompt_tokens": ?(\d+)')
+KEEPALIVE = 0.5
+"""The gateway's ``stream_keepalive`` here: a long prompt's progress this often."""
 LABELS = {
     "prefill": "long prefill, same model",
     "embeddings": "embeddings flood, other model",
@@ -65,6 +70,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--chat-tokens", type=int, default=8, help="tokens per interactive answer")
     parser.add_argument("--long-tokens", type=int, default=3000, help="tokens per batch prompt")
+    parser.add_argument(
+        "--embed-batch-tokens",
+        type=int,
+        default=512,
+        help="the embeddings model's max_batch_tokens: how long one of its steps is, "
+        "which a paused worker finishes first (default 512)",
+    )
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "mlx-gateway-bench")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     return parser.parse_args(argv)
@@ -77,6 +89,8 @@ class Phase:
     ttft: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     inputs: int = 0
+    reading: int = 0
+    """Prompt tokens the long prompt under way has read (its latest progress)."""
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -109,23 +123,40 @@ class Bench:
             await asyncio.sleep(max(0.0, self.args.every - (time.monotonic() - started)))
 
     async def long_prompts(self, phase: Phase) -> None:
+        """One long prompt after another. Streamed, so that the keep-alive comments
+        (``: prefill 1024/3000 tokens``, every ``stream_keepalive``) tell how far a
+        prompt got when the phase ends: its part counts too."""
         while True:
             text = self.prompts[self.next_prompt % len(self.prompts)]
             self.next_prompt += 1
-            reply = await self.http.post(
-                f"{self.base}/v1/chat/completions",
-                json={
-                    "model": LM_SERVED,
-                    "messages": [{"role": "user", "content": text}],
-                    "max_tokens": 4,
-                    "temperature": 0.0,
-                    "service_tier": "flex",
-                },
-            )
-            if reply.status_code != 200:
-                phase.errors.append(reply.text[:200])
-                continue
-            phase.prompt_tokens += reply.json()["usage"]["prompt_tokens"]
+            body = {
+                "model": LM_SERVED,
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": 4,
+                "temperature": 0.0,
+                "service_tier": "flex",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            phase.reading = 0
+            try:
+                async with self.http.stream(
+                    "POST", f"{self.base}/v1/chat/completions", json=body
+                ) as reply:
+                    if reply.status_code != 200:
+                        phase.errors.append((await reply.aread()).decode()[:200])
+                        continue
+                    read = 0
+                    async for line in reply.aiter_lines():
+                        if match := PROGRESS.match(line):
+                            phase.reading = int(match[1])
+                        elif match := USAGE.search(line):
+                            read = int(match[1])
+                    phase.prompt_tokens += read
+                    phase.reading = 0
+            except asyncio.CancelledError:
+                phase.prompt_tokens += phase.reading  # what the cut prompt read
+                raise
 
     async def flood(self, phase: Phase) -> None:
         while True:
@@ -252,12 +283,18 @@ def main(argv: list[str] | None = None) -> None:
     prompts = long_prompts(lm, args.long_tokens)
     entries: list[dict[str, Any]] = [
         {"served_model_name": LM_SERVED, "model_path": str(lm), "model_type": "lm"},
-        {"served_model_name": EMBED_SERVED, "model_path": str(embed), "model_type": "embeddings"},
+        {
+            "served_model_name": EMBED_SERVED,
+            "model_path": str(embed),
+            "model_type": "embeddings",
+            "max_batch_tokens": args.embed_batch_tokens,
+        },
     ]
     for entry in entries:
         entry.update(on_demand=False, idle_timeout=0)
     with tempfile.TemporaryDirectory(prefix="fairness-") as tmp:
-        gateway = launch_gateway(Path(tmp), entries, name="the gateway")
+        server = {"stream_keepalive": KEEPALIVE}
+        gateway = launch_gateway(Path(tmp), entries, server, name="the gateway")
         try:
             for served in (LM_SERVED, EMBED_SERVED):
                 wait_model_ready(gateway, served, 300)

@@ -4,6 +4,7 @@ its ``Done`` (its prompt, sampling, decoding state, adapters and checkpoints).""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +13,10 @@ from mlx_gateway.workers.common.sampling import LogitsProcessor, Sampler
 from mlx_gateway.workers.lm.checkpoints import Checkpoint
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
 from mlx_gateway.workers.lm.prompt_cache import token_bytes
-from mlx_gateway.workers.lm.solo import SoloDecode
+from mlx_gateway.workers.lm.solo import SoloDecode, SpeculativeDecode
 from mlx_gateway.workers.lm.tool_scan import ToolScan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -86,3 +89,18 @@ def step_label(actives: list[LmActive]) -> str:
     if decode or not prefill:
         parts.append(f"decode of {decode} request{'s' if decode != 1 else ''}")
     return ", ".join(parts)
+
+
+def drop_solo(active: LmActive) -> None:
+    """End the request's solo decoding, keeping its draft model's counts."""
+    solo = active.solo
+    if isinstance(solo, SpeculativeDecode):
+        active.draft_proposed += solo.proposed
+        active.draft_accepted += solo.accepted
+        log.debug(
+            "%s: the draft model proposed %d tokens, %d taken",
+            active.request_id,
+            solo.proposed,
+            solo.accepted,
+        )
+    active.solo = None

@@ -38,12 +38,12 @@ from mlx_gateway.workers.common.coalesce import Coalescer
 from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, batch_cache_bytes
 from mlx_gateway.workers.lm import checkpoints as cp
 from mlx_gateway.workers.lm import prefill, yielding
-from mlx_gateway.workers.lm.active import LmActive, step_label
+from mlx_gateway.workers.lm.active import LmActive, drop_solo, step_label
 from mlx_gateway.workers.lm.adapters import Adapters
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
 from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
 from mlx_gateway.workers.lm.shared_prefix import awaits_prefix
-from mlx_gateway.workers.lm.solo import SpeculativeDecode, decode_alone, private_copy
+from mlx_gateway.workers.lm.solo import decode_alone, private_copy
 from mlx_gateway.workers.lm.speculative import Draft
 from mlx_gateway.workers.runtime.contract import Emit
 
@@ -248,12 +248,14 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         running = len(self._by_uid) + (self._solo is not None)
         if not self._queue or running >= self._concurrency:
             return False
+        if self._queue[0].batch and yielding.holds_batch(self._running()):
+            return False  # an interactive request waits for its first token
         group = self._queue[0].adapters
         if not self._group_turn(group, running):
             return False  # the head of the queue waits for the running group to end
         if self._solo is not None and not self._join_batch(self._solo, generator):
             return True  # the solo request ended with the token it had sampled
-        if self.solo_enabled and not self._by_uid and len(self._queue) == 1:
+        if self.solo_enabled and not self._by_uid and yielding.alone(self._queue):
             self._start_solo(self._queue.popleft())
             return True
         while (
@@ -288,11 +290,13 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         active.cached, active.checkpoints = hit.tokens, list(hit.checkpoints.values())
         return hit.tokens, hit.cache
 
+    def _running(self) -> list[LmActive]:
+        return [*self._by_uid.values(), *([self._solo] if self._solo else [])]
+
     def _yield_prefills(self, generator: BatchGenerator) -> None:
         """Batch requests still reading their prompt leave for an interactive
         request's prefill, keeping their cache (see :mod:`.yielding`)."""
-        running = [*self._by_uid.values(), *([self._solo] if self._solo else [])]
-        for active in yielding.must_yield(self._queue, running):
+        for active in yielding.must_yield(self._queue, self._running()):
             if active.solo is not None:
                 active.resume = yielding.solo_cache(active.solo)
                 self._drop_solo(active)
@@ -464,18 +468,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
             self._keep_cache(active, tokens, cache)
 
     def _drop_solo(self, active: LmActive) -> None:
-        """End the request's solo decoding, keeping its draft model's counts."""
-        solo = active.solo
-        if isinstance(solo, SpeculativeDecode):
-            active.draft_proposed += solo.proposed
-            active.draft_accepted += solo.accepted
-            log.debug(
-                "%s: the draft model proposed %d tokens, %d taken",
-                active.request_id,
-                solo.proposed,
-                solo.accepted,
-            )
-        active.solo = None
+        drop_solo(active)
 
     def _usage(self, active: LmActive) -> Usage:
         usage = super()._usage(active)

@@ -48,6 +48,15 @@ def must_yield(queue: Iterable[LmActive], running: list[LmActive]) -> list[LmAct
     return [a for a in running if a.batch and prefilling(a)]
 
 
+def alone(queue: deque[LmActive]) -> bool:
+    """Whether the head of the queue may start alone (solo decoding) in an empty
+    batch: it is the only request queued, or an interactive one before batch
+    requests only (they wait for its first token anyway)."""
+    if len(queue) == 1:
+        return True
+    return not queue[0].batch and all(a.batch for a in list(queue)[1:])
+
+
 def requeue(queue: deque[LmActive], active: LmActive) -> None:
     """Put a batch request that yielded back at the head of the queued batch requests
     (behind the interactive ones)."""
