@@ -107,12 +107,14 @@ class Batch(Message, tag="batch"):
 
 class Embeddings(Message, tag="embeddings"):
     """The vectors of an :class:`Embed`: payload 0 is a C-order little-endian
-    float32 matrix of ``rows`` by ``dims``."""
+    float32 matrix of ``rows`` by ``dims``: one row per input, or for a multi-vector
+    model every input's rows in input order, ``vectors[i]`` of them for input ``i``."""
 
     request_id: str
     rows: int
     dims: int
     prompt_tokens: int = 0
+    vectors: list[int] = []
 
 
 class Scores(Message, tag="scores"):

@@ -53,14 +53,19 @@ class Generate(Message, tag="generate"):
 
 
 class Embed(Message, tag="embed"):
-    """Embed ``texts`` or ``token_ids`` lists (one of them); answered by
-    :class:`Embeddings` then :class:`Done`."""
+    """Embed ``texts`` or ``token_ids`` lists (one of them), and images; answered by
+    :class:`Embeddings` then :class:`Done`.
+
+    Images (image-embedding models): ``images[k]`` is the input position of the
+    ``k``-th image, whose file is payload frame ``k``; the texts fill the other
+    positions in order, so the inputs are ``len(texts) + len(images)`` rows."""
 
     request_id: str
     texts: list[str] = []
     token_ids: list[list[int]] = []
     dimensions: int | None = None
     truncate: bool = False
+    images: list[int] = []
     priority: Priority = INTERACTIVE
     """``batch``: its inputs wait behind those of interactive requests."""
 

@@ -24,6 +24,7 @@ from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 from mlx_gateway.supervisor.recorder import Recorder
 from mlx_gateway.supervisor.tools import McpServers
+from mlx_gateway.supervisor.usage.store import UsageStore, usage_path
 
 
 def create_app(
@@ -49,6 +50,11 @@ def create_app(
         wyoming = None
         mcp = McpServers(config.tools)  # connects to a server on its first use
         app.state.mcp = mcp
+        usage = None
+        if server.usage:
+            usage = UsageStore(usage_path(server.usage_path), server.usage_retention_days)
+            usage.start()  # its thread opens the file
+            recorder.usage = app.state.usage = usage
         try:
             await registry.start()
             await peers.start()
@@ -67,6 +73,9 @@ def create_app(
                     await wyoming.stop()
                 await registry.close()
         finally:
+            if usage is not None:
+                recorder.usage = app.state.usage = None
+                await usage.close()  # what is queued is written
             await mcp.close()  # stdio servers' processes stop
             await peers.close()
             root.removeHandler(hub)

@@ -25,6 +25,7 @@ from mlx_gateway.supervisor.connect import cli as connect_cli
 from mlx_gateway.supervisor.http.auth import exposure_warning
 from mlx_gateway.supervisor.logs import log_file_path, setup_logging
 from mlx_gateway.supervisor.service import cli as service_cli
+from mlx_gateway.supervisor.usage import cli as usage_cli
 
 log = logging.getLogger("mlx_gateway")
 
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_launch_flags(flags)
     status.add_parser(sub)
+    usage_cli.add_parser(sub)
     pull.add_parser(sub)
     connect_cli.add_parser(sub)
     service_cli.add_parser(sub)
@@ -156,7 +158,9 @@ async def serve(config: GatewayConfig, config_path: str | None = None, watch: bo
         loop.add_signal_handler(signum, stop.set)
     names = ", ".join(model.served_model_name for model in config.models)
     log.info("serving %s on http://%s:%d/v1", names, host, port)
-    warning = exposure_warning(host, config.server.api_keys)
+    warning = exposure_warning(
+        host, [*config.server.api_keys, *(app.key for app in config.server.keys)]
+    )
     if warning:
         log.warning(warning)
     app = create_app(config)
@@ -196,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "status":
         return status.run(args)
+    if args.command == "usage":
+        return usage_cli.run(args)
     if args.command == "pull":
         return pull.run(args)
     if args.command == "connect":

@@ -1,25 +1,30 @@
-"""What each request did, for ``/metrics``: its model, first token, tokens, outcome.
+"""What each request did, for ``/metrics`` and its usage row: its model, first
+token, tokens, audio, images, outcome.
 
 The observing middleware (:mod:`.observe`) opens a :class:`RequestRecord` per HTTP
 request in a context variable; the shared request code (:mod:`.generation`, and
 any endpoint's own work loop) notes facts on it with the ``note_*`` functions,
 which do nothing outside a request. When the response ends, the middleware
-commits the record into the app's :class:`Recorder`. A context variable reaches
-every task the request starts (anyio and asyncio copy the context into them), so
-no handler needs to pass the record around.
+commits the record into the app's :class:`Recorder`, which counts it and hands
+its :class:`UsageRow` to the usage database (:mod:`.usage`, written off the
+request path). A context variable reaches every task the request starts (anyio
+and asyncio copy the context into them), so no handler needs to pass the record
+around.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mlx_gateway.supervisor.metrics import Counter, Histogram
+from mlx_gateway.supervisor.usage.rows import UsageRow, kind_of_route
 
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -46,15 +51,27 @@ class RequestRecord:
     API's shape (see :func:`note_abort`)."""
     model: str | None = None
     first_token: float | None = None
+    key: str = "anonymous"
+    """The name of the app whose key made the request (:func:`..http.caller.caller_of`)."""
     prompt_tokens: int = 0
+    """Input tokens of every turn (a turn's ``n`` choices count their prompt once)."""
+    cached_tokens: int = 0
+    """Of those, read from the prompt cache."""
     completion_tokens: int = 0
+    earlier: tuple[int, int] = (0, 0)
+    """The prompt and cached tokens of the turns before the current one (a tool
+    loop's earlier rounds)."""
+    images: int = 0
+    """Pictures made (finished, not previews)."""
+    status: int = 200
+    """The answer's status where no HTTP response carries it (a Realtime response)."""
     draft_proposed: int = 0
     draft_accepted: int = 0
     """A draft model's proposals for this request and those taken (speculative decoding)."""
     characters: int = 0
     """Text-to-speech: characters of input."""
     audio_seconds: float = 0.0
-    """Text-to-speech: seconds of audio synthesized."""
+    """Seconds of audio: synthesized (text to speech) or heard (transcription)."""
     outcome: str | None = None
     """How the model's work ended: a finish reason (``stop``, ``length``…),
     ``error`` (failed after it started) or ``client_left``."""
@@ -110,11 +127,19 @@ def note_handle(handle: ModelHandle) -> None:
     note_model(handle.name)
 
 
+def note_turn() -> None:
+    """A new turn starts (a tool loop's next round): the prompt tokens counted so
+    far stay, the turn's own are added as its choices report them."""
+    record = _current.get()
+    if record is not None:
+        record.earlier = (record.prompt_tokens, record.cached_tokens)
+
+
 def note_started(prompt_tokens: int) -> None:
     """The worker accepted the request (``Started``)."""
     record = _current.get()
     if record is not None:
-        record.prompt_tokens = prompt_tokens
+        record.prompt_tokens = record.earlier[0] + prompt_tokens
         record.phase = f"prefill 0/{prompt_tokens}"
 
 
@@ -150,20 +175,49 @@ def note_speech(characters: int, seconds: float) -> None:
         record.audio_seconds += seconds
 
 
+def note_audio(seconds: float) -> None:
+    """Speech to text: ``seconds`` of audio heard."""
+    record = _current.get()
+    if record is not None:
+        record.audio_seconds += seconds
+
+
+def note_images(count: int) -> None:
+    """``count`` pictures made."""
+    record = _current.get()
+    if record is not None:
+        record.images += count
+
+
 def note_done(
     finish_reason: str,
     prompt_tokens: int,
     completion_tokens: int,
     draft_proposed: int = 0,
     draft_accepted: int = 0,
+    *,
+    cached_tokens: int = 0,
+    streamed: int | None = None,
 ) -> None:
-    """The worker's ``Done``: its usage replaces the counts noted so far (``n``
-    choices of one request add their draft counts up)."""
+    """The worker's ``Done``: its usage is the answer's, as the client gets it.
+
+    The turn's prompt (and cached) tokens are counted once whatever its ``n``, on
+    top of the earlier turns' (:func:`note_turn`); completion tokens add up over
+    choices and turns. ``streamed``: the tokens this generation's chunks already
+    added (:func:`note_output`), replaced by the ``Done``'s count; ``None``: its
+    chunks were not noted, its count replaces the request's."""
     record = _current.get()
     if record is not None:
         record.outcome = finish_reason
-        if prompt_tokens or completion_tokens:
-            record.prompt_tokens, record.completion_tokens = prompt_tokens, completion_tokens
+        earlier_prompt, earlier_cached = record.earlier
+        if prompt_tokens:
+            record.prompt_tokens = earlier_prompt + prompt_tokens
+            record.cached_tokens = earlier_cached + cached_tokens
+        if streamed is None:
+            if prompt_tokens or completion_tokens:
+                record.completion_tokens = completion_tokens
+        else:
+            record.completion_tokens += completion_tokens - streamed
         record.draft_proposed += draft_proposed
         record.draft_accepted += draft_accepted
 
@@ -220,6 +274,21 @@ class Recorder:
             "Text-to-speech: seconds of audio synthesized (and sent, as far as the client stayed).",
             ("model",),
         )
+        self.key_requests = Counter(
+            "mlx_gateway_key_requests_total",
+            "Requests for a model, by app (the key's name), kind of request and HTTP status.",
+            ("key", "model", "kind", "status"),
+        )
+        self.key_input_tokens = Counter(
+            "mlx_gateway_key_input_tokens_total",
+            "Input (prompt) tokens, by app and model.",
+            ("key", "model"),
+        )
+        self.key_output_tokens = Counter(
+            "mlx_gateway_key_output_tokens_total",
+            "Output (completion) tokens, by app and model.",
+            ("key", "model"),
+        )
         self.ttft = Histogram(
             "mlx_gateway_time_to_first_token_seconds",
             "From the request's arrival to the worker's first output (model load included).",
@@ -236,6 +305,9 @@ class Recorder:
         """HTTP requests being served now (streams included)."""
         self.live: dict[int, RequestRecord] = {}
         """Those requests' records (``GET /v1/requests``), by ``id()``."""
+        self.usage: UsageSink | None = None
+        """Where each answered request's :class:`UsageRow` goes (the usage
+        database, set by the app's lifespan; ``None``: usage is not kept)."""
 
     def commit(self, record: RequestRecord, route: str, status: int, ended: float) -> None:
         code = str(status)
@@ -261,6 +333,14 @@ class Recorder:
         if record.first_token is not None:
             self.ttft.observe(model, value=record.first_token - record.started)
         self.duration.observe(model, value=ended - record.started)
+        kind = kind_of_route(route)
+        self.key_requests.inc(record.key, model, kind, code)
+        if record.prompt_tokens:
+            self.key_input_tokens.inc(record.key, model, amount=record.prompt_tokens)
+        if record.completion_tokens:
+            self.key_output_tokens.inc(record.key, model, amount=record.completion_tokens)
+        if self.usage is not None:
+            self.usage.add(usage_row(record, kind, status, ended - record.started))
 
     def families(self) -> list[Counter | Histogram]:
         return [
@@ -272,6 +352,43 @@ class Recorder:
             self.draft_tokens,
             self.tts_characters,
             self.tts_audio_seconds,
+            self.key_requests,
+            self.key_input_tokens,
+            self.key_output_tokens,
             self.ttft,
             self.duration,
         ]
+
+    @contextlib.contextmanager
+    def recording(self, route: str, key: str) -> Iterator[RequestRecord]:
+        """A record for work that is no HTTP request (a Realtime response), committed
+        with its ``status`` when the block ends."""
+        record, token = open_record(route)
+        record.key = key
+        try:
+            yield record
+        finally:
+            close_record(token)
+            self.commit(record, route, record.status, time.monotonic())
+
+
+class UsageSink(Protocol):
+    def add(self, row: UsageRow) -> None: ...
+
+
+def usage_row(record: RequestRecord, kind: str, status: int, duration: float) -> UsageRow:
+    """What ``record``'s request used, as a usage row ending now."""
+    return UsageRow(
+        at=time.time(),
+        key=record.key,
+        model=record.model or "",
+        kind=kind,
+        input_tokens=record.prompt_tokens,
+        cached_tokens=record.cached_tokens,
+        output_tokens=record.completion_tokens,
+        audio_seconds=round(record.audio_seconds, 3),
+        images=record.images,
+        duration=round(duration, 3),
+        status=status,
+        outcome=record.outcome,
+    )

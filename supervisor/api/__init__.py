@@ -46,6 +46,7 @@ from mlx_gateway.supervisor.api.ui.routes import logs as ui_logs
 from mlx_gateway.supervisor.api.ui.routes import page as ui_page
 from mlx_gateway.supervisor.api.ui.routes import static_file as ui_static
 from mlx_gateway.supervisor.api.ui.routes import stats as ui_stats
+from mlx_gateway.supervisor.api.usage.routes import get_usage
 from mlx_gateway.supervisor.http.exceptions import exception_handlers
 
 routes: list[BaseRoute] = [
@@ -62,6 +63,7 @@ routes: list[BaseRoute] = [
     Route("/v1/embeddings", create_embeddings, methods=["POST"]),
     Route("/v1/requests", list_requests, methods=["GET"]),
     Route("/v1/requests/{request_id}/cancel", cancel_request, methods=["POST"]),
+    Route("/v1/usage", get_usage, methods=["GET"]),
     Route("/v1/rerank", rerank, methods=["POST"]),
     # Cohere's v2 path, and the path llama-server and Jina-style clients also use
     Route("/v2/rerank", rerank, methods=["POST"]),

@@ -15,6 +15,7 @@ from mlx_gateway.supervisor.api.rerank.openapi import OPENAPI as RERANK
 from mlx_gateway.supervisor.api.responses.openapi import OPENAPI as RESPONSES
 from mlx_gateway.supervisor.api.speech.openapi import OPENAPI as SPEECH
 from mlx_gateway.supervisor.api.tokenize.openapi import OPENAPI as TOKENIZE
+from mlx_gateway.supervisor.api.usage.openapi import OPENAPI as USAGE
 from mlx_gateway.supervisor.http.openapi import ERROR, OpenApi
 
 DECLARED = OpenApi.gather(
@@ -30,6 +31,7 @@ DECLARED = OpenApi.gather(
     IMAGES,
     MODELS,
     REQUESTS,
+    USAGE,
     OLLAMA,
 )
 """Every surface's operations and hand-written components (the other surfaces, the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from mlx_gateway.protocol.kinds import SPEECH, TRANSCRIPTION, kinds_serving
+from mlx_gateway.supervisor.config.apps import in_scope
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
@@ -44,6 +45,63 @@ def _check_peers(ctx: _Ctx, config: GatewayConfig) -> None:
                 "give each peer its own name",
             )
         names[peer.name] = j
+
+
+def _check_keys(ctx: _Ctx, config: GatewayConfig) -> None:
+    """Each app of ``server.keys`` has its own name and its own key (one key, one
+    app: the key says who calls), and ``server.wyoming.key`` names one of them."""
+    server = config.server
+    names: dict[str, int] = {}
+    owners: dict[str, str] = {}
+    for key in server.api_keys:
+        owners.setdefault(key, "server.api_keys")
+    for key in server.admin_keys:
+        owners[key] = "server.admin_keys"
+    for j, app in enumerate(server.keys):
+        if app.name in names:
+            raise ctx.error(
+                ("server", "keys", j, "name"),
+                f"the app name {app.name!r} is already used by server.keys[{names[app.name]}]; "
+                "give each app its own name",
+            )
+        names[app.name] = j
+        source = next(s for s in ("key_env", "key_file", "key") if getattr(app, s) is not None)
+        if app.key in owners:
+            raise ctx.error(
+                ("server", "keys", j, source),
+                f"app {app.name!r} has the same key as {owners[app.key]}; give each app "
+                "its own key (the key is how the gateway knows who calls)",
+            )
+        owners[app.key] = f"server.keys[{j}] ({app.name!r})"
+        _warn_unmatched(ctx, j, app.name, app.models or [], config)
+    wyoming = server.wyoming
+    if wyoming is not None and wyoming.key is not None and wyoming.key not in names:
+        listed = ", ".join(names) or "none"
+        raise ctx.error(
+            ("server", "wyoming", "key"),
+            f"{wyoming.key!r} is no app of server.keys (here: {listed}); name the app "
+            "Wyoming acts as",
+        )
+
+
+def _warn_unmatched(
+    ctx: _Ctx, j: int, name: str, patterns: list[str], config: GatewayConfig
+) -> None:
+    """A scope entry that matches no model of the file is most likely a typo; it is
+    no error, since models pulled later (``/api/pull``) may match it."""
+    names = [alias for model in config.models for alias in model.names]
+    for k, pattern in enumerate(patterns):
+        if not in_scope([pattern], tuple(names)):
+            path: _KeyPath = ("server", "keys", j, "models", k)
+            pos = ctx.positions.get(path)
+            log.warning(
+                "%s%s: app %r: %r matches no model of this file (yet); the app cannot use "
+                "it until one is added",
+                _display(path),
+                ctx.where(pos),
+                name,
+                pattern,
+            )
 
 
 def _check_wyoming(ctx: _Ctx, config: GatewayConfig) -> None:
@@ -97,6 +155,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
     _check_realtime(ctx, config)
     _check_peers(ctx, config)
     _check_wyoming(ctx, config)
+    _check_keys(ctx, config)
     _check_groups(ctx, config)
     seen: dict[str, _KeyPath] = {}
     for i, model in enumerate(config.models):

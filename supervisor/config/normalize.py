@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from mlx_gateway.protocol.kinds import DEFAULT_MODEL_TYPE, MODEL_TYPES
+from mlx_gateway.supervisor.config.apps import normalize_keys
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _duration, _show, _suggest
 from mlx_gateway.supervisor.config.errors import ConfigError
 from mlx_gateway.supervisor.config.keys import (
@@ -123,6 +124,8 @@ def _normalize_server(ctx: _Ctx, sources: list[tuple[_KeyPath, Any]]) -> dict[st
             value = None
         elif field in _DURATION_KEYS:
             value = _duration(ctx, ("server", field), value)
+        elif field == "keys":
+            value = normalize_keys(ctx, ("server", field), value)
         elif field == "log_level" and isinstance(value, str):
             value = value.strip().lower()
             value = "warning" if value == "warn" else value

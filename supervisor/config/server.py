@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from mlx_gateway.supervisor.config.apps import KeyConfig
+
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 
 _Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
@@ -56,6 +58,9 @@ class WyomingConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     zeroconf: bool = False
     """Announce the server on the local network (mDNS ``_wyoming._tcp``) so Home
     Assistant discovers it; needs the ``zeroconf`` package."""
+    key: str | None = None
+    """The ``server.keys`` app (by its ``name``) Wyoming acts as: its models are the
+    only ones offered (beside ``models``); ``None``: no app's scope applies."""
 
 
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -82,6 +87,9 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     no authentication. ``/health`` stays open."""
     admin_keys: list[_ApiKey] = []
     """When set, only these keys open the admin endpoints (load/unload, /metrics)."""
+    keys: list[KeyConfig] = []
+    """Keys as apps: each with its name, models, role, priority and limits
+    (:mod:`.apps`); ``api_keys`` and ``admin_keys`` are shorthand beside them."""
     max_body_mb: Annotated[float, msgspec.Meta(gt=0)] = 32.0
     """Largest request body in MiB (uploads: the model's ``max_upload_mb``) → else 413."""
     runtime_dir: str | None = None
@@ -127,6 +135,15 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     with ``previous_response_id`` or fetched with ``GET /v1/responses/{id}``."""
     response_store_mb: Annotated[float, msgspec.Meta(gt=0)] = 64.0
     """Responses API: memory for stored responses, in MiB; the oldest go first."""
+    usage: bool = True
+    """Record what each answered request used (app, model, kind, tokens, audio,
+    images, time, status) in the usage database (``GET /v1/usage``,
+    ``mlx-gateway usage``); ``false``: nothing is written."""
+    usage_path: str | None = None
+    """The usage database (SQLite); ``None``: ``usage.sqlite3`` in the gateway's
+    state folder (``$MLX_GATEWAY_CACHE_DIR``, default ``~/.cache/mlx-gateway``)."""
+    usage_retention_days: Annotated[float, msgspec.Meta(gt=0)] = 90.0
+    """Days a usage row is kept; older ones are deleted (at start and hourly)."""
     prompt_cache_dir: str | None = None
     """Language models: a directory where KV caches are written when a model stops
     (evicted, idle, unloaded) or an entry leaves the memory prompt cache, and read

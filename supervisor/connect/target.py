@@ -107,8 +107,10 @@ def resolve(
 ) -> Target:
     base = (url or default_url(config)).rstrip("/")
     base = base.removesuffix("/v1")
-    if key is None and config is not None and config.server.api_keys:
-        key = config.server.api_keys[0]
+    if key is None and config is not None:
+        usable = [app.key for app in config.server.keys if app.role != "read-only"]
+        if config.server.api_keys or usable:
+            key = (config.server.api_keys or usable)[0]
     notes: list[str] = []
     aliases: set[str] = set()
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import sys
+from collections.abc import Sequence
 
 from mlx_gateway.protocol.messages import Done, Embed, Embeddings
 from mlx_gateway.supervisor import recorder
@@ -18,13 +19,16 @@ from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.worker_call import WorkerCall, unwrap
 
 
-async def embed(handle: ModelHandle, msg: Embed) -> tuple[Embeddings, bytes, int]:
-    """Run ``msg`` on ``handle``'s worker: the header, the matrix bytes and the
-    prompt tokens. Raises the worker's error as a :class:`GatewayError`; when
-    cancelled (the client left) the worker is told to drop the request."""
+async def embed(
+    handle: ModelHandle, msg: Embed, files: Sequence[bytes] = ()
+) -> tuple[Embeddings, bytes, int]:
+    """Run ``msg`` (its image inputs' ``files`` as payload frames) on ``handle``'s
+    worker: the header, the matrix bytes and the prompt tokens. Raises the
+    worker's error as a :class:`GatewayError`; when cancelled (the client left)
+    the worker is told to drop the request."""
     result: tuple[Embeddings, bytes] | None = None
     recorder.note_handle(handle)
-    async with WorkerCall(handle, msg) as call:
+    async with WorkerCall(handle, msg, files) as call:
         async for item in call:
             match unwrap(item):
                 case Embeddings() as header, [matrix, *_]:
@@ -62,3 +66,33 @@ def floats(row: memoryview) -> list[float]:
     if sys.byteorder == "big":  # the wire format is little-endian
         values.byteswap()
     return values.tolist()
+
+
+def input_groups(header: Embeddings, matrix: bytes) -> list[list[list[float]]]:
+    """A multi-vector model's rows grouped per input (``header.vectors``)."""
+    rows = float_rows(header, matrix)
+    if sum(header.vectors) != len(rows):
+        raise GatewayError(
+            f"The worker sent {len(rows)} rows for inputs of {header.vectors} vectors.",
+            code="bad_worker_reply",
+        )
+    groups, start = [], 0
+    for count in header.vectors:
+        groups.append(rows[start : start + count])
+        start += count
+    return groups
+
+
+def summary(vectors: list[list[float]]) -> list[float]:
+    """One vector for an input of many: their mean, L2-normalized."""
+    width = len(vectors[0])
+    mean = [sum(v[j] for v in vectors) / len(vectors) for j in range(width)]
+    norm = max(sum(x * x for x in mean) ** 0.5, 1e-12)
+    return [x / norm for x in mean]
+
+
+def one_per_input(header: Embeddings, matrix: bytes) -> list[list[float]]:
+    """One vector per input: the rows, or a multi-vector model's :func:`summary`."""
+    if not header.vectors:
+        return float_rows(header, matrix)
+    return [summary(group) for group in input_groups(header, matrix)]

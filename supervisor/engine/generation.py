@@ -159,6 +159,8 @@ class Generation:
                     usage.completion_tokens,
                     usage.draft_proposed,
                     usage.draft_accepted,
+                    cached_tokens=usage.cached_tokens,
+                    streamed=self._tokens,
                 )
                 return reply
             case Started():

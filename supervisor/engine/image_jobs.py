@@ -94,6 +94,8 @@ class ImageJob:
                     self.progress.update(image=index + 1, step=step, steps=steps)
                     yield reply
                 case Image() if payloads:
+                    if reply.partial is None:
+                        recorder.note_images(1)
                     yield Picture(
                         reply.index,
                         reply.width,

@@ -58,6 +58,7 @@ class Transcription:
                     yield text
                 case Transcript():
                     self.transcript = reply
+                    recorder.note_audio(reply.duration)
                 case Done():
                     if self.transcript is None:
                         raise ModelUnavailable(

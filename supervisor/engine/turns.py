@@ -32,6 +32,7 @@ from mlx_gateway.protocol.messages import (
     TokenLogprob,
     Usage,
 )
+from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine import overflow
@@ -255,6 +256,7 @@ class Turn:
 
     @classmethod
     async def _start(cls, handle: ModelHandle, turn: TurnRequest, request_id: str) -> Turn:
+        recorder.note_turn()
 
         def prepare(msg: Generate) -> Generate:
             fmt = tool_format(handle) if turn.tools.active else None

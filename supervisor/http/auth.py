@@ -3,17 +3,24 @@
 A client sends its key as ``Authorization: Bearer <key>`` (the OpenAI SDK's way)
 or as ``x-api-key: <key>`` (the Anthropic SDK's way). Rules:
 
-* no ``api_keys`` and no ``admin_keys``: everything is open;
+* no keys at all (``server.keys``, ``api_keys``, ``admin_keys``): everything is open;
 * ``/health`` is always open (load balancers and ``mlx-gateway status`` probe it);
 * the web UI's page and static files (``GET /ui``, ``/ui/static/…``) are open;
 * admin endpoints (``/metrics``, ``/ui/logs``, ``POST /v1/models/{id}/…``, ``/admin/…``,
-  Ollama's ``/api/pull``, ``/api/delete``, ``/api/copy``)
-  need one of ``admin_keys`` when that list is set, else one of ``api_keys``;
-* every other endpoint needs one of ``api_keys`` (or of ``admin_keys``) when
-  ``api_keys`` is set, and is open otherwise.
+  Ollama's ``/api/pull``, ``/api/delete``, ``/api/copy``) need an ``admin`` app's key
+  (``admin_keys``, or a ``server.keys`` entry with ``role: admin``) when there is
+  one, else any ``client`` key;
+* every other endpoint needs a key when ``api_keys`` or ``server.keys`` has one, and
+  is open otherwise (``admin_keys`` alone guard only the admin endpoints);
+* a ``read-only`` app may list and show (``GET``, Ollama's ``POST /api/show``), not
+  generate, nor open a Realtime session.
 
-A missing or unknown key is a 401 ``authentication_error``; a valid client key on
-an admin endpoint that wants an admin key is a 403 ``permission_error``.
+A missing or unknown key is a 401 ``authentication_error``; a valid key whose role
+does not allow the request is a 403 ``permission_error`` (``admin_key_required``,
+``read_only_key``). A request over one of its app's limits is a 429
+(:mod:`.app_limits`). Every request let through carries its app
+(:func:`.caller.caller_of`; :data:`.caller.ANONYMOUS` without a key) and sees only
+the app's models (:mod:`..pool.scope`).
 
 WebSockets (``/v1/realtime``) follow the same rules at their handshake. A browser
 cannot set headers on one, so the key may also come as the subprotocol
@@ -25,15 +32,21 @@ the message as its reason.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mlx_gateway.supervisor import recorder
+from mlx_gateway.supervisor.config.apps import KeyConfig
 from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http.app_limits import AppLimitExceeded, AppLimits
+from mlx_gateway.supervisor.http.caller import ANONYMOUS, set_caller
+from mlx_gateway.supervisor.http.keyring import App, Apps, KeyRing
 from mlx_gateway.supervisor.http.replies import error_response
+from mlx_gateway.supervisor.pool.scope import reset_scope, set_scope
+
+__all__ = ["AuthMiddleware", "KeyRing", "generates", "is_admin", "presented_key"]
 
 OPEN_PATHS = frozenset({"/health"})
 OPEN_FILES = "/v1/images/files/"
@@ -75,32 +88,6 @@ def is_admin(method: str, path: str) -> bool:
     return method == "POST" and path.startswith("/v1/models/")
 
 
-class KeyRing:
-    """A set of keys checked in constant time.
-
-    Keys are kept as SHA-256 digests and every one is compared, so neither the
-    length of a guess nor how far it matches shows in the time a check takes."""
-
-    def __init__(self, keys: Iterable[str]) -> None:
-        self._digests = [_digest(key) for key in keys]
-
-    def __bool__(self) -> bool:
-        return bool(self._digests)
-
-    def __contains__(self, key: object) -> bool:
-        if not isinstance(key, str):
-            return False
-        candidate = _digest(key)
-        found = False
-        for digest in self._digests:
-            found |= hmac.compare_digest(digest, candidate)
-        return found
-
-
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
-
-
 KEY_PROTOCOL = "openai-insecure-api-key."
 """The WebSocket subprotocol prefix that carries a browser's key."""
 
@@ -126,53 +113,122 @@ def presented_key(scope: Scope) -> str | None:
     return bearer or api_key or protocol_key
 
 
+READ_ONLY_POSTS = frozenset({"/api/show"})
+"""The ``POST`` endpoints that only show (Ollama's model details): open to ``read-only``."""
+
+
+def generates(method: str, path: str) -> bool:
+    """Whether a (non-admin) request does more than list and show: every method but
+    ``GET``/``HEAD``/``OPTIONS`` except :data:`READ_ONLY_POSTS`. A ``read-only`` app
+    may make only the others; an app's limits count only these."""
+    return method not in ("GET", "HEAD", "OPTIONS") and path not in READ_ONLY_POSTS
+
+
 class AuthMiddleware:
-    """Refuse requests without a valid key (see the module docstring for the rules).
+    """Refuse requests without a valid key (see the module docstring for the rules);
+    put the key's app (:class:`.caller.Caller`) on every request it lets through,
+    limit the request to the app's models (:mod:`..pool.scope`) and hold it to the
+    app's limits (:mod:`.app_limits`).
 
     Wrap the app with it only when some key is configured."""
 
-    def __init__(self, app: ASGIApp, *, api_keys: Iterable[str], admin_keys: Iterable[str]):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        api_keys: Sequence[str] = (),
+        admin_keys: Sequence[str] = (),
+        keys: Sequence[KeyConfig] = (),
+    ) -> None:
         self.app = app
-        self.client_keys = KeyRing(api_keys)
-        self.admin_keys = KeyRing(admin_keys)
-        # An admin key also opens the client endpoints: one key for an operator.
-        self.any_key = KeyRing([*api_keys, *admin_keys])
+        self.apps = Apps(api_keys=api_keys, admin_keys=admin_keys, keys=keys)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            error = self.check("GET", scope["path"], presented_key(scope))
-            if error is None:
-                await self.app(scope, receive, send)
-            else:
-                await _deny_websocket(error, scope, receive, send)
-            return
-        if scope["type"] != "http" or _open(scope):
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or (kind == "http" and _open(scope)):
             await self.app(scope, receive, send)
             return
-        error = self.check(scope["method"], scope["path"], presented_key(scope))
+        key = presented_key(scope)
+        found = self.apps.find(key)
+        method = "GET" if kind == "websocket" else scope["method"]
+        path = scope["path"]
+        working = kind == "websocket" or generates(method, path)  # a Realtime session works
+        error = self.check(method, path, key, found, working=working)
+        limits = found.limits if found is not None and not is_admin(method, path) else None
+        if error is None and limits is not None and working:
+            try:
+                limits.admit()
+            except AppLimitExceeded as exceeded:
+                error = exceeded
+        else:
+            limits = None  # nothing admitted: nothing to release
         if error is None:
-            await self.app(scope, receive, send)
-            return
-        await error_response(error)(scope, receive, send)
+            await self._run(scope, receive, send, found, limits)
+        elif kind == "websocket":
+            await _deny_websocket(error, scope, receive, send)
+        else:
+            await error_response(error)(scope, receive, send)
 
-    def check(self, method: str, path: str, key: str | None) -> GatewayError | None:
-        """The error for a request with ``key``, or ``None`` when it may pass."""
+    async def _run(
+        self, scope: Scope, receive: Receive, send: Send, app: App | None, limits: AppLimits | None
+    ) -> None:
+        caller = app.caller if app is not None else ANONYMOUS
+        set_caller(scope, caller)
+        token = set_scope(caller.models)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            reset_scope(token)
+            if limits is not None:
+                record = recorder.current()  # what the request noted (its tokens)
+                used = record.prompt_tokens + record.completion_tokens if record else 0
+                limits.release(used)
+
+    def check(
+        self,
+        method: str,
+        path: str,
+        key: str | None,
+        found: App | None = None,
+        *,
+        working: bool | None = None,
+    ) -> GatewayError | None:
+        """The error for a request with ``key`` (whose app is ``found``), or ``None``
+        when it may pass; ``working``: whether it generates (default: by
+        :func:`generates`)."""
+        if working is None:
+            working = generates(method, path)
+        if found is None and key is not None:
+            found = self.apps.find(key)
+        role = found.caller.role if found is not None else None
         if is_admin(method, path):
-            if self.admin_keys:
-                if key in self.admin_keys:
-                    return None
-                if key in self.client_keys:
-                    return PermissionDenied(
-                        "This endpoint needs an admin key (server.admin_keys).",
-                        code="admin_key_required",
-                    )
-                return _unauthenticated(key)
-            if not self.client_keys or key in self.client_keys:
+            if role == "admin":
                 return None
-            return _unauthenticated(key)
-        if not self.client_keys or key in self.any_key:
+            if role is None:
+                return _unauthenticated(key) if self.apps else None
+            if self.apps.has_admin:
+                return PermissionDenied(
+                    "This endpoint needs an admin key (server.admin_keys, or a "
+                    "server.keys entry with role: admin).",
+                    code="admin_key_required",
+                )
+            if role == "read-only":
+                return _read_only(found)
             return None
-        return _unauthenticated(key)
+        if role is None:
+            return _unauthenticated(key) if self.apps.closed else None
+        if role == "read-only" and working:
+            return _read_only(found)
+        return None
+
+
+def _read_only(found: App | None) -> PermissionDenied:
+    name = found.caller.name if found is not None else "?"
+    return PermissionDenied(
+        f"The key of app {name!r} is read-only (server.keys role: read-only): it may list "
+        "and show models but not generate; use a client key for this request.",
+        code="read_only_key",
+    )
 
 
 async def _deny_websocket(error: GatewayError, scope: Scope, receive: Receive, send: Send) -> None:
@@ -215,13 +271,6 @@ def _unauthenticated(key: str | None) -> AuthenticationError:
     )
 
 
-def key_fingerprint(scope: Scope) -> str:
-    """A short fingerprint of the request's key for logs (the first 8 hex digits of
-    its SHA-256; ``-`` without a key): which client did it, never the key itself."""
-    key = presented_key(scope)
-    return hashlib.sha256(key.encode()).hexdigest()[:8] if key else "-"
-
-
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` accepts connections from this machine only."""
     host = host.strip().strip("[]")
@@ -238,6 +287,6 @@ def exposure_warning(host: str, api_keys: Iterable[str]) -> str | None:
     if is_loopback(host) or any(True for _ in api_keys):
         return None
     return (
-        f"binding {host} without server.api_keys: anyone who can reach this machine "
-        "can use every model; set api_keys (and admin_keys) or bind 127.0.0.1"
+        f"binding {host} without server.api_keys or server.keys: anyone who can reach "
+        "this machine can use every model; set keys (or api_keys) or bind 127.0.0.1"
     )

@@ -4,7 +4,9 @@ The auth middleware puts a :class:`Caller` on the ASGI scope (``scope["state"]
 ["caller"]``) once it has accepted the key; everything after it (the model scope
 checks, the scheduler's priority, usage records, tool-call logs) reads it with
 :func:`caller_of` and never looks at the key again. A gateway without keys, and any
-request that reaches code before the middleware ran, is :data:`ANONYMOUS`.
+request that reaches code before the middleware ran, is :data:`ANONYMOUS`. A key of
+the ``api_keys`` / ``admin_keys`` shorthand is an app named ``key-<fp>`` /
+``admin-<fp>`` (:mod:`.keyring`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from starlette.types import Scope
+
+from mlx_gateway.supervisor.config.apps import in_scope
 
 Role = Literal["client", "admin", "read-only"]
 Priority = Literal["interactive", "batch"]
@@ -31,6 +35,10 @@ class Caller:
     """Served names or globs this app may use; ``None``: all of them."""
     fingerprint: str = "-"
     """The first 8 hex digits of the key's SHA-256 (``-`` without a key)."""
+
+    def allows(self, model: str) -> bool:
+        """Whether ``model`` (a served name or alias) is within this app's scope."""
+        return in_scope(self.models, (model,))
 
 
 ANONYMOUS = Caller(name="anonymous")

@@ -59,9 +59,14 @@ def middleware_for(config: GatewayConfig, recorder: Recorder) -> list[Middleware
         Middleware(ObserveMiddleware, recorder=recorder),
         Middleware(CloseUnreadBodyMiddleware),
     ]
-    if server.api_keys or server.admin_keys:
+    if server.api_keys or server.admin_keys or server.keys:
         stack.append(
-            Middleware(AuthMiddleware, api_keys=server.api_keys, admin_keys=server.admin_keys)
+            Middleware(
+                AuthMiddleware,
+                api_keys=server.api_keys,
+                admin_keys=server.admin_keys,
+                keys=server.keys,
+            )
         )
     stack.append(
         Middleware(BodyLimitMiddleware, max_body=max_body, routes=route_limits(config.models))

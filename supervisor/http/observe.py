@@ -11,6 +11,7 @@ import time
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.recorder import Recorder, close_record, open_record
 
 
@@ -54,4 +55,5 @@ class ObserveMiddleware:
             self.recorder.in_flight -= 1
             self.recorder.live.pop(id(record), None)
             close_record(token)
+            record.key = caller_of(scope).name
             self.recorder.commit(record, route_label(scope), status, time.monotonic())

@@ -147,12 +147,13 @@ def build(
     components.update(declared.components)
     _restrict_model(components, names)
 
-    keys = bool(server.api_keys or server.admin_keys)
+    keys = bool(server.api_keys or server.admin_keys or server.keys)
+    closed = bool(server.api_keys or server.keys)  # every endpoint needs a key
     paths: dict[str, dict[str, Any]] = {}
     for method, path, route in found:
         op = declared.operations.get((method, path))
         operation = _operation(method, path, route, op, by_struct, components)
-        if keys and path not in OPEN_PATHS and (server.api_keys or is_admin(method, path)):
+        if keys and path not in OPEN_PATHS and (closed or is_admin(method, path)):
             operation["security"] = [{"bearer": []}, {"apiKey": []}]
             operation["responses"]["401"] = _error_response("Missing or incorrect API key.")
         paths.setdefault(path, {})[method.lower()] = operation

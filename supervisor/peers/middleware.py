@@ -33,6 +33,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
+from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.http.disconnect import unless_gone
 from mlx_gateway.supervisor.peers.directory import VIA_HEADER, Peer, PeerDirectory, _describe
 from mlx_gateway.supervisor.peers.forward import open_upstream, relay
@@ -95,10 +96,12 @@ class PeerMiddleware:
             return  # the client left while sending
         replay = _replaying(body, receive)
         name = model_of(_header(scope, b"content-type"), body)
-        peers = directory.serving(name) if name else []
+        # outside the key's scope a model is no peer's either (nor here: a 404)
+        wanted = name if name and caller_of(scope).allows(name) else None
+        peers = directory.serving(wanted) if wanted else []
         local = _local_handle(registry, name)
         if not peers:
-            down = directory.last_known(name) if name and local is None else []
+            down = directory.last_known(wanted) if wanted and local is None else []
             if down:
                 error = GatewayError(
                     f"Model '{name}' is served by the peer gateway "

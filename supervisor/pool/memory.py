@@ -10,7 +10,9 @@ Before a model ever ran its need is *estimated* as the sum of
 * for language and vision models, a KV *working set*: the KV cache of
   :data:`KV_WORKING_TOKENS` tokens shared by the concurrent requests (bounded by
   ``max_concurrency`` times the context, or ``max_kv_size``), at the cache's element
-  size (``kv_bits`` quantizes it); and the activations of one prefill chunk.
+  size (``kv_bits`` quantizes it); and the activations of one prefill chunk;
+* for encoders with a vision tower (image-embedding models), one vision pass over
+  a full batch of images (:mod:`.vision_need`).
 
 The worst case (every slot holding a full context) is not reserved: a request's own
 KV cache is admitted by its worker against what the budget can give the model
@@ -36,6 +38,7 @@ from mlx_gateway.store.gguf_files import converted_folder, gguf_on_disk
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.config.sizes import parse_size
 from mlx_gateway.supervisor.pool.gguf_size import gguf_size
+from mlx_gateway.supervisor.pool.vision_need import image_pass_bytes
 
 MB = 1000**2
 GB = 1000**3
@@ -250,11 +253,26 @@ def estimate(config: ModelConfig) -> Need:
     if kind in KV_KINDS:
         parts["kv"] = int(kv_working_set(meta, config) * kv_scale)
         parts["activations"] += prefill_activations(meta, config)
+    elif images := _encoder_images(config):
+        parts["images"] = images
     if config.draft_model_path is not None:
         parts["draft"] = draft_need(config, profile.weight_factor)
     if config.distributed is not None:
         parts = _this_machines_share(parts, config)
     return Need(sum(parts.values()), "estimated", parts)
+
+
+def _encoder_images(config: ModelConfig) -> int:
+    """An encoder's vision pass (image-embedding models, :mod:`.vision_need`)."""
+    directory = model_dir(config.model_path)
+    if directory is None:
+        return 0
+    try:
+        meta = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    batch = getattr(config, "max_batch_tokens", None)
+    return image_pass_bytes(meta, batch) if isinstance(meta, dict) else 0
 
 
 def _model_files(config: ModelConfig, kv: bool) -> tuple[int, dict[str, Any], float] | None:

@@ -19,6 +19,7 @@ from mlx_gateway.supervisor.pool.placement import Placement
 from mlx_gateway.supervisor.pool.reaper import housekeeping_forever
 from mlx_gateway.supervisor.pool.relay import Relay
 from mlx_gateway.supervisor.pool.runtime_dir import make_runtime_dir
+from mlx_gateway.supervisor.pool.scope import allows
 from mlx_gateway.supervisor.pool.spares import SparePool
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 from mlx_gateway.supervisor.pool.state import WorkerState
@@ -76,21 +77,30 @@ class Registry:
         self._placed[:] = [*self.handles, *(h for h in self._retired if h not in self.handles)]
 
     def lookup(self, name: str) -> Match[WorkerHandle] | None:
-        """The handle ``name`` names and the name it matched (see :mod:`.names`)."""
-        return self._names.find(name)
+        """The handle ``name`` names and the name it matched (see :mod:`.names`);
+        ``None`` also for a model outside the request's key scope (:mod:`.scope`)."""
+        found = self._names.find(name)
+        return found if found is None or allows(found.handle.config) else None
 
     def resolve(self, name: str) -> WorkerHandle:
         """The handle serving ``name``: a served name, an alias or a ``model_path``
         (as mlx-vlm's server allows), with or without ``:latest``, in any case (the
         order of :mod:`.names`); a 404 naming the served models otherwise. Every
-        surface finds its model here."""
+        surface finds its model here. A model outside the request's key scope
+        (:mod:`.scope`) is a 404 too, and is not named in it."""
         found = self.lookup(name)
         if found is None:
             raise ModelNotFound(name, self.served_names())
         return found.handle
 
+    def visible(self) -> list[WorkerHandle]:
+        """The handles the current request may see (all of them but under a key
+        scoped to some models): what every listing shows."""
+        return [handle for handle in self.handles if allows(handle.config)]
+
     def served_names(self) -> list[str]:
-        return [handle.name for handle in self.handles]
+        """The served names the current request may see."""
+        return [handle.name for handle in self.visible()]
 
     async def start(self) -> None:
         await self.relay.start()

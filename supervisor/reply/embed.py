@@ -12,13 +12,40 @@ from starlette.requests import Request
 
 from mlx_gateway.protocol.messages import Embed, Embeddings
 from mlx_gateway.supervisor.config.kinds.embeddings import EmbeddingsConfig
-from mlx_gateway.supervisor.engine.embeddings import embed, float_rows, floats, split_rows
+from mlx_gateway.supervisor.engine.embedding_images import (
+    ImageInput,
+    base64_url,
+    check_image_inputs,
+    embedding_image_policy,
+    read_image_inputs,
+)
+from mlx_gateway.supervisor.engine.embeddings import (
+    embed,
+    float_rows,
+    floats,
+    input_groups,
+    one_per_input,
+    split_rows,
+    summary,
+)
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.reply.priority import priority_of
 
-__all__ = ["EmbedAsk", "Matrix", "embed_for", "float_rows", "floats", "split_rows"]
+__all__ = [
+    "EmbedAsk",
+    "ImageInput",
+    "Matrix",
+    "base64_url",
+    "embed_for",
+    "float_rows",
+    "floats",
+    "input_groups",
+    "one_per_input",
+    "split_rows",
+    "summary",
+]
 
 
 @dataclass
@@ -29,6 +56,9 @@ class EmbedAsk:
     endpoint: str
     texts: list[str] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
+    images: list[ImageInput] = field(default_factory=list)
+    """Image inputs (image-embedding models), by position; the texts or token id
+    lists fill the other positions in order."""
     dimensions: int | None = None
     truncate: bool | None = None
     """Cut inputs longer than the model's window (``None``: the model's ``truncate``)."""
@@ -55,7 +85,12 @@ async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
     state = request.app.state
     handle = state.registry.resolve(ask.model)
     require_kind(handle, EMBEDDING_KINDS, ask.endpoint)
+    check_image_inputs(handle, ask.images)
     client_lifetime(state, handle, ask.keep_alive, ask.ttl)
+    files: list[bytes] = []
+    if ask.images:
+        policy = embedding_image_policy(handle.config, state.registry.config.server)
+        files = await unless_disconnected(request, read_image_inputs(ask.images, policy))
     truncate = ask.truncate
     if truncate is None:
         config = handle.config
@@ -66,7 +101,8 @@ async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
         token_ids=ask.token_ids,
         dimensions=ask.dimensions,
         truncate=truncate,
+        images=[image.position for image in ask.images],
         priority=priority_of(request, ask.service_tier),
     )
-    header, data, tokens = await unless_disconnected(request, embed(handle, msg))
+    header, data, tokens = await unless_disconnected(request, embed(handle, msg, files))
     return Matrix(header, data, tokens, handle.name)

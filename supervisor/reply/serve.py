@@ -59,7 +59,7 @@ from mlx_gateway.supervisor.engine.turns import (
 )
 from mlx_gateway.supervisor.engine.vision_input import ImageInputs
 from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed
-from mlx_gateway.supervisor.http.auth import key_fingerprint
+from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.error_body import openai_error_body
 from mlx_gateway.supervisor.http.keepalive import comment_event, keepalive_for, ping_event
@@ -236,7 +236,7 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
     model = resolve(request, ask)
     inputs = await read_inputs(request, model, ask)
     request_id = recorder.name_request(ask.id_prefix)
-    key = key_fingerprint(request.scope)
+    key = caller_of(request.scope).name  # the app, in the server-tool call log
     opening = await prepare(request.app.state, model, ask, inputs, request_id, key)
     reply.begin(model, request_id)
     start = opening.start

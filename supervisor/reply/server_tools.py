@@ -245,8 +245,8 @@ class ToolMaker:
     def _log(self, what: str, began: float, error: str | None) -> None:
         took = time.monotonic() - began
         if error is None:
-            logger.info("server tool %s for key %s: ok in %.2f s", what, self.key_name, took)
+            logger.info("server tool %s for app %s: ok in %.2f s", what, self.key_name, took)
         else:
             logger.info(
-                "server tool %s for key %s: failed in %.2f s: %s", what, self.key_name, took, error
+                "server tool %s for app %s: failed in %.2f s: %s", what, self.key_name, took, error
             )

@@ -127,7 +127,7 @@ class McpServer:
         """Call ``name`` with ``arguments``; what went wrong (the tool's error, the
         server's failure, the timeout, a refused URL) is an ``is_error`` output.
 
-        ``caller`` (the API key's fingerprint) is logged with the call.
+        ``caller`` (the calling app's name, ``server.keys``) is logged with the call.
         """
         from mlx_gateway.supervisor.tools.content import output_of
 
@@ -150,7 +150,7 @@ class McpServer:
             "MCP call %s.%s%s: %s in %.2fs%s",
             self.label,
             name,
-            f" (key {caller})" if caller else "",
+            f" (app {caller})" if caller else "",
             "error" if output.is_error else "ok",
             time.monotonic() - started,
             f": {output.text[:200]}" if output.is_error else "",

@@ -33,7 +33,6 @@ from typing import Any, cast
 
 import mlx.core as mx
 import numpy as np
-from mlx_embeddings import load as load_model_and_tokenizer
 
 from mlx_gateway.protocol.messages import (
     BATCH,
@@ -54,6 +53,12 @@ from mlx_gateway.workers.common.length_batches import pad_right, shortest_first
 from mlx_gateway.workers.common.row_batches import RowBatches
 from mlx_gateway.workers.common.token_bound import TokenBound
 from mlx_gateway.workers.common.tokenize import answer_tokenize
+from mlx_gateway.workers.embeddings.images import ImageInputs, read_images
+from mlx_gateway.workers.embeddings.multivector import (
+    MULTI_VECTOR_TYPES,
+    MultiVector,
+    load_multivector,
+)
 from mlx_gateway.workers.embeddings.pooling import (
     MODEL_POOLING,
     Pooling,
@@ -61,6 +66,7 @@ from mlx_gateway.workers.embeddings.pooling import (
     pool,
     read_pooling,
 )
+from mlx_gateway.workers.embeddings.vision import DualEncoder, load_embedder
 from mlx_gateway.workers.runtime.contract import Emit, LoadError, RequestError
 from mlx_gateway.workers.runtime.hub import resolve_model_path
 
@@ -78,9 +84,12 @@ class _Job:
 
     request_id: str
     tokens: list[list[int]]
+    """Each input's token ids (empty for an image input)."""
     dimensions: int | None
     vectors: np.ndarray | None = None
     """(inputs, model dims) float32, allocated with the first batch."""
+    token_vectors: dict[int, np.ndarray] = field(default_factory=dict)
+    """A multi-vector model's: each input's (tokens, dims) vectors."""
     remaining: int = 0
     prompt_tokens: int = 0
     batch: bool = False
@@ -92,10 +101,10 @@ class _Item:
 
     job: _Job
     index: int
-
-    @property
-    def length(self) -> int:
-        return len(self.job.tokens[self.index])
+    length: int
+    """Its width in a batch: its tokens, a dual encoder's text width, or an image's patches."""
+    pixels: Any = None
+    """An image input: what the model's processor made of it."""
 
 
 @dataclass
@@ -122,6 +131,11 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         self.model: Any = None
         self.tokenizer: Any = None
         self.info: _Model | None = None
+        self.dual: DualEncoder | None = None
+        """Set for a model that embeds images too (see :mod:`.vision`)."""
+        self.multi: MultiVector | None = None
+        """Set for a multi-vector model (see :mod:`.multivector`)."""
+        self.name = ""
         self.token_bound = TokenBound(None)
         """Refuses an input that cannot fit before it is tokenized (truncate false)."""
 
@@ -129,6 +143,7 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
 
     def load(self, spec: WorkerSpec, emit: Emit) -> ModelFacts:
         self._emit = emit
+        self.name = spec.served_model_name
         self.max_batch_tokens = _positive_option(spec, "max_batch_tokens", DEFAULT_MAX_BATCH_TOKENS)
 
         def downloading(repo: str) -> None:
@@ -138,20 +153,34 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             spec.model_path, on_download=downloading, allow_patterns=ALLOW_PATTERNS
         )
         emit(Progress(stage="load", detail=str(path)))
+        config = read_json(path / "config.json")
         try:
-            model, tokenizer = load_model_and_tokenizer(str(path))
+            if config.get("model_type") in MULTI_VECTOR_TYPES:
+                model, tokenizer = load_multivector(path)
+            else:
+                model, tokenizer = load_embedder(path, config)
         except ValueError as exc:  # "Model type … not supported", tokenizer failures
             raise LoadError(f"load failed: {spec.model_path}: {exc}") from None
         self.model = model
         self.tokenizer = _hf_tokenizer(tokenizer)
         self.token_bound = TokenBound.of(self.tokenizer)
-        config = read_json(path / "config.json")
+        limit = max_input_length(path, config, self.tokenizer, spec.context_length)
+        self.dual = DualEncoder.of(model, tokenizer, limit)
+        self.multi = MultiVector.of(model, tokenizer) if self.dual is None else None
         self.info = self._describe(path, config, spec)
         info = self.info
+        images = self.dual is not None or self.multi is not None
+        inputs = "text,image" if images else "text"
         return ModelFacts(
             context_length=info.max_length,
             model_type=config.get("model_type"),
-            extra={"dimensions": str(info.dims), "pooling": info.pooling.name, **info.facts},
+            extra={
+                "dimensions": str(info.dims),
+                "pooling": info.pooling.name,
+                "inputs": inputs,
+                "vectors": "multi" if self.multi is not None else "one",
+                **info.facts,
+            },
         )
 
     def _describe(self, path: Path, config: dict[str, Any], spec: WorkerSpec) -> _Model:
@@ -159,7 +188,8 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         pad_id = tokenizer.pad_token_id
         if pad_id is None:
             pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-        pooling = read_pooling(path)
+        own_vectors = self.dual is not None or self.multi is not None
+        pooling = Pooling() if own_vectors else read_pooling(path)
         info = _Model(
             max_length=max_input_length(path, config, tokenizer, spec.context_length),
             dims=0,
@@ -170,19 +200,26 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         self.info = info
         # One pass on a short input: finds the vector size (Dense layers may change
         # it) and pays the first-call costs before Ready rather than on a request.
+        # A dual encoder's probe runs its text tower alone (its __call__ wants an image).
         probe = [tokenizer("hello", add_special_tokens=True)["input_ids"]]
-        output, mask, lengths = self._forward(probe)
-        if pooling.modes != (MODEL_POOLING,) and not can_pool_states(output):
-            log.info("the model returns no token states: using its own pooling")
-            info.pooling = Pooling()
-        vectors = pool(info.pooling, output, mask, lengths)
+        if self.multi is not None:
+            vectors = mx.array(self.multi.text_rows(probe, info.pad_id)[0])
+        elif self.dual is not None:
+            vectors = self.dual.text_vectors(probe, info.pad_id)
+        else:
+            output, mask, lengths = self._forward(probe)
+            if pooling.modes != (MODEL_POOLING,) and not can_pool_states(output):
+                log.info("the model returns no token states: using its own pooling")
+                info.pooling = Pooling()
+            vectors = pool(info.pooling, output, mask, lengths)
         mx.eval(vectors)
         info.dims = int(vectors.shape[-1])
         info.facts = {"normalized": str(info.pooling.normalize).lower()}
         log.info(
-            "embeddings: %d dims, pooling %s%s, max length %d, max_batch_tokens %d",
+            "embeddings: %d dims, %s%s%s, max length %d, max_batch_tokens %d",
             info.dims,
-            info.pooling.name,
+            "texts and images" if self.dual is not None else "texts",
+            f", pooling {info.pooling.name}" if self.dual is None else "",
             " + L2 normalization" if info.pooling.normalize else "",
             info.max_length,
             self.max_batch_tokens,
@@ -206,29 +243,52 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         info = self.info
         assert info is not None
         dimensions = request.dimensions
+        if dimensions is not None and self.multi is not None:
+            raise RequestError(
+                "dimensions is not supported by a multi-vector model", param="dimensions"
+            )
         if dimensions is not None and not 1 <= dimensions <= info.dims:
             raise RequestError(
                 f"dimensions must be between 1 and {info.dims} for this model, got {dimensions}",
                 param="dimensions",
             )
-        tokens = self._tokens(request)
+        images = read_images(request, payloads, self.dual or self.multi, self.name)
+        texts = self._tokens(request) if request.texts or request.token_ids else []
+        if not texts and not images.pixels:
+            raise RequestError("the input is empty", param="input")
+        tokens = images.merge(texts)
         job = _Job(request.request_id, tokens, dimensions, remaining=len(tokens))
-        job.prompt_tokens = sum(len(t) for t in tokens)
+        job.prompt_tokens = sum(len(t) for t in texts) + images.tokens
         job.batch = request.priority == BATCH
         self._jobs[job.request_id] = job
-        order = shortest_first([len(t) for t in tokens])
-        self._queue_rows((_Item(job, index) for index in order), job.batch)
+        self._queue_rows(self._items(job, images), job.batch)
         self._emit(Started(request_id=job.request_id, prompt_tokens=job.prompt_tokens))
 
+    def _items(self, job: _Job, images: ImageInputs) -> list[_Item]:
+        """The job's inputs as queue items: texts shortest first, then the images."""
+        dual = self.dual
+        text_at = [i for i in range(len(job.tokens)) if i not in images.pixels]
+        widths = [len(job.tokens[i]) for i in text_at]
+        if dual is not None:
+            widths = [max(w, dual.text_width) for w in widths]
+        items = [_Item(job, text_at[k], widths[k]) for k in shortest_first(widths)]
+        for index, pixels in images.pixels.items():
+            items.append(_Item(job, index, images.widths[index], pixels))
+        return items
+
     def _tokens(self, request: Embed) -> list[list[int]]:
-        """Each input as token ids, checked against the model's limits."""
+        """Each text input as token ids, checked against the model's limits (errors
+        name the input's position among all inputs, images included)."""
+        images = set(request.images)
+        count = len(request.texts or request.token_ids) + len(images)
+        at = [i for i in range(count) if i not in images]
         info = self.info
         assert info is not None
         if request.texts and request.token_ids:
             raise RequestError("give either texts or token ids, not both", param="input")
         if request.texts:
             if not request.truncate:
-                self._refuse_unfittable(request.texts, info.max_length)
+                self._refuse_unfittable(request.texts, info.max_length, at)
             encoded = self.tokenizer(
                 request.texts, add_special_tokens=True, truncation=False, verbose=False
             )
@@ -239,41 +299,41 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
                 bad = next((t for t in ids if not 0 <= t < info.vocab_size), None)
                 if bad is not None:
                     raise RequestError(
-                        f"input[{i}] holds token id {bad}, outside the vocabulary "
+                        f"input[{at[i]}] holds token id {bad}, outside the vocabulary "
                         f"(0..{info.vocab_size - 1})",
-                        param=f"input[{i}]",
+                        param=f"input[{at[i]}]",
                     )
         else:
             raise RequestError("the input is empty", param="input")
         limit = info.max_length
         for i, ids in enumerate(tokens):
             if not ids:
-                raise RequestError(f"input[{i}] is empty", param=f"input[{i}]")
+                raise RequestError(f"input[{at[i]}] is empty", param=f"input[{at[i]}]")
             if len(ids) <= limit:
                 continue
             if not request.truncate:
                 raise RequestError(
-                    f"input[{i}] is {len(ids)} tokens long, over this model's maximum input "
+                    f"input[{at[i]}] is {len(ids)} tokens long, over this model's maximum input "
                     f"length of {limit} tokens; shorten it (or set truncate: true for the "
                     "model to cut inputs to the limit)",
-                    param=f"input[{i}]",
+                    param=f"input[{at[i]}]",
                     code="context_length_exceeded",
                 )
             tokens[i] = self._truncated(request, i, ids)
         return tokens
 
-    def _refuse_unfittable(self, texts: list[str], limit: int) -> None:
+    def _refuse_unfittable(self, texts: list[str], limit: int, at: list[int]) -> None:
         """An input that cannot fit, refused before the inputs are tokenized (see
         :mod:`...common.token_bound`)."""
         for i, text in enumerate(texts):
             tokens = self.token_bound.at_least([text])
             if tokens > limit:
                 raise RequestError(
-                    f"input[{i}] is at least {tokens} tokens long "
+                    f"input[{at[i]}] is at least {tokens} tokens long "
                     f"({self.token_bound.reason(len(text))}), over this model's maximum "
                     f"input length of {limit} tokens; shorten it (or set truncate: true "
                     "for the model to cut inputs to the limit)",
-                    param=f"input[{i}]",
+                    param=f"input[{at[i]}]",
                     code="context_length_exceeded",
                 )
 
@@ -299,10 +359,19 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             return
         info = self.info
         assert info is not None
-        output, mask, lengths = self._forward([item.job.tokens[item.index] for item in batch])
-        vectors = pool(info.pooling, output, mask, lengths)
-        rows = np.array(vectors)  # evaluates; float32 from pool()
-        for item, row in zip(batch, rows, strict=True):
+        texts = [item for item in batch if item.pixels is None]
+        images = [item for item in batch if item.pixels is not None]
+        done: list[tuple[_Item, np.ndarray]] = []
+        if self.multi is not None:
+            self._multi_step(self.multi, texts, images)
+        else:
+            if texts:
+                done.extend(zip(texts, np.array(self._text_vectors(texts)), strict=True))
+            if images:
+                assert self.dual is not None
+                pixels = [item.pixels for item in images]
+                done.extend(zip(images, np.array(self.dual.image_vectors(pixels)), strict=True))
+        for item, row in done:
             job = item.job
             if job.vectors is None:
                 job.vectors = np.empty((len(job.tokens), info.dims), dtype=np.float32)
@@ -310,6 +379,27 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
             job.remaining -= 1
         for job in self._finished():
             self._finish(job)
+
+    def _multi_step(self, multi: MultiVector, texts: list[_Item], images: list[_Item]) -> None:
+        """A multi-vector model's pass: the texts together, each image alone."""
+        info = self.info
+        assert info is not None
+        rows = [item.job.tokens[item.index] for item in texts]
+        found = list(zip(texts, multi.text_rows(rows, info.pad_id), strict=True)) if rows else []
+        found += [(item, multi.image_rows(item.pixels)) for item in images]
+        for item, vectors in found:
+            item.job.token_vectors[item.index] = vectors
+            item.job.remaining -= 1
+
+    def _text_vectors(self, items: list[_Item]) -> mx.array:
+        """One float32 vector per text item (evaluated by the caller)."""
+        info = self.info
+        assert info is not None
+        rows = [item.job.tokens[item.index] for item in items]
+        if self.dual is not None:
+            return self.dual.text_vectors(rows, info.pad_id)
+        output, mask, lengths = self._forward(rows)
+        return pool(info.pooling, output, mask, lengths)
 
     def _forward(self, rows: list[list[int]]) -> tuple[Any, mx.array, mx.array]:
         """Run the model on ``rows`` padded on the right; returns its output, the
@@ -327,6 +417,11 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         return output, mx_mask, mx.array([len(r) for r in rows])
 
     def _finish(self, job: _Job) -> None:
+        counts: list[int] = []
+        if job.token_vectors:  # a multi-vector model: every input's rows, in order
+            parts = [job.token_vectors[i] for i in range(len(job.tokens))]
+            counts = [len(part) for part in parts]
+            job.vectors = np.concatenate(parts)
         vectors = job.vectors
         assert vectors is not None
         if job.dimensions is not None and job.dimensions < vectors.shape[1]:
@@ -337,7 +432,11 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         rows, dims = matrix.shape
         self._emit(
             Embeddings(
-                request_id=job.request_id, rows=rows, dims=dims, prompt_tokens=job.prompt_tokens
+                request_id=job.request_id,
+                rows=rows,
+                dims=dims,
+                prompt_tokens=job.prompt_tokens,
+                vectors=counts,
             ),
             [memoryview(cast(Any, matrix)).cast("B")],
         )

@@ -3,9 +3,9 @@ defines them, and the checks on ``input`` that its type cannot express."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from mlx_gateway.supervisor.engine.requests import ServiceTier
 from mlx_gateway.supervisor.errors import BadRequest
@@ -15,14 +15,20 @@ MAX_INPUTS = 2048
 
 # Bounded so that an oversized number is a 400 naming the field, not a wire error.
 TokenId = Annotated[int, Meta(ge=0, le=2**31 - 1)]
-Input = str | list[str | TokenId | list[TokenId]]
+Input = str | list[str | TokenId | list[TokenId] | dict[str, Any]]
+"""Strings, token ids, or (image-embedding models) text and image parts: see
+:mod:`.items`."""
 
 
 class EmbeddingRequest(Struct, kw_only=True):
     """The request body. Unknown fields are accepted and ignored."""
 
     model: str
-    input: Input
+    input: Input | None = None
+    """Required unless ``images`` holds the inputs."""
+    images: list[str] | None = None
+    """Extension (Cohere's): images (data: URLs, http(s) URLs or bare base64) embedded
+    after the ``input`` items."""
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
     user: str | None = None
@@ -38,7 +44,11 @@ class Embedding(Struct, kw_only=True):
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str
-    """Floats, or base64 of the little-endian float32 bytes."""
+    """Floats, or base64 of the little-endian float32 bytes. A multi-vector model's:
+    the mean of its token vectors, L2-normalized."""
+    multi_vector: list[list[float]] | UnsetType = UNSET
+    """Extension, multi-vector models (ColQwen): one vector per token, for late
+    interaction."""
 
 
 class EmbeddingUsage(Struct):

@@ -8,6 +8,7 @@ is exactly what OpenAI sends; for ``float`` the rows become JSON numbers.
 
 from __future__ import annotations
 
+import array
 import base64
 from typing import Any
 
@@ -18,14 +19,24 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Embeddings
 from mlx_gateway.supervisor.api.embeddings.inputs import (
+    MAX_INPUTS,
     Embedding,
     EmbeddingList,
     EmbeddingRequest,
     EmbeddingUsage,
     split_input,
 )
+from mlx_gateway.supervisor.engine.embedding_items import read_items
+from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.body import read_json
-from mlx_gateway.supervisor.reply.embed import EmbedAsk, embed_for, floats, split_rows
+from mlx_gateway.supervisor.reply.embed import (
+    EmbedAsk,
+    embed_for,
+    floats,
+    input_groups,
+    split_rows,
+    summary,
+)
 
 ENDPOINT = "/v1/embeddings"
 INLINE_VALUES = 1 << 16
@@ -35,12 +46,20 @@ INLINE_VALUES = 1 << 16
 async def create_embeddings(request: Request) -> Response:
     """Validate, then embed every input in one worker request."""
     req = await read_json(request, EmbeddingRequest)
-    texts, token_ids = split_input(req.input)
+    parts = read_items(req.input, req.images, MAX_INPUTS)
+    token_ids: list[list[int]] = []
+    if parts is not None:
+        texts, images = parts
+    elif req.input is None:
+        raise BadRequest("'input' is required.", param="input")
+    else:
+        (texts, token_ids), images = split_input(req.input), []
     ask = EmbedAsk(
         model=req.model,
         endpoint=ENDPOINT,
         texts=texts,
         token_ids=token_ids,
+        images=images,
         dimensions=req.dimensions,
         keep_alive=req.keep_alive,
         ttl=req.ttl,
@@ -62,10 +81,26 @@ def render(
     header: Embeddings, matrix: bytes, encoding_format: str, model: str, usage: EmbeddingUsage
 ) -> bytes:
     """The JSON body of the reply."""
+    if header.vectors:
+        return _render_multi(header, matrix, encoding_format, model, usage)
     rows = split_rows(header, matrix)
     if encoding_format == "base64":
         vectors: list[Any] = [base64.b64encode(row).decode("ascii") for row in rows]
     else:
         vectors = [floats(row) for row in rows]
     data = [Embedding(index=i, embedding=v) for i, v in enumerate(vectors)]
+    return msgspec.json.encode(EmbeddingList(data=data, model=model, usage=usage))
+
+
+def _render_multi(
+    header: Embeddings, matrix: bytes, encoding_format: str, model: str, usage: EmbeddingUsage
+) -> bytes:
+    """A multi-vector model's body: ``multi_vector`` per input (floats), and its
+    summary as ``embedding``."""
+    data = []
+    for i, group in enumerate(input_groups(header, matrix)):
+        vector: list[float] | str = summary(group)
+        if encoding_format == "base64":
+            vector = base64.b64encode(array.array("f", vector).tobytes()).decode("ascii")
+        data.append(Embedding(index=i, embedding=vector, multi_vector=group))
     return msgspec.json.encode(EmbeddingList(data=data, model=model, usage=usage))

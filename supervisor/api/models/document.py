@@ -25,8 +25,10 @@ def openapi_route(declared: OpenApi) -> Callable[[Request], Awaitable[Response]]
         """The OpenAPI 3.1 description of this gateway."""
         state = request.app.state
         server = state.config.server
-        names = [name for handle in state.registry.handles for name in handle.config.names]
-        key = (tuple(names), tuple(server.api_keys), tuple(server.admin_keys))
+        # the models this key may see (a scoped key's document names only its own)
+        names = [name for handle in state.registry.visible() for name in handle.config.names]
+        keys = (*server.api_keys, *server.admin_keys, *(app.key for app in server.keys))
+        key = (tuple(names), keys)
         cached = getattr(state, "openapi", None)
         if cached is None or cached[0] != key:
             cached = state.openapi = (key, build(server, names, request.app.routes, declared))

@@ -18,6 +18,7 @@ from mlx_gateway.supervisor.pool.fit import assess
 from mlx_gateway.supervisor.pool.keep_alive import client_set, expires_at
 from mlx_gateway.supervisor.pool.model_files import configured_context_window
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.pool.scope import allows_name
 
 CREATED = int(time.time())
 """The ``created`` of every model: when the gateway started."""
@@ -73,7 +74,7 @@ def _peer_entries(request: Request, local: set[str]) -> list[dict[str, Any]]:
     seen: set[str] = set()
     for peer in directory.peers:
         for model_id in peer.models if peer.up else ():
-            if model_id in local or model_id in seen:
+            if model_id in local or model_id in seen or not allows_name(model_id):
                 continue
             seen.add(model_id)
             serving = [p for p in directory.serving(model_id) if model_id in p.models]
@@ -112,7 +113,7 @@ async def list_models(request: Request) -> Response:
     (not listed to a peer's own health check, so two gateways peering each other
     list only their own models to each other), and the memory budget."""
     registry = request.app.state.registry
-    handles = registry.handles
+    handles = registry.visible()
     data = [_with_peers(request, _with_fit(registry, h, model_object(h))) for h in handles]
     if not request.headers.get("x-mlx-gateway-via"):
         data += _peer_entries(request, {h.name for h in handles})
@@ -131,7 +132,7 @@ async def retrieve_model(request: Request) -> Response:
         handle = registry.resolve(name)
     except ModelNotFound:
         directory = getattr(request.app.state, "peers", None)
-        peers = directory.serving(name) if directory is not None else []
+        peers = directory.serving(name) if directory is not None and allows_name(name) else []
         if not peers:
             raise
         model_id = peers[0].names[name]

@@ -81,7 +81,7 @@ async def tags(request: Request) -> Response:
     """``GET /api/tags``: every served name and alias, each as ``name:latest``."""
     registry = request.app.state.registry
     models = [
-        tag_entry(handle, name) for handle in registry.handles for name in handle.config.names
+        tag_entry(handle, name) for handle in registry.visible() for name in handle.config.names
     ]
     return JSONResponse({"models": models})
 
@@ -125,7 +125,7 @@ async def ps(request: Request) -> Response:
     will be unloaded if no request comes (far in the future when never)."""
     registry = request.app.state.registry
     models = []
-    for handle in registry.handles:
+    for handle in registry.visible():
         status = handle.status()
         if status.state != "ready":
             continue

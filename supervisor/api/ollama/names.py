@@ -27,5 +27,5 @@ def resolve(registry: Any, name: str) -> ModelHandle:
     try:
         handle: ModelHandle = registry.resolve(name)
     except ModelNotFound:
-        raise ModelNotFound(name, [listed(h.name) for h in registry.handles]) from None
+        raise ModelNotFound(name, [listed(h.name) for h in registry.visible()]) from None
     return handle

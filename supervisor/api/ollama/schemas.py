@@ -90,6 +90,9 @@ class EmbedRequest(Struct, kw_only=True):
 
     model: str
     input: str | list[str] = []
+    images: list[str] = []
+    """Images (bare base64, as Ollama's other routes take them, or data: / http(s)
+    URLs) for an image-embedding model: their vectors follow the inputs'."""
     truncate: bool = True
     options: dict[str, Any] | None = None
     keep_alive: KeepAlive = None

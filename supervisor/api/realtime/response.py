@@ -166,6 +166,17 @@ class ResponseRun:
     """Its stages' times from the end of the user's turn it answers."""
 
     @property
+    def status_code(self) -> int:
+        """Its status as an HTTP one (usage rows): 200 when it completed (or hit
+        its token limit), the error's status when it failed, 499 when cancelled or
+        its client left."""
+        if self.status in ("completed", "incomplete"):
+            return 200
+        if self.status == "failed" and self.error is not None:
+            return self.error.status
+        return 499
+
+    @property
     def audio(self) -> bool:
         return "audio" in self.plan.modalities and self.tts is not None
 

@@ -30,6 +30,7 @@ from mlx_gateway.supervisor.engine.kinds import (
     require_kind,
 )
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
+from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.serve import text_model
 
@@ -64,7 +65,7 @@ async def realtime(websocket: WebSocket) -> None:
 
 def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     registry = websocket.app.state.registry
-    handles: list[ModelHandle] = registry.handles
+    handles: list[ModelHandle] = registry.visible()
     chosen: RealtimeConfig = websocket.app.state.config.realtime
     query = websocket.query_params
     intent = query.get("intent") or "conversation"
@@ -94,8 +95,9 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         return found[0]
 
     speakers = [h for h in handles if kind_of(h) in SPEECH_KINDS]
-    tts = registry.resolve(chosen.speech_model) if chosen.speech_model else None
-    tts = tts or (speakers[0] if speakers else None)
+    # realtime.speech_model outside the key's scope: another speaker it may use, if any
+    found = registry.lookup(chosen.speech_model) if chosen.speech_model else None
+    tts = found.handle if found is not None else (speakers[0] if speakers else None)
     settings = Settings(voice=chosen.voice, early_transcription=chosen.early_transcription)
     if tts is None:
         settings.modalities = ["text"]
@@ -110,7 +112,8 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         )
     lm = text_model(registry.resolve(name), CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
-    return settings, Models(lm, whisper, tts, websocket.app.state)
+    caller = caller_of(websocket.scope).name
+    return settings, Models(lm, whisper, tts, websocket.app.state, caller)
 
 
 def _unserved(model: str, handles: list[ModelHandle]) -> GatewayError:

@@ -68,6 +68,8 @@ class Models:
     tts: ModelHandle | None
     app_state: Any = None
     """The app's state: its tools (a model entry's ``server_tools`` run in responses)."""
+    caller: str = "anonymous"
+    """The name of the app whose key opened the session (its usage rows')."""
 
 
 class RealtimeSession:
@@ -393,12 +395,25 @@ class RealtimeSession:
 
         async def go() -> None:
             try:
-                await run.run()
+                await self._recorded(run)
             finally:
                 if self.response is run:
                     self.response = None
 
         self._response_task = self._spawn(go())
+
+    async def _recorded(self, run: ResponseRun) -> None:
+        """Run ``run``, counted in ``/metrics`` and a usage row as a request would be."""
+        recorder = getattr(self.models.app_state, "metrics", None)
+        if recorder is None:
+            await run.run()
+            return
+        with recorder.recording("/v1/realtime", self.models.caller) as record:
+            try:
+                await run.run()
+            finally:
+                record.model = run.lm.name  # not the tts model that spoke it
+                record.status = run.status_code
 
     async def _response_cancel(self, wanted: str | None) -> None:
         if self.response is None or (wanted and wanted != self.response.id):

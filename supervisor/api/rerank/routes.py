@@ -2,7 +2,8 @@
 
 The worker scores every document against the query (:class:`~...protocol.messages.Rerank`,
 answered by ``Scores`` and ``Done``); the gateway sorts, cuts to ``top_n`` and
-answers in the shape Jina, Cohere, llama-server and vLLM share: ``results`` of
+answers in the shape Jina, Cohere, llama-server and vLLM share (an embeddings
+model ranks by its vectors instead, image documents too: :mod:`.late`): ``results`` of
 ``index``, ``relevance_score`` (highest first) and, with ``return_documents``,
 ``document``; ``usage`` counts the tokens the model read.
 """
@@ -16,6 +17,7 @@ from starlette.responses import Response
 
 from mlx_gateway.protocol.messages import Done, Rerank, Scores
 from mlx_gateway.supervisor import recorder
+from mlx_gateway.supervisor.api.rerank.late import embed_and_score
 from mlx_gateway.supervisor.api.rerank.schemas import (
     BilledUnits,
     Meta_,
@@ -25,7 +27,12 @@ from mlx_gateway.supervisor.api.rerank.schemas import (
     document_texts,
     ranked,
 )
-from mlx_gateway.supervisor.engine.kinds import RERANK_KINDS, require_kind
+from mlx_gateway.supervisor.engine.kinds import (
+    EMBEDDING_KINDS,
+    RERANK_KINDS,
+    kind_of,
+    require_kind,
+)
 from mlx_gateway.supervisor.errors import BadRequest, ModelNotFound, ModelUnavailable
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
@@ -43,7 +50,9 @@ async def rerank(request: Request) -> Response:
         handle = request.app.state.registry.resolve(req.model)
     except ModelNotFound as exc:  # a bad field of this request, as rerank APIs answer it
         raise BadRequest(exc.message, param="model", code="model_not_found") from None
-    require_kind(handle, RERANK_KINDS, ENDPOINT)
+    require_kind(handle, RERANK_KINDS + EMBEDDING_KINDS, ENDPOINT)
+    if kind_of(handle) in EMBEDDING_KINDS:
+        return await _by_embeddings(request, req)
     texts = document_texts(req)
     msg = Rerank(
         request_id=f"rerank-{uuid4().hex}",
@@ -62,6 +71,19 @@ async def rerank(request: Request) -> Response:
         id=msg.request_id,
         model=handle.name,
         results=ranked(scores, texts, req.top_n, req.return_documents),
+        usage=RerankUsage(prompt_tokens=tokens, total_tokens=tokens),
+        meta=Meta_(billed_units=BilledUnits(search_units=1)),
+    )
+    return JSONResponse(body)
+
+
+async def _by_embeddings(request: Request, req: RerankRequest) -> Response:
+    """An embeddings model ranks the documents by their vectors (see :mod:`.late`)."""
+    scores, documents, tokens, model = await embed_and_score(request, req, ENDPOINT)
+    body = RerankResponse(
+        id=f"rerank-{uuid4().hex}",
+        model=model,
+        results=ranked(scores, documents, req.top_n, req.return_documents),
         usage=RerankUsage(prompt_tokens=tokens, total_tokens=tokens),
         meta=Meta_(billed_units=BilledUnits(search_units=1)),
     )

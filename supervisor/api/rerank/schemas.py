@@ -3,8 +3,10 @@ llama-server and vLLM share, and the checks on it that its types cannot express.
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Any
 
+import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from mlx_gateway.supervisor.errors import BadRequest
@@ -15,10 +17,19 @@ MAX_DOCUMENTS = 10_000
 _Count = Annotated[int, Meta(ge=1, le=2**31 - 1)]
 
 
-class Document(Struct):
-    """A document given as an object (Jina, Cohere v1): only ``text`` is read."""
+class Document(Struct, kw_only=True):
+    """A document given as an object (Jina, Cohere v1): ``text``; for an embeddings
+    model also an image, as an embeddings input item (``{"type": "image_url",
+    "image_url": {"url"}}``, Jina's ``{"image"}``)."""
 
-    text: str
+    text: str | None = None
+    type: str | None = None
+    image_url: dict[str, Any] | str | None = None
+    image: str | None = None
+
+    def item(self) -> dict[str, Any]:
+        """The document as an embeddings input item."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
 
 class RerankRequest(Struct, kw_only=True):
@@ -38,8 +49,10 @@ class RerankRequest(Struct, kw_only=True):
     """LM rerankers: the task they are told (default: web search passages)."""
 
 
-class ResultDocument(Struct):
-    text: str
+class ResultDocument(Struct, omit_defaults=True):
+    text: str | UnsetType = UNSET
+    image_url: str | UnsetType = UNSET
+    """An image document's URL (embeddings models)."""
 
 
 class RerankResult(Struct, kw_only=True, omit_defaults=True):
@@ -73,6 +86,22 @@ class RerankResponse(Struct, kw_only=True):
 def document_texts(req: RerankRequest) -> list[str]:
     """The documents' texts; a 400 naming the field for an empty query, no
     documents, an empty document, or too many."""
+    check_documents(req)
+    texts = [d if isinstance(d, str) else d.text for d in req.documents]
+    for i, text in enumerate(texts):
+        if text is None:
+            raise BadRequest(
+                f"documents[{i}] has no text: this model scores text. Rank images with an "
+                "image-embedding or multi-vector model (model_type embeddings).",
+                param=f"documents[{i}]",
+            )
+        if not text:
+            raise BadRequest(f"documents[{i}] must not be empty.", param=f"documents[{i}]")
+    return [t or "" for t in texts]
+
+
+def check_documents(req: RerankRequest) -> None:
+    """A 400 for an empty query, no documents or too many."""
     if not req.query.strip():
         raise BadRequest("'query' must not be empty.", param="query")
     if not req.documents:
@@ -83,15 +112,13 @@ def document_texts(req: RerankRequest) -> list[str]:
             "are allowed per request.",
             param="documents",
         )
-    texts = [d if isinstance(d, str) else d.text for d in req.documents]
-    for i, text in enumerate(texts):
-        if not text:
-            raise BadRequest(f"documents[{i}] must not be empty.", param=f"documents[{i}]")
-    return texts
 
 
 def ranked(
-    scores: list[float], texts: list[str], top_n: int | None, with_documents: bool
+    scores: list[float],
+    texts: Sequence[str | ResultDocument],
+    top_n: int | None,
+    with_documents: bool,
 ) -> list[RerankResult]:
     """Results by falling score (ties in document order), the first ``top_n``."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
@@ -101,7 +128,11 @@ def ranked(
         RerankResult(
             index=i,
             relevance_score=scores[i],
-            document=ResultDocument(texts[i]) if with_documents else UNSET,
+            document=_document(texts[i]) if with_documents else UNSET,
         )
         for i in order
     ]
+
+
+def _document(document: str | ResultDocument) -> ResultDocument:
+    return ResultDocument(text=document) if isinstance(document, str) else document

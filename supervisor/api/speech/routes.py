@@ -141,7 +141,7 @@ async def list_voices(request: Request) -> Response:
             await unless_disconnected(request, _wait_ready(handle))
         handles = [handle]
     else:
-        handles = [h for h in registry.handles if kind_of(h) in SPEECH_KINDS]
+        handles = [h for h in registry.visible() if kind_of(h) in SPEECH_KINDS]
     voices = [
         Voice(id=voice, name=voice, model=handle.name)
         for handle in handles

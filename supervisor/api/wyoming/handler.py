@@ -49,7 +49,7 @@ from wyoming.tts import (
 
 from mlx_gateway.protocol.messages import Synthesize, Transcribe
 from mlx_gateway.supervisor import recorder
-from mlx_gateway.supervisor.api.wyoming.info import describe, offered
+from mlx_gateway.supervisor.api.wyoming.info import describe, offered, wyoming_caller
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
@@ -61,6 +61,7 @@ from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.multipart import MIB
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.pool.scope import scoped
 
 log = logging.getLogger("mlx_gateway.wyoming")
 
@@ -87,6 +88,8 @@ class WyomingHandler(AsyncEventHandler):
         self._format = (16_000, 2, 1)
         self._stream: SynthesizeStart | None = None
         self._sentences = SentenceBuffer()
+        self.caller = wyoming_caller(registry.config.server.keys, config)
+        """The app Wyoming acts as (``server.wyoming.key``): its models only."""
 
     async def run(self) -> None:
         """Serve the connection; a client that resets it (one that closes with our
@@ -98,7 +101,8 @@ class WyomingHandler(AsyncEventHandler):
 
     async def handle_event(self, event: Event) -> bool:
         try:
-            await self._handle(event)
+            with scoped(self.caller.models):  # as the app's own requests are
+                await self._handle(event)
         except (ConnectionError, BrokenPipeError):
             log.info("a Wyoming client left during %s", event.type)
             return False
@@ -106,7 +110,7 @@ class WyomingHandler(AsyncEventHandler):
 
     async def _handle(self, event: Event) -> None:
         if Describe.is_type(event.type):
-            await self.write_event(describe(self.registry.handles, self.config).event())
+            await self.write_event(describe(self.registry.visible(), self.config).event())
         elif Ping.is_type(event.type):
             await self.write_event(Pong(text=Ping.from_event(event).text).event())
         elif WyTranscribe.is_type(event.type):
@@ -152,7 +156,7 @@ class WyomingHandler(AsyncEventHandler):
     def _asr_model(self) -> ModelHandle:
         models = [
             h
-            for h in offered(self.registry.handles, self.config)
+            for h in offered(self.registry.visible(), self.config)
             if kind_of(h) in TRANSCRIPTION_KINDS
         ]
         name = self._transcribe.name
@@ -196,7 +200,7 @@ class WyomingHandler(AsyncEventHandler):
         model, its ``speaker`` one of the model's voices; a name that is no model's is
         taken as a voice of the first one."""
         models = [
-            h for h in offered(self.registry.handles, self.config) if kind_of(h) in SPEECH_KINDS
+            h for h in offered(self.registry.visible(), self.config) if kind_of(h) in SPEECH_KINDS
         ]
         if not models:
             raise _none_offered("text-to-speech")
@@ -240,6 +244,7 @@ class WyomingHandler(AsyncEventHandler):
     def _recorded(self, route: str) -> Iterator[None]:
         """Count the request in ``/metrics`` as the HTTP middleware would."""
         record, token = recorder.open_record()
+        record.key = self.caller.name  # the app server.wyoming.key names
         status = 200
         try:
             yield

@@ -19,10 +19,13 @@ from wyoming.info import (
     TtsVoiceSpeaker,
 )
 
+from mlx_gateway.supervisor.config.apps import KeyConfig
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.tts import OPENAI_VOICES, TtsConfig
 from mlx_gateway.supervisor.config.schema import WyomingConfig
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, TRANSCRIPTION_KINDS, kind_of
+from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
+from mlx_gateway.supervisor.http.keyring import caller_for
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 PROGRAM = "mlx-gateway"
@@ -34,6 +37,15 @@ def _version() -> str | None:
         return version("mlx-gateway")
     except PackageNotFoundError:
         return None
+
+
+def wyoming_caller(apps: list[KeyConfig], config: WyomingConfig) -> Caller:
+    """The app Wyoming acts as: the ``server.keys`` entry ``config.key`` names (its
+    models, priority and name in logs), else :data:`ANONYMOUS` (every model)."""
+    for app in apps:
+        if app.name == config.key:
+            return caller_for(app)
+    return ANONYMOUS
 
 
 def offered(handles: list[ModelHandle], config: WyomingConfig) -> list[ModelHandle]:

@@ -126,6 +126,12 @@ class FakeRegistry:
             raise ModelNotFound(name, [h.name for h in self.handles])
         return found.handle
 
+    def visible(self) -> list[FakeHandle]:
+        return self.handles  # no key scopes in process
+
+    def served_names(self) -> list[str]:
+        return [h.name for h in self.handles]
+
 
 def make_app(*handles: FakeHandle) -> Starlette:
     app = Starlette(routes=routes, exception_handlers=exception_handlers)

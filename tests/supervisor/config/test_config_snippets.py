@@ -38,7 +38,9 @@ def test_the_docs_show_model_entries() -> None:
 
 
 @pytest.mark.parametrize(("where", "body"), SNIPPETS, ids=[where for where, _ in SNIPPETS])
-def test_a_yaml_snippet_of_the_docs_loads(tmp_path: Path, where: str, body: str) -> None:
+def test_a_yaml_snippet_of_the_docs_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, body: str
+) -> None:
     data = yaml.safe_load(body)
     if "models" not in data:  # a server section: the models it names, as speech models
         wyoming = (data["server"] or {}).get("wyoming") or {}
@@ -59,6 +61,12 @@ def test_a_yaml_snippet_of_the_docs_loads(tmp_path: Path, where: str, body: str)
             (folder / python).parent.mkdir(parents=True, exist_ok=True)
             (folder / python).symlink_to(sys.executable)
     folder.mkdir(exist_ok=True)
+    for app in (data.get("server") or {}).get("keys") or []:  # server.keys: their keys
+        if "key_env" in app:
+            monkeypatch.setenv(app["key_env"], f"sk-doc-{app['name']}")
+        if "key_file" in app:
+            (folder / app["key_file"]).parent.mkdir(parents=True, exist_ok=True)
+            (folder / app["key_file"]).write_text(f"sk-doc-{app['name']}\n", encoding="utf-8")
     file = folder / "config.yaml"
     file.write_text(body, encoding="utf-8")
     config = load_config(file)

@@ -58,7 +58,7 @@ async def test_the_time_server_from_the_config(
 
         with caplog.at_level(logging.INFO, "mlx_gateway.supervisor.tools"):
             output = await time_server.call_tool(
-                "get_current_time", {"timezone": "Asia/Tokyo"}, caller="sk-…f00d"
+                "get_current_time", {"timezone": "Asia/Tokyo"}, caller="chat-app"
             )
         assert not output.is_error, output.text
         assert output.raw["timezone"] == "Asia/Tokyo"
@@ -66,7 +66,7 @@ async def test_the_time_server_from_the_config(
         assert said.utcoffset() is not None and said.utcoffset().total_seconds() == 9 * 3600
         assert abs((said - datetime.now(UTC)).total_seconds()) < 120
         assert '"timezone": "Asia/Tokyo"' in output.text  # the text content, as the model reads it
-        assert "MCP call time.get_current_time (key sk-…f00d): ok in" in caplog.text
+        assert "MCP call time.get_current_time (app chat-app): ok in" in caplog.text
 
         wrong = await time_server.call_tool("get_current_time", {"timezone": "Mars/Olympus"})
         assert wrong.is_error and "Mars/Olympus" in wrong.text

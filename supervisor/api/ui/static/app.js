@@ -455,6 +455,34 @@ async function compareEmbeddings() {
     out.textContent = "error: " + error.message;
   }
 }
+async function nearestText(file) {
+  const texts = $("#emb-input").value.split("\n").map((t) => t.trim()).filter(Boolean);
+  const out = $("#emb-image-out");
+  const image = file || $("#emb-image").files[0];
+  if (!image || !texts.length) { out.textContent = "pick an image and write a few texts above"; return; }
+  out.textContent = "embedding…";
+  try {
+    const url = await fileAsDataURL(image);
+    const response = await api("/v1/embeddings", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({
+        model: $("#pg-model").value,
+        input: [{ type: "image_url", image_url: { url } }, ...texts],
+        encoding_format: "float",
+      }),
+    });
+    const reply = await response.json();
+    const [picture, ...vectors] = reply.data.map((d) => d.embedding);
+    const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+    const cos = (a, b) => a.reduce((s, x, i) => s + x * b[i], 0) / (norm(a) * norm(b));
+    const ranked = texts.map((t, i) => [t, cos(picture, vectors[i])]).sort((a, b) => b[1] - a[1]);
+    out.innerHTML = `<img class="emb-thumb" alt="" src="${url}"><table class="sim">` +
+      ranked.map(([t, c], i) => `<tr${i ? "" : ' class="nearest"'}><th>${escapeHtml(t)}</th>` +
+        `<td>${c.toFixed(3)}</td></tr>`).join("") + "</table>";
+  } catch (error) {
+    out.textContent = "error: " + error.message;
+  }
+}
 async function toggleRecording() {
   if (state.recorder) { state.recorder.stop(); return; }
   try {
@@ -575,6 +603,15 @@ $("#pg-model").addEventListener("change", choosePlayground);
 $("#chat-form").addEventListener("submit", sendChat);
 $("#chat-stop").addEventListener("click", () => state.chatAbort?.abort());
 $("#emb-run").addEventListener("click", compareEmbeddings);
+$("#emb-nearest").addEventListener("click", () => nearestText());
+$("#emb-image").addEventListener("change", () => nearestText());
+$("#pg-embeddings").addEventListener("dragover", (e) => e.preventDefault());
+$("#pg-embeddings").addEventListener("drop", (e) => {
+  const file = [...e.dataTransfer.files].find((f) => f.type.startsWith("image/"));
+  if (!file) return;
+  e.preventDefault();
+  nearestText(file);
+});
 $("#pull-form").addEventListener("submit", pullModel);
 $("#audio-record").addEventListener("click", toggleRecording);
 $("#audio-run").addEventListener("click", transcribe);
@@ -582,6 +619,6 @@ $("#img-run").addEventListener("click", generateImage);
 $("#speak-run").addEventListener("click", speak);
 refresh();
 setInterval(refresh, 2000);
-const VIEWS = ["models", "logs", "playground", "talk"];
+const VIEWS = ["models", "logs", "playground", "talk", "usage"];
 const wanted = (location.hash || "").slice(1);
 show(VIEWS.includes(wanted) ? wanted : "models");
