@@ -1,16 +1,21 @@
 """A request's priority reaches its worker: the OpenAI field ``service_tier: "flex"``
-makes a request batch work on every OpenAI text surface (the fake worker's
-``priority`` says what it was sent), with the official SDK in strict mode."""
+makes a request batch work on every OpenAI text surface, and a ``server.keys`` entry
+with ``priority: batch`` makes its app's requests batch work, which no
+``service_tier`` raises (the fake worker's ``priority`` says what it was sent), with
+the official SDK."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
+import httpx
 import openai
 import pytest
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.config.apps import KeyConfig
 
 from ..fakes import fake_command, fake_config
 from .clients import asgi_client, strict_sdk
@@ -66,3 +71,35 @@ async def test_an_unknown_service_tier_is_a_400_naming_it(sdk: openai.AsyncOpenA
             extra_body={"service_tier": "fastest"},
         )
     assert caught.value.param == "service_tier"
+
+
+@pytest.fixture
+async def apps() -> AsyncIterator[Starlette]:
+    keys = [
+        KeyConfig(name="chat-app", key="chat-key"),
+        KeyConfig(name="indexer", key="indexer-key", priority="batch"),
+    ]
+    config = fake_config({"model_path": MODEL}, keys=keys)
+    app: Starlette = create_app(config, command=fake_command)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+async def said(app: Starlette, key: str, **fields: Any) -> str:
+    """What the fake worker says of the priority a chat request of ``key`` reached it with."""
+    transport = httpx.ASGITransport(app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+        sdk = openai.AsyncOpenAI(
+            base_url="http://gw/v1", api_key=key, http_client=http, max_retries=0
+        )
+        messages: Any = [{"role": "user", "content": "priority"}]
+        reply = await sdk.chat.completions.create(model=MODEL, messages=messages, **fields)
+    return (reply.choices[0].message.content or "").strip()
+
+
+async def test_a_batch_keys_requests_are_batch_and_cannot_be_raised(apps: Starlette) -> None:
+    assert await said(apps, "chat-key") == "interactive"
+    assert await said(apps, "chat-key", service_tier="flex") == "batch"
+    assert await said(apps, "indexer-key") == "batch"
+    assert await said(apps, "indexer-key", service_tier="priority") == "batch"
+    assert await said(apps, "indexer-key", service_tier="default") == "batch"
