@@ -36,8 +36,6 @@ class InteractiveWork:
         self._workers = workers
         self.running = 0
         """Interactive sessions in flight now."""
-        self.pauses = 0
-        """Times batch work was held (for /metrics and tests)."""
 
     @property
     def held(self) -> bool:
@@ -50,7 +48,6 @@ class InteractiveWork:
             return
         self.running += 1
         if self.running == 1:
-            self.pauses += 1
             self._tell(True)
 
     def leave(self, priority: Priority) -> None:
