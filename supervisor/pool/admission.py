@@ -157,7 +157,7 @@ class Admission:
         self.inflight += 1
         interactive = self.interactive
         if interactive is not None:
-            interactive.enter(priority)
+            interactive.enter(priority, self._model)
         try:
             yield Session(self.name, self._relay, self._open_worker)
         finally:

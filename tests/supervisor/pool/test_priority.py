@@ -113,7 +113,7 @@ async def test_batch_work_takes_no_step_while_interactive_work_runs_elsewhere(
     texts = [f"input number {i} of the flood" for i in range(60)]
     held = asyncio.create_task(hold(lm, "person", INTERACTIVE))
     await reached_worker(lm, "person")
-    assert pair.interactive.held
+    assert pair.interactive.running == 1 and not pair.interactive.held  # no batch work yet
 
     # Interactive embeddings are not held: they run beside the person's request.
     _, _, tokens = await embed(bert, Embed(request_id="mine", texts=texts))
@@ -121,6 +121,7 @@ async def test_batch_work_takes_no_step_while_interactive_work_runs_elsewhere(
 
     flood = asyncio.create_task(embed(bert, Embed(request_id="flood", texts=texts, priority=BATCH)))
     await wait_for(lambda: bert.admission.inflight == 1)
+    assert pair.interactive.held
     before = await steps_after_heartbeats(bert)  # its checks ran: it waits between steps
     later = await steps_after_heartbeats(bert, beats=3)
     assert later == before, "the batch worker took steps while interactive work ran"
