@@ -19,10 +19,13 @@ and the shared parts), :mod:`.requests` (gateway → worker) and :mod:`.replies`
 from __future__ import annotations
 
 from mlx_gateway.protocol.parts import (
+    BATCH,
+    INTERACTIVE,
     Constraint,
     Memory,
     Message,
     ModelFacts,
+    Priority,
     SamplingParams,
     TokenLogprob,
     Usage,
@@ -59,6 +62,7 @@ from mlx_gateway.protocol.requests import (
     GenerateImage,
     Limits,
     MountAdapter,
+    Pause,
     Ping,
     Rerank,
     Shutdown,
@@ -69,7 +73,9 @@ from mlx_gateway.protocol.requests import (
 )
 
 __all__ = [
+    "BATCH",
     "IMAGE_PART",
+    "INTERACTIVE",
     "VIDEO_PART",
     "Assign",
     "Batch",
@@ -93,8 +99,10 @@ __all__ = [
     "Message",
     "ModelFacts",
     "MountAdapter",
+    "Pause",
     "Ping",
     "Prefilled",
+    "Priority",
     "Progress",
     "Ready",
     "Reply",
@@ -132,6 +140,7 @@ Request = (
     | Shutdown
     | Ping
     | Limits
+    | Pause
     | Assign
 )
 Reply = (

@@ -4,7 +4,17 @@ grammar, a token's log-probability). See :mod:`.messages` for the whole vocabula
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
+
+Priority = Literal["interactive", "batch"]
+"""Whose work a request is: a person waiting (``interactive``, the default) or an
+app's background work (``batch``), which yields to interactive work: in a model's
+queue, in a language model's prefill, and across the machine's workers (see
+:class:`~.requests.Pause`)."""
+INTERACTIVE: Priority = "interactive"
+BATCH: Priority = "batch"
 
 
 class Message(msgspec.Struct, tag_field="op", omit_defaults=True, forbid_unknown_fields=False):

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from mlx_gateway.protocol.parts import Constraint, Message, SamplingParams
+from mlx_gateway.protocol.parts import INTERACTIVE, Constraint, Message, Priority, SamplingParams
 from mlx_gateway.protocol.spec import WorkerSpec
 
 IMAGE_PART = "image"
@@ -51,6 +51,9 @@ class Generate(Message, tag="generate"):
     adapters: list[str] = []
     """LoRA adapters (ids mounted with :class:`MountAdapter` or at load) applied to
     this request, their deltas added; empty: the base model."""
+    priority: Priority = INTERACTIVE
+    """``batch``: it waits behind queued interactive requests, and its prefill yields
+    to an interactive request's at its next slice."""
 
 
 class Embed(Message, tag="embed"):
@@ -67,6 +70,8 @@ class Embed(Message, tag="embed"):
     dimensions: int | None = None
     truncate: bool = False
     images: list[int] = []
+    priority: Priority = INTERACTIVE
+    """``batch``: its inputs wait behind those of interactive requests."""
 
 
 class Transcribe(Message, tag="transcribe"):
@@ -226,6 +231,14 @@ class Assign(Message, tag="assign"):
 
 class Ping(Message, tag="ping"):
     """Ask for an immediate :class:`Heartbeat`."""
+
+
+class Pause(Message, tag="pause"):
+    """Interactive work is running on this machine (``hold``) or no longer is. While
+    held, a worker whose queued and running requests are all ``batch`` takes no step
+    (it waits between two steps); one with an interactive request goes on."""
+
+    hold: bool = False
 
 
 class Limits(Message, tag="limits"):

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_gateway.protocol.messages import INTERACTIVE, Priority
 from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
@@ -81,6 +82,9 @@ class Ask:
     params: Mapping[str, str] = field(default_factory=dict)
     """The engine's names of request fields (chat completions') → the surface's own,
     for errors: the Responses API's ``input`` is the engine's ``messages``."""
+    priority: Priority = INTERACTIVE
+    """Set by the serve: the caller's priority, ``batch`` with ``service_tier: flex``
+    (:mod:`...reply.priority`)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,7 @@ def turn_request(model: TextModel, ask: Ask, inputs: ImageInputs | None = None) 
         files=inputs.files if inputs is not None else (),
         images=inputs.frame_indices if inputs is not None else [],
         call_id_prefix=ask.call_id_prefix,
+        priority=ask.priority,
     )
     check_turn(model, turn, ask.logprobs_param)
     return turn

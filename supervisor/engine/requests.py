@@ -171,6 +171,10 @@ class StreamOptions(Struct):
     include_usage: bool = False
 
 
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority"]
+"""OpenAI's ``service_tier`` values."""
+
+
 class SamplingFields(Struct, kw_only=True):
     """The fields chat and legacy completions share (``model`` and sampling)."""
 
@@ -195,6 +199,9 @@ class SamplingFields(Struct, kw_only=True):
     """Extension (Ollama's): how long the model stays loaded after this request."""
     ttl: float | None = None
     """Extension (LM Studio's): seconds the model stays loaded after this request."""
+    service_tier: ServiceTier | None = None
+    """``flex``: the request is batch work (it yields to interactive requests);
+    the others leave the priority of the caller's key."""
 
 
 class ChatCompletionRequest(SamplingFields, kw_only=True):

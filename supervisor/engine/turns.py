@@ -23,9 +23,11 @@ from msgspec.structs import replace
 
 from mlx_gateway.protocol.kinds import CONSTRAINED, kinds_serving
 from mlx_gateway.protocol.messages import (
+    INTERACTIVE,
     Constraint,
     Done,
     Generate,
+    Priority,
     SamplingParams,
     TokenLogprob,
     Usage,
@@ -79,6 +81,8 @@ class TurnRequest:
     """Most tokens inside one thinking block (the worker closes it); ``None``: no limit."""
     adapters: list[str] = field(default_factory=list)
     """LoRA adapters the worker applies (see :mod:`.adapters`)."""
+    priority: Priority = INTERACTIVE
+    """``batch``: the worker lets interactive requests go first."""
 
 
 # ---------------------------------------------------------------- events
@@ -275,6 +279,7 @@ class Turn:
                     logprobs=turn.logprobs,
                     thinking_budget=turn.thinking_budget,
                     adapters=turn.adapters,
+                    priority=turn.priority,
                 )
             )
         starts = [

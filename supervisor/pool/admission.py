@@ -18,16 +18,18 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 from mlx_gateway.protocol.frames import Frame
-from mlx_gateway.protocol.messages import Generate
+from mlx_gateway.protocol.messages import INTERACTIVE, Generate, Priority
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.errors import ModelUnavailable, TooManyRequests
 from mlx_gateway.supervisor.pool.calls import ReplyStream
 from mlx_gateway.supervisor.pool.failures import Failures
+from mlx_gateway.supervisor.pool.interactive import InteractiveWork
 from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.pool.lifecycle import Lifecycle
 from mlx_gateway.supervisor.pool.owner_events import background
 from mlx_gateway.supervisor.pool.relay import Relay
 from mlx_gateway.supervisor.pool.seat import Seat
+from mlx_gateway.supervisor.pool.slots import Slots
 from mlx_gateway.supervisor.pool.state import WorkerState
 
 
@@ -68,7 +70,10 @@ class Admission:
         self._seat = seat
         self._relay = relay
         self._open_worker = open_worker
-        self._slots = asyncio.Semaphore(config.max_concurrency)
+        self._slots = Slots(config.max_concurrency)
+        self.interactive: InteractiveWork | None = None
+        """The machine's interactive work (set by the registry): batch work elsewhere
+        is held while an interactive session here runs."""
         self.inflight = 0
         self.waiting = 0  # requests waiting in the gateway for a slot or the load
         self.held_back = 0  # of those, the ones held back by a drain (they pin nothing)
@@ -88,10 +93,11 @@ class Admission:
         self.last_used, self.last_used_wall = time.monotonic(), time.time()
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[Session]:
-        """Hold the worker for one request.
+    async def session(self, priority: Priority = INTERACTIVE) -> AsyncIterator[Session]:
+        """Hold the worker for one request of ``priority``.
 
-        Admission: at most ``max_concurrency`` requests hold a slot; up to
+        Admission: at most ``max_concurrency`` requests hold a slot (a freed slot
+        goes to an interactive request before any ``batch`` one, :mod:`.slots`); up to
         ``max_queue`` more wait (for a slot, for room in the memory budget, for the
         load), each at most ``queue_timeout`` seconds (then 503); beyond that 429
         (requests waiting for a load count too: before the worker is ready, at most
@@ -115,7 +121,7 @@ class Admission:
         try:
             async with asyncio.timeout(timeout):
                 await self._admit(deadline)
-                await self._slots.acquire()
+                await self._slots.acquire(priority)
                 acquired = True
                 # The worker may have crashed while this request waited for the slot:
                 # then wait for the restart (within the same deadline), don't fail.
@@ -149,9 +155,14 @@ class Admission:
                     self._slots.release()
                 self._seat.notify()
         self.inflight += 1
+        interactive = self.interactive
+        if interactive is not None:
+            interactive.enter(priority, self._model)
         try:
             yield Session(self.name, self._relay, self._open_worker)
         finally:
+            if interactive is not None:
+                interactive.leave(priority)
             self.inflight -= 1
             self._slots.release()
             self.used_now()

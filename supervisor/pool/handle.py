@@ -34,10 +34,12 @@ from contextlib import AbstractAsyncContextManager
 import msgspec
 
 from mlx_gateway.protocol.messages import (
+    INTERACTIVE,
     Error,
     Heartbeat,
     Memory,
     ModelFacts,
+    Priority,
     Progress,
     Ready,
     Reply,
@@ -170,9 +172,9 @@ class WorkerHandle:
                 await self._owner
             self._owner = None
 
-    def session(self) -> AbstractAsyncContextManager[Session]:
+    def session(self, priority: Priority = INTERACTIVE) -> AbstractAsyncContextManager[Session]:
         """Hold the worker for one request (see :meth:`.admission.Admission.session`)."""
-        return self.admission.session()
+        return self.admission.session(priority)
 
     async def load(self) -> None:
         """Admin: start the model now, clearing a failure backoff."""
@@ -424,6 +426,8 @@ class WorkerHandle:
                     self.faults.recovered()
                     self.admission.used_now()
                     self._set_state(WorkerState.READY)
+                    if self.admission.interactive is not None:  # held if it runs now
+                        self.admission.interactive.joined(self)
                     for waiter in self._ready_waiters:
                         resolve(waiter)
                     self._ready_waiters.clear()

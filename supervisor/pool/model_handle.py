@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from mlx_gateway.protocol.messages import Generate, ModelFacts
+from mlx_gateway.protocol.messages import INTERACTIVE, Generate, ModelFacts, Priority
 from mlx_gateway.supervisor.config import ModelConfig
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.status import ModelStatus
@@ -49,4 +49,6 @@ class ModelHandle(Protocol):
 
     def status(self) -> ModelStatus: ...
 
-    def session(self) -> AbstractAsyncContextManager[WorkerSession]: ...
+    def session(
+        self, priority: Priority = INTERACTIVE
+    ) -> AbstractAsyncContextManager[WorkerSession]: ...

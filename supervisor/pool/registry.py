@@ -13,6 +13,7 @@ import shutil
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
+from mlx_gateway.supervisor.pool.interactive import InteractiveWork
 from mlx_gateway.supervisor.pool.names import Match, NameIndex
 from mlx_gateway.supervisor.pool.placement import Placement
 from mlx_gateway.supervisor.pool.reaper import housekeeping_forever
@@ -49,6 +50,8 @@ class Registry:
         self._placed: list[WorkerHandle] = []
         self._retired: set[WorkerHandle] = set()
         self.placement = Placement(self._placed, config.server)
+        self.interactive = InteractiveWork(self._placed)
+        """Interactive sessions on every model: batch work is held meanwhile."""
         self.spares: SparePool | None = None
         if config.server.spare_workers:
             self.spares = SparePool(self.relay)
@@ -66,6 +69,7 @@ class Registry:
             model, self.config.server, self.relay, command=self._command, env=self._worker_env
         )
         handle.placement = self.placement
+        handle.admission.interactive = self.interactive
         handle.spares = self.spares
         return handle
 

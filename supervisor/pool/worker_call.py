@@ -25,7 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
-from mlx_gateway.protocol.messages import Error
+from mlx_gateway.protocol.messages import INTERACTIVE, Error
 from mlx_gateway.supervisor.errors import ModelUnavailable
 from mlx_gateway.supervisor.pool.calls import as_error
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -83,7 +83,8 @@ class WorkerCall(Generic[M]):
         if self._replies is not None:
             return
         try:
-            session = await self._stack.enter_async_context(self._target.session())
+            priority = getattr(self.msg, "priority", INTERACTIVE)  # Generate, Embed
+            session = await self._stack.enter_async_context(self._target.session(priority))
             if self._prepare is not None:
                 self.msg = self._prepare(self.msg)
             replies = session.call(self.msg, self.msg.request_id, self._payloads)

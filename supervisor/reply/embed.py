@@ -31,6 +31,7 @@ from mlx_gateway.supervisor.engine.embeddings import (
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.reply.priority import priority_of
 
 __all__ = [
     "EmbedAsk",
@@ -64,6 +65,8 @@ class EmbedAsk:
     keep_alive: float | str | None = None
     ttl: float | None = None
     id_prefix: str = "embd-"
+    service_tier: str | None = None
+    """``flex``: batch work, whatever the caller's priority (:mod:`.priority`)."""
 
 
 @dataclass
@@ -99,6 +102,7 @@ async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
         dimensions=ask.dimensions,
         truncate=truncate,
         images=[image.position for image in ask.images],
+        priority=priority_of(request, ask.service_tier),
     )
     header, data, tokens = await unless_disconnected(request, embed(handle, msg, files))
     return Matrix(header, data, tokens, handle.name)

@@ -69,6 +69,7 @@ from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.inputs import prepare_images
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
 from mlx_gateway.supervisor.reply.opening import prepare
+from mlx_gateway.supervisor.reply.priority import priority_of
 from mlx_gateway.supervisor.reply.streaming import relay
 
 __all__ = [  # what a dialect is written against, besides the serve itself
@@ -231,6 +232,7 @@ async def read_inputs(request: Request, model: TextModel, ask: Ask) -> ImageInpu
 
 async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Response:
     """Answer ``ask`` as ``reply`` writes it: a stream, or one body."""
+    ask.priority = priority_of(request, ask.sampling.service_tier)
     model = resolve(request, ask)
     inputs = await read_inputs(request, model, ask)
     request_id = recorder.name_request(ask.id_prefix)

@@ -76,6 +76,8 @@ class Active:
     unsent_tokens: int = 0
     finish: str | None = None
     """Set by the step that ends the request."""
+    batch: bool = False
+    """Its ``priority`` is ``batch``: it queues behind interactive requests."""
 
     @property
     def prompt_tokens(self) -> int:
@@ -117,6 +119,21 @@ class BatchRequests(ABC, Generic[A, G]):
         return active.uid is None
 
     # ------------------------------------------------------------ requests
+
+    def _enqueue(self, active: A) -> None:
+        """Queue ``active``: an interactive request goes ahead of every queued batch
+        request (in arrival order among its own priority)."""
+        self._by_id[active.request_id] = active
+        if not active.batch:
+            for i, queued in enumerate(self._queue):
+                if queued.batch:
+                    self._queue.insert(i, active)
+                    return
+        self._queue.append(active)
+
+    def runs_interactive(self) -> bool:
+        """Whether a queued or running request is interactive."""
+        return any(not active.batch for active in list(self._by_id.values()))
 
     def cancel(self, request_id: str) -> None:
         active = self._by_id.get(request_id)

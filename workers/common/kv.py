@@ -16,6 +16,7 @@ batch.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,17 @@ def cache_bytes(cache: LayerCaches | None) -> int:
     if not cache:
         return 0
     return sum(int(getattr(layer, "nbytes", 0)) for layer in cache)
+
+
+def batch_cache_bytes(generator: Any) -> int:
+    """Bytes of KV cache in an mlx-lm ``BatchGenerator``'s own batches (array sizes
+    only, no evaluation: read from the worker's main thread)."""
+    total = 0
+    for part in ("_generation_batch", "_prompt_batch"):
+        batch = getattr(generator, part, None)
+        with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
+            total += cache_bytes(getattr(batch, "prompt_cache", None))
+    return total
 
 
 def compute_dtype_bytes(model: Any) -> int:

@@ -6,7 +6,7 @@ backends share it; each brings its own forward pass and answer."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, Protocol, TypeVar, cast
 
 from mlx_gateway.protocol.messages import Done, Error, Usage
@@ -19,6 +19,8 @@ class Job(Protocol):
     remaining: int
     """Rows not yet through a forward pass."""
     prompt_tokens: int
+    batch: bool
+    """Its ``priority`` is ``batch``: its rows queue behind interactive jobs' rows."""
 
 
 J = TypeVar("J", bound=Job)
@@ -47,6 +49,19 @@ class RowBatches(Backend, Generic[J, R]):
         self._jobs: dict[str, J] = {}
         self._queue: deque[R] = deque()
         self._batch_jobs: list[J] = []
+
+    def _queue_rows(self, rows: Iterable[R], batch: bool) -> None:
+        """Queue a job's rows: an interactive job's go ahead of every batch job's."""
+        if not batch:
+            at = next((i for i, row in enumerate(self._queue) if row.job.batch), None)
+            if at is not None:
+                for offset, row in enumerate(rows):
+                    self._queue.insert(at + offset, row)
+                return
+        self._queue.extend(rows)
+
+    def runs_interactive(self) -> bool:
+        return any(not job.batch for job in list(self._jobs.values()))
 
     def _take(self) -> list[R]:
         """The next batch (see :func:`~.length_batches.take_batch`); its jobs become

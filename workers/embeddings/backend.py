@@ -35,6 +35,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlx_gateway.protocol.messages import (
+    BATCH,
     Detokenize,
     Done,
     Embed,
@@ -91,6 +92,7 @@ class _Job:
     """A multi-vector model's: each input's (tokens, dims) vectors."""
     remaining: int = 0
     prompt_tokens: int = 0
+    batch: bool = False
 
 
 @dataclass
@@ -257,8 +259,9 @@ class EmbeddingsBackend(RowBatches[_Job, _Item]):
         tokens = images.merge(texts)
         job = _Job(request.request_id, tokens, dimensions, remaining=len(tokens))
         job.prompt_tokens = sum(len(t) for t in texts) + images.tokens
+        job.batch = request.priority == BATCH
         self._jobs[job.request_id] = job
-        self._queue.extend(self._items(job, images))
+        self._queue_rows(self._items(job, images), job.batch)
         self._emit(Started(request_id=job.request_id, prompt_tokens=job.prompt_tokens))
 
     def _items(self, job: _Job, images: ImageInputs) -> list[_Item]:

@@ -4,15 +4,19 @@ its ``Done`` (its prompt, sampling, decoding state, adapters and checkpoints).""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 from mlx_gateway.workers.common.batch_requests import Active
 from mlx_gateway.workers.common.sampling import LogitsProcessor, Sampler
 from mlx_gateway.workers.lm.checkpoints import Checkpoint
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
 from mlx_gateway.workers.lm.prompt_cache import token_bytes
-from mlx_gateway.workers.lm.solo import SoloDecode
+from mlx_gateway.workers.lm.solo import SoloDecode, SpeculativeDecode
 from mlx_gateway.workers.lm.tool_scan import ToolScan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -49,6 +53,9 @@ class LmActive(Active):
     """Checkpoints of its cache: inherited from the entry it started from, and taken."""
     prefilled: int = 0
     """Prompt tokens in its cache so far."""
+    resume: tuple[int, list[Any]] | None = None
+    """A prefill that yielded to an interactive request (see :mod:`.yielding`): the
+    prompt tokens read and their KV cache, where it goes on from."""
     wanted: set[int] = dataclasses.field(default_factory=set)
     """Positions that a waiting request with the same prefix starts from: the cache
     there is stored as an entry as soon as it is reached."""
@@ -69,3 +76,31 @@ class LmActive(Active):
     @property
     def prompt_tokens(self) -> int:
         return len(self.prompt)
+
+
+def step_label(actives: list[LmActive]) -> str:
+    """What a step of ``actives`` does: ``prefill of 4096 tokens``, ``decode of 2
+    requests``, or both (a stall report's words)."""
+    prefill = [a for a in actives if a.solo is None and not a.decoding]
+    decode = len(actives) - len(prefill)
+    parts = []
+    if prefill:
+        parts.append(f"prefill of {sum(a.prompt_tokens for a in prefill)} tokens")
+    if decode or not prefill:
+        parts.append(f"decode of {decode} request{'s' if decode != 1 else ''}")
+    return ", ".join(parts)
+
+
+def drop_solo(active: LmActive) -> None:
+    """End the request's solo decoding, keeping its draft model's counts."""
+    solo = active.solo
+    if isinstance(solo, SpeculativeDecode):
+        active.draft_proposed += solo.proposed
+        active.draft_accepted += solo.accepted
+        log.debug(
+            "%s: the draft model proposed %d tokens, %d taken",
+            active.request_id,
+            solo.proposed,
+            solo.accepted,
+        )
+    active.solo = None

@@ -50,6 +50,7 @@ from mlx_lm import load as load_model_and_tokenizer
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from mlx_gateway.protocol.messages import (
+    BATCH,
     CountTokens,
     Detokenize,
     Done,
@@ -339,6 +340,9 @@ class LmBackend(Backend):
     def step_label(self) -> str:
         return self.scheduler.step_label()
 
+    def runs_interactive(self) -> bool:
+        return self.scheduler.runs_interactive()
+
     # ------------------------------------------------------------ requests
 
     def submit(self, request: Request, payloads: Sequence[bytes]) -> None:
@@ -385,6 +389,7 @@ class LmBackend(Backend):
             detokenizer=self.detokenizers.new(),
             kv_reserved=admission.bytes_for(len(prompt) + max_tokens),
             adapters=adapters,
+            batch=request.priority == BATCH,
         )
         if request.logprobs is not None:
             active.logprobs = LogprobTrack(self.tokenizer, request.logprobs)

@@ -2,7 +2,8 @@
 
 A request that runs alone decodes outside the batch (:mod:`.solo`, or :mod:`.speculative`
 with a draft model), and moves into the shared ``BatchGenerator``, cache and all, as
-soon as another request arrives. Requests are admitted in arrival order, grouped by
+soon as another request arrives. Requests are admitted in arrival order (interactive
+ahead of ``batch``, whose prefill yields to theirs: :mod:`.yielding`), grouped by
 adapter set, against the KV cache the budget leaves (:mod:`..common.kv`); long prompts
 are read in slices sized by :mod:`.prefill_pace`, with ``Prefilled`` progress; a
 request whose prefix another is prefilling waits for it (:mod:`.shared_prefix`). A
@@ -14,7 +15,6 @@ what it needs of the model (its prompt cache and adapters, shared with the backe
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
@@ -35,15 +35,15 @@ from mlx_gateway.workers.common.batch_requests import (
     BatchRequests,
 )
 from mlx_gateway.workers.common.coalesce import Coalescer
-from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, cache_bytes
+from mlx_gateway.workers.common.kv import KvAdmission, KvSettings, batch_cache_bytes
 from mlx_gateway.workers.lm import checkpoints as cp
-from mlx_gateway.workers.lm import prefill
-from mlx_gateway.workers.lm.active import LmActive
+from mlx_gateway.workers.lm import prefill, yielding
+from mlx_gateway.workers.lm.active import LmActive, drop_solo, step_label
 from mlx_gateway.workers.lm.adapters import Adapters
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
 from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
 from mlx_gateway.workers.lm.shared_prefix import awaits_prefix
-from mlx_gateway.workers.lm.solo import SpeculativeDecode, decode_alone, private_copy
+from mlx_gateway.workers.lm.solo import decode_alone, private_copy
 from mlx_gateway.workers.lm.speculative import Draft
 from mlx_gateway.workers.runtime.contract import Emit
 
@@ -125,8 +125,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
 
     def add(self, active: LmActive) -> None:
         """Queue an accepted request (it starts when :meth:`step` admits it)."""
-        self._queue.append(active)
-        self._by_id[active.request_id] = active
+        self._enqueue(active)
 
     def adapter_users(self, adapter_id: str) -> int:
         """Queued and running requests that name the adapter ``adapter_id``."""
@@ -134,15 +133,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
 
     def step_label(self) -> str:
         """``prefill of 4096 tokens``, ``decode of 2 requests``, or both."""
-        actives = list(self._by_id.values())
-        prefill = [a for a in actives if a.solo is None and not a.decoding]
-        decode = len(actives) - len(prefill)
-        parts = []
-        if prefill:
-            parts.append(f"prefill of {sum(a.prompt_tokens for a in prefill)} tokens")
-        if decode or not prefill:
-            parts.append(f"decode of {decode} request{'s' if decode != 1 else ''}")
-        return ", ".join(parts)
+        return step_label(list(self._by_id.values()))
 
     def _queued(self, active: LmActive) -> bool:
         return active.uid is None and active.solo is None
@@ -170,11 +161,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         solo = self._solo
         if solo is not None and solo.solo is not None:
             active += solo.solo.nbytes()
-        generator = self._generator
-        for part in ("_generation_batch", "_prompt_batch"):  # mlx-lm's own batches
-            batch = getattr(generator, part, None)
-            with contextlib.suppress(NotImplementedError, AttributeError, TypeError):
-                active += cache_bytes(getattr(batch, "prompt_cache", None))
+        active += batch_cache_bytes(self._generator)
         kept = self.prompt_cache.nbytes
         admission = self.kv_admission
         limits = [x for x in (admission.budget, admission.free) if x is not None]
@@ -185,6 +172,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
     def step(self) -> None:
         generator = self._generator
         assert generator is not None
+        self._yield_prefills(generator)
         if self._admit(generator):
             self._out.flush()  # the step that prefills them may be long
         if self._solo is not None:
@@ -253,21 +241,21 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         """The finish a batch would report for this token (EOS wins over the budget)."""
         if token in self._eos:
             return "stop"
-        if active.generated + 1 >= active.max_tokens:
-            return "length"
-        return None
+        return "length" if active.generated + 1 >= active.max_tokens else None
 
     def _admit(self, generator: BatchGenerator) -> bool:
         """Start queued requests while there is room; True if any started."""
         running = len(self._by_uid) + (self._solo is not None)
         if not self._queue or running >= self._concurrency:
             return False
+        if self._queue[0].batch and yielding.holds_batch(self._running()):
+            return False  # an interactive request waits for its first token
         group = self._queue[0].adapters
         if not self._group_turn(group, running):
             return False  # the head of the queue waits for the running group to end
         if self._solo is not None and not self._join_batch(self._solo, generator):
             return True  # the solo request ended with the token it had sampled
-        if self.solo_enabled and not self._by_uid and len(self._queue) == 1:
+        if self.solo_enabled and not self._by_uid and yielding.alone(self._queue):
             self._start_solo(self._queue.popleft())
             return True
         while (
@@ -282,24 +270,44 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
                 break  # it waits until running requests free their KV cache
             if self._awaits_prefix(self._queue[0]):
                 break  # another request is prefilling its prefix: it starts from that
+            if self._queue[0].batch and yielding.holds_batch(self._by_uid.values()):
+                break  # an interactive request reads its prompt first
             active = self._queue.popleft()
-            hit = self._cached(active)
-            start = 0
-            if hit is not None:
-                start = active.cached = hit.tokens
-                active.checkpoints = list(hit.checkpoints.values())
-            # all_tokens: what the cache holds, so logits processors see the
-            # whole context (the penalties count from len(prompt) on).
-            uid = self._insert(
-                generator,
-                active,
-                start,
-                active.max_tokens,
-                None if hit is None else hit.cache,
-            )
+            start, cache = self._start_of(active)
+            uid = self._insert(generator, active, start, active.max_tokens, cache)
             active.uid, active.decoding = uid, False
             self._by_uid[uid] = active
         return True
+
+    def _start_of(self, active: LmActive) -> tuple[int, list[Any] | None]:
+        """Where ``active``'s prefill starts: where it yielded, else a prompt-cache hit."""
+        if active.resume is not None:
+            (start, cache), active.resume = active.resume, None
+            return start, cache
+        hit = self._cached(active)
+        if hit is None:
+            return 0, None
+        active.cached, active.checkpoints = hit.tokens, list(hit.checkpoints.values())
+        return hit.tokens, hit.cache
+
+    def _running(self) -> list[LmActive]:
+        return [*self._by_uid.values(), *([self._solo] if self._solo else [])]
+
+    def _yield_prefills(self, generator: BatchGenerator) -> None:
+        """Batch requests still reading their prompt leave for an interactive
+        request's prefill, keeping their cache (see :mod:`.yielding`)."""
+        for active in yielding.must_yield(self._queue, self._running()):
+            if active.solo is not None:
+                active.resume = yielding.solo_cache(active.solo)
+                self._drop_solo(active)
+                self._solo = None
+            else:
+                assert active.uid is not None
+                active.resume = yielding.batch_cache(generator, active.uid)
+                del self._by_uid[active.uid]
+                active.uid = None
+            log.info("%s: its prefill yields to an interactive request", active.request_id)
+            yielding.requeue(self._queue, active)
 
     def _insert(
         self,
@@ -330,9 +338,8 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
     def _awaits_prefix(self, waiting: LmActive) -> bool:
         """Whether ``waiting`` waits for a running request's prefill of their shared
         prefix (see :mod:`.shared_prefix`)."""
-        if not self.prompt_cache.enabled:
-            return False
-        return awaits_prefix(waiting, self._by_uid.values(), self.prompt_cache)
+        cache = self.prompt_cache
+        return cache.enabled and awaits_prefix(waiting, self._by_uid.values(), cache)
 
     def _group_turn(self, group: tuple[str, ...], running: int) -> bool:
         """Whether requests of the adapter set ``group`` may start now. All running
@@ -352,12 +359,9 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         return self.prompt_cache.fetch(active.prompt, active.space)
 
     def _start_solo(self, active: LmActive) -> None:
-        hit = self._cached(active)
-        if hit is None:
-            cache, cached = make_prompt_cache(self.model), 0
-        else:
-            cache, cached = private_copy(hit.cache, hit.tokens), hit.tokens
-        active.cached = cached
+        start, hit = self._start_of(active)
+        cache = make_prompt_cache(self.model) if hit is None else private_copy(hit, start)
+        cached = start
         active.solo = decode_alone(
             self.model,
             self._stream,
@@ -464,18 +468,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
             self._keep_cache(active, tokens, cache)
 
     def _drop_solo(self, active: LmActive) -> None:
-        """End the request's solo decoding, keeping its draft model's counts."""
-        solo = active.solo
-        if isinstance(solo, SpeculativeDecode):
-            active.draft_proposed += solo.proposed
-            active.draft_accepted += solo.accepted
-            log.debug(
-                "%s: the draft model proposed %d tokens, %d taken",
-                active.request_id,
-                solo.proposed,
-                solo.accepted,
-            )
-        active.solo = None
+        drop_solo(active)
 
     def _usage(self, active: LmActive) -> Usage:
         usage = super()._usage(active)

@@ -77,6 +77,8 @@ class _Job:
     remaining: int
     prompt_tokens: int
     running: bool = False
+    batch: bool = False
+    """Rerank requests carry no priority: always interactive."""
 
 
 @dataclass

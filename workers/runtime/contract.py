@@ -165,6 +165,13 @@ class Backend(ABC):
         """Called while idle, every :attr:`idle_interval` seconds (rank 0 of a
         sharded model tells the other ranks it is alive)."""
 
+    def runs_interactive(self) -> bool:
+        """Whether a queued or running request is interactive (not ``batch``). While
+        the gateway holds batch work (:class:`~...protocol.messages.Pause`), a worker
+        whose backend says False waits between steps. A backend that does not tell
+        priorities apart says True: it never pauses."""
+        return True
+
     def step_label(self) -> str:
         """What the next :meth:`step` does, in a few words for a stall report
         (``decode of 2 requests``); read on the MLX thread before each step."""

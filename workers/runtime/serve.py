@@ -29,6 +29,7 @@ from mlx_gateway.protocol.messages import (
     Error,
     Limits,
     ModelFacts,
+    Pause,
     Progress,
     Ready,
     Reply,
@@ -229,7 +230,7 @@ def wait_for_assignment(inbox: Inbox, emit: Emit) -> WorkerSpec | None:
         if isinstance(request, Shutdown):
             log.info("spare stopped before it was given a model")
             return None
-        if isinstance(request, Cancel | Limits):
+        if isinstance(request, Cancel | Limits | Pause):
             continue
         request_id = getattr(request, "request_id", "")
         emit(Error(message="this spare worker has no model yet", request_id=request_id, status=503))
@@ -248,13 +249,19 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
 
     ``clock`` (the heartbeats' :class:`StepClock`) marks each step and each
     request's checks, so a step that never returns shows in the heartbeats.
+
+    ``Pause(hold=True)``: interactive work runs elsewhere on the machine; while every
+    request here is ``batch`` (:meth:`Backend.runs_interactive` False) no step runs
+    and the loop waits on the inbox (a new request, a cancel, ``Pause(hold=False)``).
     """
     clock = clock if clock is not None else StepClock()
     backend.watch_inbox(inbox)
     interval = backend.idle_interval
     drain_until: float | None = None
+    held = False
     while True:
-        block = drain_until is None and not backend.has_work()
+        paused = held and drain_until is None and _batch_only(backend)
+        block = drain_until is None and (paused or not backend.has_work())
         items = _take(inbox, block, interval)
         if block and not items and interval is not None:
             backend.idle_tick()
@@ -274,6 +281,8 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
                 log.warning("Assign ignored: this worker already serves a model")
             elif isinstance(request, Limits):
                 backend.set_limits(request)
+            elif isinstance(request, Pause):
+                held = request.hold
             elif drain_until is not None:
                 request_id = getattr(request, "request_id", "")
                 emit(
@@ -288,6 +297,8 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
         if drain_until is not None and (not backend.has_work() or time.monotonic() >= drain_until):
             backend.cancel_all()
             return EXIT_OK
+        if held and drain_until is None and _batch_only(backend):
+            continue  # batch work waits while interactive work runs elsewhere
         if backend.has_work():
             clock.begin(_label(backend))
             try:
@@ -298,6 +309,15 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
                 repair_random_state()
             finally:
                 clock.end()
+
+
+def _batch_only(backend: Backend) -> bool:
+    """Whether the backend has work and all of it is ``batch``."""
+    try:
+        return backend.has_work() and not backend.runs_interactive()
+    except Exception:  # a priority check must never stop the worker
+        log.debug("runs_interactive failed", exc_info=True)
+        return False
 
 
 def _label(backend: Backend) -> str:

@@ -43,6 +43,7 @@ from mlx_vlm.generate.ar import BatchGenerator
 from mlx_vlm.tokenizer_utils import make_streaming_detokenizer
 
 from mlx_gateway.protocol.messages import (
+    BATCH,
     Chunk,
     CountTokens,
     Detokenize,
@@ -260,9 +261,9 @@ class VlmBackend(BatchRequests[_Active, BatchGenerator], Backend):
             stops=[s for s in params.stop if s],
             detokenizer=make_streaming_detokenizer(self.processor),
             kv_reserved=self.kv_admission.bytes_for(len(prompt.tokens) + max_tokens),
+            batch=request.priority == BATCH,
         )
-        self._queue.append(active)
-        self._by_id[active.request_id] = active
+        self._enqueue(active)
         self._emit(Started(request_id=active.request_id, prompt_tokens=len(prompt.tokens)))
 
     def _count(self, request: CountTokens | Tokenize, payloads: Sequence[bytes]) -> list[int]:

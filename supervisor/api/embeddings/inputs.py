@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from mlx_gateway.supervisor.engine.requests import ServiceTier
 from mlx_gateway.supervisor.errors import BadRequest
 
 MAX_INPUTS = 2048
@@ -35,6 +36,8 @@ class EmbeddingRequest(Struct, kw_only=True):
     """Extension (Ollama's): how long the model stays loaded after this request."""
     ttl: float | None = None
     """Extension (LM Studio's): seconds the model stays loaded after this request."""
+    service_tier: ServiceTier | None = None
+    """Extension (as on chat completions): ``flex`` makes the request batch work."""
 
 
 class Embedding(Struct, kw_only=True):

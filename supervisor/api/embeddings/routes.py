@@ -63,6 +63,7 @@ async def create_embeddings(request: Request) -> Response:
         dimensions=req.dimensions,
         keep_alive=req.keep_alive,
         ttl=req.ttl,
+        service_tier=req.service_tier,
     )
     matrix = await embed_for(request, ask)
     tokens = matrix.prompt_tokens

@@ -99,6 +99,7 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
         repetition_penalty=req.repetition_penalty,
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
+        service_tier=req.service_tier,
     )
     logprobs = LOGPROBS_INCLUDE in (req.include or [])
     ask = Ask(

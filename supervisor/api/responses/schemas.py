@@ -17,6 +17,7 @@ from mlx_gateway.supervisor.engine.requests import (
     MinP,
     Penalty,
     RepetitionPenalty,
+    ServiceTier,
     Temperature,
     ThinkingBudget,
     TopK,
@@ -112,6 +113,8 @@ class ResponsesRequest(Struct, kw_only=True):
     metadata: dict[str, str] | None = None
     user: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    service_tier: ServiceTier | None = None
+    """``flex``: batch work (see chat completions)."""
     # Sampling extensions, as for chat completions.
     top_k: TopK | None = None
     min_p: MinP | None = None

@@ -59,7 +59,7 @@ class FakeHandle:
         return ModelStatus(state="ready", pid=123, inflight=self.inflight, context_length=256)
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[FakeHandle]:
+    async def session(self, priority: str = "interactive") -> AsyncIterator[FakeHandle]:
         self.inflight += 1
         try:
             if self.load_error is not None:

@@ -109,7 +109,7 @@ class OneCall:
         self.replies = replies
 
     @contextlib.asynccontextmanager
-    async def session(self) -> AsyncIterator[OneCall]:
+    async def session(self, priority: str = "interactive") -> AsyncIterator[OneCall]:
         yield self
 
     def call(self, msg: Any, request_id: str, payloads: Sequence[Any] = ()) -> Any:

@@ -46,6 +46,7 @@ Per request, the last message's text (or the prompt) decides:
 * ``repeat <text>`` as the first message: every request of that conversation is
   ``<text>`` (a tool loop whose model calls a tool in every round).
 * ``tools``: says the names of the tools its chat template gets (``a b …``).
+* ``priority``: says the request's priority (``interactive`` or ``batch``).
 * ``script <a> ;; <b> ;; …`` as the first message: a tool loop's round n (n
   assistant messages so far) is piece n, the last one from then on.
 * ``prefill <seconds> …``: a long prompt: after Started, nothing for ``<seconds>``
@@ -278,6 +279,8 @@ def main() -> None:
                         item.words = [str(m.get("role")) for m in request.messages or []]
                     if behaviour == "adapters":  # the LoRA adapters it was asked for
                         item.words = list(request.adapters) or ["base"]
+                    if behaviour == "priority":  # the priority it was sent with
+                        item.words = [request.priority]
                     if behaviour == "tools":
                         tools = request.chat_template_kwargs.get("tools") or []
                         item.words = [str(t["function"]["name"]) for t in tools]

@@ -1,0 +1,312 @@
+"""Fairness: a person's time to first token beside batch work (issue 44, item 2).
+
+    uv run python -m bench.fairness                        # about 5 minutes on 2 cores
+    uv run python -m bench.fairness --phase 60 --long-tokens 7000 --json out.json
+
+One gateway (the real ``mlx-gateway launch``) serves SmolLM2-135M-Instruct in float32
+and all-MiniLM-L6-v2 (:mod:`bench.fairness_models`: both from wheels, nothing
+downloaded). The run is a row of phases of ``--phase`` seconds each:
+
+* **interactive alone**: a one-line chat request (streamed, ``--chat-tokens``
+  tokens) every ``--every`` seconds, one at a time: its time to first token;
+* **batch alone**, three kinds: a batch app's long prompts on the same model
+  (``--long-tokens`` each, every one new to the prompt cache, one in flight,
+  ``service_tier: flex``), an embeddings flood on the other model (64 sentences a
+  request, two in flight, ``flex``), and both: their throughput (prompt tokens/s
+  read, inputs/s embedded);
+* **beside**: each of the three batch kinds again with the interactive requests.
+
+It prints, for each case, the interactive time to first token (median and max) and
+its ratio to the alone phase, and the batch work's throughput and its ratio to the
+same work alone. Targets (issue 44): interactive ≤ 2x alone in every case, batch
+throughput ≥ 0.8 of alone. Batch requests are made batch by ``service_tier: flex``
+(a key's ``priority: batch`` does the same); the interactive ones have the default
+priority. On Linux, OpenBLAS (when installed) is preloaded as the gateway preloads
+it into its workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from .client import chat_body, stream_chat
+from .fairness_models import EMBED_SERVED, LM_SERVED, long_prompts, minilm, smollm2_f32
+from .lm_report import machine
+from .servers import launch_gateway, reexec_with_openblas, wait_model_ready
+
+QUESTION = "What is the capital of France? Answer in one line."
+SENTENCES = [f"Sentence {i} of the photo tagger's index: a cat on a red sofa." for i in range(64)]
+KINDS = ("prefill", "embeddings", "both")
+PROGRESS = re.compile(r": prefill (\d+)/(\d+) tokens")
+USAGE = re.compile(r'"prompt_tokens": ?(\d+)')
+KEEPALIVE = 0.5
+"""The gateway's ``stream_keepalive`` here: a long prompt's progress this often."""
+LABELS = {
+    "prefill": "long prefill, same model",
+    "embeddings": "embeddings flood, other model",
+    "both": "both",
+}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.fairness", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--phase", type=float, default=40.0, help="seconds per phase (default 40)")
+    parser.add_argument(
+        "--every", type=float, default=2.0, help="seconds between interactive requests"
+    )
+    parser.add_argument("--chat-tokens", type=int, default=8, help="tokens per interactive answer")
+    parser.add_argument("--long-tokens", type=int, default=3000, help="tokens per batch prompt")
+    parser.add_argument(
+        "--embed-batch-tokens",
+        type=int,
+        default=512,
+        help="the embeddings model's max_batch_tokens: how long one of its steps is, "
+        "which a paused worker finishes first (default 512)",
+    )
+    parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "mlx-gateway-bench")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    return parser.parse_args(argv)
+
+
+@dataclass
+class Phase:
+    """What one phase measured."""
+
+    ttft: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0
+    inputs: int = 0
+    reading: int = 0
+    """Prompt tokens the long prompt under way has read (its latest progress)."""
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+    def rate(self, kind: str) -> float:
+        """The batch work's throughput: prompt tokens/s, inputs/s, or both summed
+        as shares of their alone figures by the caller."""
+        done = self.prompt_tokens if kind == "prefill" else self.inputs
+        return done / self.seconds if self.seconds else 0.0
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, port: int, prompts: list[str]) -> None:
+        self.args = args
+        self.base = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.prompts = prompts
+        self.next_prompt = 0
+        self.http = httpx.AsyncClient(timeout=600)
+
+    async def interactive(self, phase: Phase, until: float) -> None:
+        messages = [{"role": "user", "content": QUESTION}]
+        body = chat_body(LM_SERVED, messages, self.args.chat_tokens)
+        while time.monotonic() < until:
+            started = time.monotonic()
+            result = await stream_chat(self.port, body)
+            if result.error or result.ttft is None:
+                phase.errors.append(result.error or "no token")
+            else:
+                phase.ttft.append(result.ttft)
+            await asyncio.sleep(max(0.0, self.args.every - (time.monotonic() - started)))
+
+    async def long_prompts(self, phase: Phase) -> None:
+        """One long prompt after another. Streamed, so that the keep-alive comments
+        (``: prefill 1024/3000 tokens``, every ``stream_keepalive``) tell how far a
+        prompt got when the phase ends: its part counts too."""
+        while True:
+            text = self.prompts[self.next_prompt % len(self.prompts)]
+            self.next_prompt += 1
+            body = {
+                "model": LM_SERVED,
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": 4,
+                "temperature": 0.0,
+                "service_tier": "flex",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            phase.reading = 0
+            try:
+                async with self.http.stream(
+                    "POST", f"{self.base}/v1/chat/completions", json=body
+                ) as reply:
+                    if reply.status_code != 200:
+                        phase.errors.append((await reply.aread()).decode()[:200])
+                        continue
+                    read = 0
+                    async for line in reply.aiter_lines():
+                        if match := PROGRESS.match(line):
+                            phase.reading = int(match[1])
+                        elif match := USAGE.search(line):
+                            read = int(match[1])
+                    phase.prompt_tokens += read
+                    phase.reading = 0
+            except asyncio.CancelledError:
+                phase.prompt_tokens += phase.reading  # what the cut prompt read
+                raise
+
+    async def flood(self, phase: Phase) -> None:
+        while True:
+            reply = await self.http.post(
+                f"{self.base}/v1/embeddings",
+                json={
+                    "model": EMBED_SERVED,
+                    "input": SENTENCES,
+                    "encoding_format": "base64",
+                    "service_tier": "flex",
+                },
+            )
+            if reply.status_code != 200:
+                phase.errors.append(reply.text[:200])
+                continue
+            phase.inputs += len(reply.json()["data"])
+
+    async def phase(self, kind: str | None, interactive: bool) -> Phase:
+        """One phase: batch work of ``kind`` (``None``: none) with or without the
+        interactive requests; only requests that ended inside it are counted."""
+        phase = Phase()
+        started = time.monotonic()
+        until = started + self.args.phase
+        batch: list[asyncio.Task[None]] = []
+        if kind in ("prefill", "both"):
+            batch.append(asyncio.create_task(self.long_prompts(phase)))
+        if kind in ("embeddings", "both"):
+            batch += [asyncio.create_task(self.flood(phase)) for _ in range(2)]
+        if interactive:
+            await asyncio.sleep(min(1.0, self.args.every))  # the batch work is under way
+            await self.interactive(phase, until)
+        await asyncio.sleep(max(0.0, until - time.monotonic()))
+        for task in batch:
+            task.cancel()
+        await asyncio.gather(*batch, return_exceptions=True)
+        phase.seconds = time.monotonic() - started
+        await asyncio.sleep(2.0)  # cancelled requests leave their workers
+        return phase
+
+    async def warm_up(self) -> None:
+        warm = Phase()
+        await self.interactive(warm, time.monotonic() + 0.1)
+        await asyncio.wait_for(self.long_prompts_once(), timeout=600)
+        task = asyncio.create_task(self.flood(warm))
+        await asyncio.sleep(3.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def long_prompts_once(self) -> None:
+        phase = Phase()
+        task = asyncio.create_task(self.long_prompts(phase))
+        while not phase.prompt_tokens and not phase.errors:
+            await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def measure(args: argparse.Namespace, port: int, prompts: list[str]) -> dict[str, Phase]:
+    bench = Bench(args, port, prompts)
+    try:
+        await bench.warm_up()
+        phases = {"interactive alone": await bench.phase(None, True)}
+        for kind in KINDS:
+            print(f"phase: {LABELS[kind]}", file=sys.stderr)
+            phases[f"{kind} alone"] = await bench.phase(kind, False)
+            phases[f"{kind} beside"] = await bench.phase(kind, True)
+        return phases
+    finally:
+        await bench.http.aclose()
+
+
+def report(phases: dict[str, Phase], info: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    alone = phases["interactive alone"]
+    base = statistics.median(alone.ttft)
+    lines = [
+        f"machine: {info['cpu']}, {info['cores']} cores, {info['device']}, {info['system']}; "
+        f"mlx {info['mlx']}, mlx-lm {info['mlx-lm']}; BLAS: {info['blas']}; "
+        f"load average at start {info['load_average']}",
+        f"phases of {args.phase:g} s; interactive: one request every {args.every:g} s, "
+        f"{args.chat_tokens} tokens; batch prompts of about {args.long_tokens} tokens",
+        "",
+        "| case | interactive TTFT median | max | x alone | batch throughput | x alone |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| alone | {base * 1000:.0f} ms | {max(alone.ttft) * 1000:.0f} ms | 1.00 | - | - |",
+    ]
+    verdicts = []
+    for kind in KINDS:
+        beside, solo = phases[f"{kind} beside"], phases[f"{kind} alone"]
+        ttft = statistics.median(beside.ttft) if beside.ttft else float("nan")
+        if kind == "both":
+            shares = [
+                beside.rate(k) / solo.rate(k) for k in ("prefill", "embeddings") if solo.rate(k)
+            ]
+            share = min(shares) if shares else float("nan")
+            what = (
+                f"{beside.rate('prefill'):.0f} tok/s + {beside.rate('embeddings'):.1f} inputs/s "
+                f"(alone {solo.rate('prefill'):.0f} + {solo.rate('embeddings'):.1f})"
+            )
+        else:
+            share = beside.rate(kind) / solo.rate(kind) if solo.rate(kind) else float("nan")
+            unit = "prompt tok/s" if kind == "prefill" else "inputs/s"
+            what = f"{beside.rate(kind):.1f} {unit} (alone {solo.rate(kind):.1f})"
+        worst = max(beside.ttft) * 1000 if beside.ttft else float("nan")
+        lines.append(
+            f"| beside {LABELS[kind]} | {ttft * 1000:.0f} ms | {worst:.0f} ms | "
+            f"{ttft / base:.2f} | {what} | {share:.2f} |"
+        )
+        verdicts.append(
+            f"{LABELS[kind]}: interactive {ttft / base:.2f}x alone "
+            f"({'meets' if ttft / base <= 2 else 'misses'} ≤ 2x), batch {share:.2f} of alone "
+            f"({'meets' if share >= 0.8 else 'misses'} ≥ 0.8)"
+        )
+    errors = sum(len(p.errors) for p in phases.values())
+    return [*lines, "", *verdicts, f"errors: {errors}"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    reexec_with_openblas("bench.fairness", argv)
+    args = parse_args(argv)
+    info = machine()
+    args.work.mkdir(parents=True, exist_ok=True)
+    lm, embed = smollm2_f32(args.work), minilm()
+    prompts = long_prompts(lm, args.long_tokens)
+    entries: list[dict[str, Any]] = [
+        {"served_model_name": LM_SERVED, "model_path": str(lm), "model_type": "lm"},
+        {
+            "served_model_name": EMBED_SERVED,
+            "model_path": str(embed),
+            "model_type": "embeddings",
+            "max_batch_tokens": args.embed_batch_tokens,
+        },
+    ]
+    for entry in entries:
+        entry.update(on_demand=False, idle_timeout=0)
+    with tempfile.TemporaryDirectory(prefix="fairness-") as tmp:
+        server = {"stream_keepalive": KEEPALIVE}
+        gateway = launch_gateway(Path(tmp), entries, server, name="the gateway")
+        try:
+            for served in (LM_SERVED, EMBED_SERVED):
+                wait_model_ready(gateway, served, 300)
+            phases = asyncio.run(measure(args, gateway.port, prompts))
+        finally:
+            gateway.stop()
+    lines = report(phases, info, args)
+    print("\n".join(lines))
+    if args.json:
+        figures = {name: vars(phase) for name, phase in phases.items()}
+        args.json.write_text(json.dumps({"machine": info, "phases": figures}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
