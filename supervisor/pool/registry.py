@@ -17,6 +17,7 @@ from mlx_gateway.supervisor.pool.names import Match, NameIndex
 from mlx_gateway.supervisor.pool.placement import Placement
 from mlx_gateway.supervisor.pool.reaper import housekeeping_forever
 from mlx_gateway.supervisor.pool.relay import Relay
+from mlx_gateway.supervisor.pool.routes import Route, RouteNotServed, RouteTable
 from mlx_gateway.supervisor.pool.runtime_dir import make_runtime_dir
 from mlx_gateway.supervisor.pool.spares import SparePool
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
@@ -55,6 +56,7 @@ class Registry:
         self.handles += [self._new_handle(model) for model in config.models]
         self._sync_placed()
         self._names: NameIndex[WorkerHandle] = NameIndex(self.handles)
+        self.routes: RouteTable[WorkerHandle] = self._route_table(None)
         self._tasks: list[asyncio.Task[None]] = []
         self._retiring: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Future[list[BaseException | None]] | None = None
@@ -67,6 +69,10 @@ class Registry:
         handle.placement = self.placement
         handle.spares = self.spares
         return handle
+
+    def _route_table(self, old: RouteTable[WorkerHandle] | None) -> RouteTable[WorkerHandle]:
+        by_name = {name: h for h in self.handles for name in h.config.names}
+        return RouteTable(self.config.routes, by_name, old)
 
     def _sync_placed(self) -> None:
         self._placed[:] = [*self.handles, *(h for h in self._retired if h not in self.handles)]
@@ -82,8 +88,16 @@ class Registry:
         surface finds its model here."""
         found = self.lookup(name)
         if found is None:
+            if (route := self.route(name)) is not None:
+                raise RouteNotServed(route)
             raise ModelNotFound(name, self.served_names())
         return found.handle
+
+    def route(self, name: str) -> Route[WorkerHandle] | None:
+        """The route ``name`` names, if it names no model (see :mod:`.routes`)."""
+        if self.lookup(name) is not None:
+            return None
+        return self.routes.find(name)
 
     def served_names(self) -> list[str]:
         return [handle.name for handle in self.handles]
@@ -169,11 +183,12 @@ class Registry:
         for gone in old.values():
             report["removed"].append(gone.name)
             self._retire(gone, "its config entry was removed (reload or delete)")
-        # The server section (ports, budget…) needs a restart; only models reload.
-        self.config = GatewayConfig(server=self.config.server, models=new.models)
+        # The server section (ports, budget…) needs a restart; models and routes reload.
+        self.config = GatewayConfig(server=self.config.server, models=new.models, routes=new.routes)
         self.handles[:] = handles
         self._sync_placed()
         self._names = NameIndex(self.handles)
+        self.routes = self._route_table(self.routes)
         log.info(
             "config reloaded: %s",
             "; ".join(f"{k} {', '.join(v)}" for k, v in report.items() if v and k != "kept")

@@ -1,7 +1,8 @@
 """The one serve of the embeddings surfaces (OpenAI's ``/v1/embeddings``, Ollama's
-``/api/embed`` and ``/api/embeddings``): resolve the model, check its kind, record
-the request's ``keep_alive``, run one ``Embed`` on its worker while watching the
-client, and hand back the matrix for the surface to write its own way."""
+``/api/embed`` and ``/api/embeddings``): resolve the model (a route's models in
+turn), check its kind, record the request's ``keep_alive``, run one ``Embed`` on
+its worker while watching the client, and hand back the matrix for the surface to
+write its own way."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from mlx_gateway.protocol.messages import Embed, Embeddings
 from mlx_gateway.supervisor.config.kinds.embeddings import EmbeddingsConfig
 from mlx_gateway.supervisor.engine.embeddings import embed, float_rows, floats, split_rows
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
-from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
+from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.reply.routed import candidates, first_started
 
 __all__ = ["EmbedAsk", "Matrix", "embed_for", "float_rows", "floats", "split_rows"]
 
@@ -48,11 +51,20 @@ class Matrix:
 
 
 async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
-    """Run ``ask`` on its model's worker (unless the client leaves first)."""
+    """Run ``ask`` on its model's worker (unless the client leaves first); a
+    route's on the first of its models that starts (:mod:`.routed`)."""
     state = request.app.state
-    handle = state.registry.resolve(ask.model)
-    require_kind(handle, EMBEDDING_KINDS, ask.endpoint)
-    client_lifetime(state, handle, ask.keep_alive, ask.ttl)
+    choice = candidates(state, ask.model, EMBEDDING_KINDS, ask.endpoint, None)
+
+    async def attempt(handle: ModelHandle, i: int) -> Matrix:
+        return await _embed_on(request, handle, ask)
+
+    _, matrix = await first_started(choice, lambda h: h.name, attempt)
+    return matrix
+
+
+async def _embed_on(request: Request, handle: ModelHandle, ask: EmbedAsk) -> Matrix:
+    client_lifetime(request.app.state, handle, ask.keep_alive, ask.ttl)
     truncate = ask.truncate
     if truncate is None:
         config = handle.config

@@ -78,11 +78,14 @@ def tag_entry(handle: ModelHandle, name: str) -> dict[str, Any]:
 
 @ollama_errors
 async def tags(request: Request) -> Response:
-    """``GET /api/tags``: every served name and alias, each as ``name:latest``."""
+    """``GET /api/tags``: every served name and alias, then every route's name,
+    each as ``name:latest``."""
     registry = request.app.state.registry
     models = [
         tag_entry(handle, name) for handle in registry.handles for name in handle.config.names
     ]
+    # A route is listed by its name with its first model's details.
+    models += [tag_entry(r.members[0], r.name) for r in registry.routes.routes if r.members]
     return JSONResponse({"models": models})
 
 

@@ -99,6 +99,8 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
         repetition_penalty=req.repetition_penalty,
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
+        user=req.user,
+        prompt_cache_key=req.prompt_cache_key,
     )
     logprobs = LOGPROBS_INCLUDE in (req.include or [])
     ask = Ask(

@@ -111,6 +111,7 @@ class ResponsesRequest(Struct, kw_only=True):
     store: bool = True
     metadata: dict[str, str] | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
     # Sampling extensions, as for chat completions.
     top_k: TopK | None = None
