@@ -9,6 +9,8 @@ behaviour at start comes from the last segment of the spec's ``model_path``:
 * ``fake/die-on-load``: dies by SIGKILL while loading.
 * ``fake/no-ready``: never sends Ready (start timeout).
 * ``fake/ignore-sigterm``: ignores Shutdown and SIGTERM (needs SIGKILL).
+* ``fake/error-first``: ready at once, and every ``Generate`` fails before its
+  first reply (an Error 500: a model that errors before its first byte).
 
 On ``Shutdown(grace)`` it behaves as the real serve loop: running requests go on
 until the grace ends, then each still running ends with ``Done("cancelled")`` and
@@ -236,6 +238,15 @@ def main() -> None:
                 case Generate():
                     text = text_of(request)
                     behaviour = text.strip().split()[0] if text.strip() else ""
+                    if mode == "error-first":
+                        send(
+                            Error(
+                                request_id=request.request_id,
+                                status=500,
+                                message="the model failed before its first token",
+                            )
+                        )
+                        continue
                     if behaviour == "reject":
                         if "bloat" in text:
                             rss *= 8
