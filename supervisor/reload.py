@@ -2,8 +2,8 @@
 
 Only the ``models:`` and ``routes:`` sections reload (see :meth:`Registry.reload`):
 unchanged models keep running, changed ones are replaced after their in-flight
-requests finish, new ones appear, removed ones stop; the routes are replaced. A broken new file is rejected with its error and
-the running config stays.
+requests finish, new ones appear, removed ones stop; the routes are replaced. A
+broken new file is rejected with its error and the running config stays.
 """
 
 from __future__ import annotations

@@ -95,8 +95,10 @@ class PeerMiddleware:
             return  # the client left while sending
         replay = _replaying(body, receive)
         name = model_of(_header(scope, b"content-type"), body)
-        peers = directory.serving(name) if name else []
         local = _local_handle(registry, name)
+        # A route of this gateway is answered here (its models may be anywhere in it).
+        routed = local is None and name is not None and registry.route(name) is not None
+        peers = directory.serving(name) if name and not routed else []
         if not peers:
             down = directory.last_known(name) if name and local is None else []
             if down:

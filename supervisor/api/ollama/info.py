@@ -93,7 +93,10 @@ async def tags(request: Request) -> Response:
 async def show(request: Request) -> Response:
     """``POST /api/show``."""
     req = await read_json(request, ModelRequest)
-    handle = resolve(request.app.state.registry, req.target)
+    registry = request.app.state.registry
+    route = registry.route(req.target) if req.target else None
+    # A route (listed by /api/tags) shows its first model, as the tags list it.
+    handle = route.members[0] if route is not None else resolve(registry, req.target)
     files = model_files(handle)
     meta = files.meta
     arch = str(meta.get("model_type") or handle.config.model_type)

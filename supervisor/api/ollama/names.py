@@ -15,6 +15,7 @@ from typing import Any
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.names import bare, listed
+from mlx_gateway.supervisor.pool.routes import RouteNotServed
 
 __all__ = ["bare", "listed", "resolve"]
 
@@ -26,6 +27,8 @@ def resolve(registry: Any, name: str) -> ModelHandle:
         raise GatewayError("model is required", status=400, param="model")
     try:
         handle: ModelHandle = registry.resolve(name)
+    except RouteNotServed:
+        raise  # a route's name: the error says what it is
     except ModelNotFound:
         raise ModelNotFound(name, [listed(h.name) for h in registry.handles]) from None
     return handle

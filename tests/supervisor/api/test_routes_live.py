@@ -168,6 +168,7 @@ def test_ollama_lists_and_chats_through_a_route(gateway: LiveGateway) -> None:
         assert "chat:latest" in names
         reply = made.chat(model="chat", messages=[{"role": "user", "content": "say hi"}])
         assert reply.message.content == "hi"
+        assert made.show("chat:latest").modelfile == "FROM fake/load-error\n"  # its first model
 
 
 def test_a_route_where_only_a_model_serves_is_a_clear_400(gateway: LiveGateway) -> None:
