@@ -18,7 +18,7 @@ from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
-from mlx_gateway.supervisor.reply.routed import candidates, first_started
+from mlx_gateway.supervisor.reply.routed import MODEL_HEADER, candidates, first_started
 
 __all__ = ["EmbedAsk", "Matrix", "embed_for", "float_rows", "floats", "split_rows"]
 
@@ -48,6 +48,10 @@ class Matrix:
     data: bytes
     prompt_tokens: int
     model: str
+
+    def headers(self) -> dict[str, str]:
+        """The answer's headers: the model that computed it."""
+        return {MODEL_HEADER: self.model}
 
 
 async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:

@@ -214,9 +214,14 @@ def test_a_reload_picks_up_changed_routes(tmp_path: Any) -> None:
 
 def test_an_embeddings_route_falls_back_too(gateway: LiveGateway) -> None:
     with openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="-", max_retries=0) as client:
-        answer = client.embeddings.create(model="vectors", input=["one two", "three"])
-    assert answer.model == "embed-ok"
+        raw = client.embeddings.with_raw_response.create(
+            model="vectors", input=["one two", "three"]
+        )
+    answer = raw.parse()
+    assert answer.model == "embed-ok" and raw.headers[HEADER] == "embed-ok"
     assert [row.embedding for row in answer.data] == [[2.0, 1.0], [1.0, 1.0]]
+    with ollama.Client(host=gateway.url, timeout=60) as made:
+        assert made.embed(model="vectors", input="a b c").embeddings == [[3.0, 1.0]]
 
 
 @pytest.mark.parametrize("surface", ["anthropic", "completions", "ollama generate"])
