@@ -69,6 +69,7 @@ def route_object(route: Any) -> dict[str, Any]:
         "created": CREATED,
         "owned_by": OWNED_BY,
         "state": "ready" if ready else "unloaded",
+        "inflight": sum(h.status().inflight for h in members),
         "model_type": members[0].config.model_type if members else None,
         "route": {"strategy": route.strategy, "models": [h.name for h in members]},
     }
