@@ -90,7 +90,8 @@ class Registry:
         if found is None:
             if (route := self.route(name)) is not None:
                 raise RouteNotServed(route)
-            raise ModelNotFound(name, self.served_names())
+            routes = [route.name for route in self.routes.routes]
+            raise ModelNotFound(name, [*self.served_names(), *routes])
         return found.handle
 
     def route(self, name: str) -> Route[WorkerHandle] | None:

@@ -247,3 +247,9 @@ def test_every_text_surface_falls_back(gateway: LiveGateway, surface: str) -> No
         )
         assert reply.status_code == 200 and reply.headers[HEADER] == "second"
         assert reply.json()["response"] == "hi"
+
+
+def test_an_unknown_name_is_a_404_listing_the_routes_too(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as info:
+        ask(client, "nothing-here")
+    assert "Served models:" in info.value.message and "warmest" in info.value.message
