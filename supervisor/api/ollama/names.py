@@ -15,7 +15,6 @@ from typing import Any
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.names import bare, listed
-from mlx_gateway.supervisor.pool.routes import RouteNotServed
 
 __all__ = ["bare", "listed", "resolve"]
 
@@ -27,8 +26,8 @@ def resolve(registry: Any, name: str) -> ModelHandle:
         raise GatewayError("model is required", status=400, param="model")
     try:
         handle: ModelHandle = registry.resolve(name)
-    except RouteNotServed:
-        raise  # a route's name: the error says what it is
-    except ModelNotFound:
+    except ModelNotFound as exc:
+        if exc.code != "model_not_found":
+            raise  # a route's name (route_not_supported): the error says what it is
         raise ModelNotFound(name, [listed(h.name) for h in registry.handles]) from None
     return handle

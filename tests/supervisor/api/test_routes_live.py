@@ -169,6 +169,9 @@ def test_ollama_lists_and_chats_through_a_route(gateway: LiveGateway) -> None:
         reply = made.chat(model="chat", messages=[{"role": "user", "content": "say hi"}])
         assert reply.message.content == "hi"
         assert made.show("chat:latest").modelfile == "FROM fake/load-error\n"  # its first model
+        with pytest.raises(ollama.ResponseError) as info:  # a copy takes a model only
+            made.copy("chat", "chat-copy")
+        assert info.value.status_code == 400 and "'chat' is a route" in info.value.error
 
 
 def test_a_route_where_only_a_model_serves_is_a_clear_400(gateway: LiveGateway) -> None:
