@@ -256,3 +256,21 @@ def test_an_unknown_name_is_a_404_listing_the_routes_too(client: openai.OpenAI) 
     with pytest.raises(openai.NotFoundError) as info:
         ask(client, "nothing-here")
     assert "Served models:" in info.value.message and "warmest" in info.value.message
+
+
+def test_a_model_over_the_memory_budget_falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    gb = 1024**3
+    models = [
+        {"model_path": "huge/ok", "served_model_name": "huge", "memory_estimate": 10 * gb},
+        {"model_path": "small/ok", "served_model_name": "small", "memory_estimate": gb},
+    ]
+    config = fake_config(*models, memory_budget="2GB")
+    route = RouteConfig(name="fits", models=("huge", "small"))
+    with (
+        LiveGateway(config=msgspec.structs.replace(config, routes=[route])) as gw,
+        openai.OpenAI(base_url=f"{gw.url}/v1", api_key="-", max_retries=0) as client,
+    ):
+        raw = ask(client, "fits")
+        assert raw.parse().model == "small" and raw.headers[HEADER] == "small"
+    (moved,) = [r.getMessage() for r in caplog.records if "route fits" in r.getMessage()]
+    assert "huge could not answer" in moved and "memory_budget" in moved, moved
