@@ -91,16 +91,18 @@ class Route(Generic[H]):
 
 
 class RouteNotServed(ModelNotFound):
-    """A route named where only a model can serve (an image, audio or admin call)."""
+    """A route named where only a model can serve (Realtime, an image, audio or admin
+    call): a 400 naming its models."""
 
     status = 400
 
-    def __init__(self, route: Route[H], where: str = "this endpoint") -> None:
+    def __init__(self, route: Route[H]) -> None:
         GatewayError.__init__(
             self,
             f"'{route.name}' is a route ({route.strategy} over "
-            f"{', '.join(h.name for h in route.members)}); routes answer the text and "
-            f"embeddings endpoints only: name one of its models for {where}",
+            f"{', '.join(h.name for h in route.members)}); routes answer the HTTP text "
+            "and embeddings endpoints only (not Realtime, images, audio, rerank, "
+            "tokenize or the admin calls): name one of its models here",
             param="model",
             code="route_not_supported",
         )
