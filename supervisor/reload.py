@@ -1,9 +1,9 @@
 """Config reload on SIGHUP or when the file changes (``launch --watch``).
 
-Only the ``models:`` section reloads (see :meth:`Registry.reload`): unchanged models
-keep running, changed ones are replaced after their in-flight requests finish, new
-ones appear, removed ones stop. A broken new file is rejected with its error and
-the running config stays.
+Only the ``models:`` and ``routes:`` sections reload (see :meth:`Registry.reload`):
+unchanged models keep running, changed ones are replaced after their in-flight
+requests finish, new ones appear, removed ones stop; the routes are replaced. A
+broken new file is rejected with its error and the running config stays.
 """
 
 from __future__ import annotations

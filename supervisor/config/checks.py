@@ -1,5 +1,5 @@
 """What types cannot express about the whole file: server sizes, peers, the Wyoming
-and Realtime models, groups, unique names; each entry's own checks are its kind's
+and Realtime models, groups, unique names, routes; each entry's own checks are its kind's
 (``ModelConfig.check``, ``config/kinds/<kind>.py``)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import logging
 from mlx_gateway.protocol.kinds import SPEECH, TRANSCRIPTION, kinds_serving
 from mlx_gateway.supervisor.config.apps import in_scope
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show
+from mlx_gateway.supervisor.config.routes import check_routes
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.config.yaml_positions import _KeyPath
 
@@ -184,6 +185,7 @@ def _check(ctx: _Ctx, config: GatewayConfig) -> None:
                     "unique across the file",
                 )
             seen[name] = path
+    check_routes(ctx, config.routes, config.models)
 
 
 def _check_groups(ctx: _Ctx, config: GatewayConfig) -> None:

@@ -28,7 +28,7 @@ log = logging.getLogger("mlx_gateway.supervisor.config")
 
 # --------------------------------------------------------------------------- normalize
 
-_SECTIONS = frozenset({"server", "models", "realtime", "tools"})
+_SECTIONS = frozenset({"server", "models", "routes", "realtime", "tools"})
 """The top-level sections."""
 
 
@@ -91,6 +91,8 @@ def _normalize(ctx: _Ctx, root: Any) -> dict[str, Any]:
                 entry["idle_timeout"] = server["default_keep_alive"]
                 ctx.track(("models", i, "idle_timeout"), ("server", "default_keep_alive"))
     out = {"server": server, "models": entries}
+    if root.get("routes") is not None:  # checked as it is decoded, then in config/routes.py
+        out["routes"] = root["routes"]
     if "realtime" in root:  # checked as it is decoded (config/realtime.py)
         out["realtime"] = root["realtime"]
     if "tools" in root:

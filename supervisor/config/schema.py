@@ -1,7 +1,7 @@
 """The configuration schema: the whole file as one msgspec Struct, the server's
-settings (:mod:`.server`) and one entry per model, decoded as its kind's Struct
+settings (:mod:`.server`), one entry per model, decoded as its kind's Struct
 (:mod:`.kinds`: the settings every entry has in :mod:`.entry`, each kind's own in
-``config/kinds/<kind>.py``)."""
+``config/kinds/<kind>.py``), and the routes (:mod:`.routes`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from mlx_gateway.supervisor.config.errors import ConfigError
 from mlx_gateway.supervisor.config.kinds import ModelEntry
 from mlx_gateway.supervisor.config.kinds.image import IMAGE_SIZE_MULTIPLE
 from mlx_gateway.supervisor.config.realtime import RealtimeConfig
+from mlx_gateway.supervisor.config.routes import RouteConfig
 from mlx_gateway.supervisor.config.server import (
     LOG_LEVELS,
     PeerConfig,
@@ -35,6 +36,7 @@ __all__ = [
     "ModelConfig",
     "PeerConfig",
     "RealtimeConfig",
+    "RouteConfig",
     "ServerConfig",
     "ToolsConfig",
     "WyomingConfig",
@@ -47,6 +49,8 @@ class GatewayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     models: Annotated[list[ModelEntry], msgspec.Meta(min_length=1)]
     """The served models, each decoded as its ``model_type``'s Struct (:mod:`.kinds`)."""
+    routes: list[RouteConfig] = msgspec.field(default_factory=list)
+    """Served names standing for a list of models with a strategy (:mod:`.routes`)."""
     realtime: RealtimeConfig = msgspec.field(default_factory=RealtimeConfig)
     """The speech models of ``/v1/realtime`` sessions (:mod:`.realtime`)."""
     tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)

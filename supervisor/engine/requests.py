@@ -193,6 +193,8 @@ class SamplingFields(Struct, kw_only=True):
     stream_options: StreamOptions | None = None
     n: N | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None
+    """OpenAI's: a route keeps requests with the same key on one model (else ``user``)."""
     adapter: str | None = None
     """LoRA adapters of the model to run with: ``"id"``, ``"a+b"``, ``"none"``."""
     keep_alive: float | str | None = None

@@ -83,7 +83,7 @@ def ollama_error_message(exc: GatewayError) -> str:
     """The message of ``exc`` for an Ollama client (its context overflow in Ollama's
     terms, the OpenAI ``param`` as the field, a missing model's neighbours as
     ``/api/tags`` lists them)."""
-    if isinstance(exc, ModelNotFound):
+    if isinstance(exc, ModelNotFound) and exc.code == "model_not_found":  # not a route's 400
         return ModelNotFound(exc.name, [listed(name) for name in exc.served]).message
     if isinstance(exc, ContextLengthExceeded):
         if exc.max_tokens is None or exc.prompt_tokens >= exc.limit:

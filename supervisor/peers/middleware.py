@@ -98,8 +98,10 @@ class PeerMiddleware:
         name = model_of(_header(scope, b"content-type"), body)
         # outside the key's scope a model is no peer's either (nor here: a 404)
         wanted = name if name and caller_of(scope).allows(name) else None
-        peers = directory.serving(wanted) if wanted else []
         local = _local_handle(registry, name)
+        # A route of this gateway is answered here (its models may be anywhere in it).
+        routed = local is None and wanted is not None and registry.route(wanted) is not None
+        peers = directory.serving(wanted) if wanted and not routed else []
         if not peers:
             down = directory.last_known(wanted) if wanted and local is None else []
             if down:

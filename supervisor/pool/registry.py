@@ -18,8 +18,9 @@ from mlx_gateway.supervisor.pool.names import Match, NameIndex
 from mlx_gateway.supervisor.pool.placement import Placement
 from mlx_gateway.supervisor.pool.reaper import housekeeping_forever
 from mlx_gateway.supervisor.pool.relay import Relay
+from mlx_gateway.supervisor.pool.routes import Route, RouteNotServed, RouteTable
 from mlx_gateway.supervisor.pool.runtime_dir import make_runtime_dir
-from mlx_gateway.supervisor.pool.scope import allows
+from mlx_gateway.supervisor.pool.scope import allows, allows_name
 from mlx_gateway.supervisor.pool.spares import SparePool
 from mlx_gateway.supervisor.pool.spawn import WorkerCommand
 from mlx_gateway.supervisor.pool.state import WorkerState
@@ -59,6 +60,7 @@ class Registry:
         self.handles += [self._new_handle(model) for model in config.models]
         self._sync_placed()
         self._names: NameIndex[WorkerHandle] = NameIndex(self.handles)
+        self.routes: RouteTable[WorkerHandle] = self._route_table(None)
         self._tasks: list[asyncio.Task[None]] = []
         self._retiring: set[asyncio.Task[None]] = set()
         self._stopping: asyncio.Future[list[BaseException | None]] | None = None
@@ -72,6 +74,10 @@ class Registry:
         handle.admission.interactive = self.interactive
         handle.spares = self.spares
         return handle
+
+    def _route_table(self, old: RouteTable[WorkerHandle] | None) -> RouteTable[WorkerHandle]:
+        by_name = {name: h for h in self.handles for name in h.config.names}
+        return RouteTable(self.config.routes, by_name, old)
 
     def _sync_placed(self) -> None:
         self._placed[:] = [*self.handles, *(h for h in self._retired if h not in self.handles)]
@@ -90,13 +96,29 @@ class Registry:
         (:mod:`.scope`) is a 404 too, and is not named in it."""
         found = self.lookup(name)
         if found is None:
-            raise ModelNotFound(name, self.served_names())
+            if (route := self.route(name)) is not None:
+                raise RouteNotServed(route)
+            routes = [route.name for route in self.visible_routes()]
+            raise ModelNotFound(name, [*self.served_names(), *routes])
         return found.handle
 
     def visible(self) -> list[WorkerHandle]:
         """The handles the current request may see (all of them but under a key
         scoped to some models): what every listing shows."""
         return [handle for handle in self.handles if allows(handle.config)]
+
+    def route(self, name: str) -> Route[WorkerHandle] | None:
+        """The route ``name`` names, if it names no model (see :mod:`.routes`) and
+        the request's key scope takes it in (a key scoped to a route uses its models
+        through it)."""
+        if self.lookup(name) is not None:
+            return None
+        route = self.routes.find(name)
+        return route if route is not None and allows_name(route.name) else None
+
+    def visible_routes(self) -> list[Route[WorkerHandle]]:
+        """The routes the current request may see (as :meth:`visible`)."""
+        return [route for route in self.routes.routes if allows_name(route.name)]
 
     def served_names(self) -> list[str]:
         """The served names the current request may see."""
@@ -183,11 +205,12 @@ class Registry:
         for gone in old.values():
             report["removed"].append(gone.name)
             self._retire(gone, "its config entry was removed (reload or delete)")
-        # The server section (ports, budget…) needs a restart; only models reload.
-        self.config = GatewayConfig(server=self.config.server, models=new.models)
+        # The server section (ports, budget…) needs a restart; models and routes reload.
+        self.config = GatewayConfig(server=self.config.server, models=new.models, routes=new.routes)
         self.handles[:] = handles
         self._sync_placed()
         self._names = NameIndex(self.handles)
+        self.routes = self._route_table(self.routes)
         log.info(
             "config reloaded: %s",
             "; ".join(f"{k} {', '.join(v)}" for k, v in report.items() if v and k != "kept")

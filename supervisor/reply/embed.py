@@ -1,7 +1,8 @@
 """The one serve of the embeddings surfaces (OpenAI's ``/v1/embeddings``, Ollama's
-``/api/embed`` and ``/api/embeddings``): resolve the model, check its kind, record
-the request's ``keep_alive``, run one ``Embed`` on its worker while watching the
-client, and hand back the matrix for the surface to write its own way."""
+``/api/embed`` and ``/api/embeddings``): resolve the model (a route's models in
+turn), check its kind, record the request's ``keep_alive``, run one ``Embed`` on
+its worker while watching the client, and hand back the matrix for the surface to
+write its own way."""
 
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ from mlx_gateway.supervisor.engine.embeddings import (
     summary,
 )
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
-from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS, require_kind
+from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.priority import priority_of
+from mlx_gateway.supervisor.reply.routed import MODEL_HEADER, candidates, first_started
 
 __all__ = [
     "EmbedAsk",
@@ -79,12 +82,26 @@ class Matrix:
     prompt_tokens: int
     model: str
 
+    def headers(self) -> dict[str, str]:
+        """The answer's headers: the model that computed it."""
+        return {MODEL_HEADER: self.model}
+
 
 async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
-    """Run ``ask`` on its model's worker (unless the client leaves first)."""
+    """Run ``ask`` on its model's worker (unless the client leaves first); a
+    route's on the first of its models that starts (:mod:`.routed`)."""
     state = request.app.state
-    handle = state.registry.resolve(ask.model)
-    require_kind(handle, EMBEDDING_KINDS, ask.endpoint)
+    choice = candidates(state, ask.model, EMBEDDING_KINDS, ask.endpoint, None)
+
+    async def attempt(handle: ModelHandle, i: int) -> Matrix:
+        return await _embed_on(request, handle, ask)
+
+    _, matrix = await first_started(choice, lambda h: h.name, attempt)
+    return matrix
+
+
+async def _embed_on(request: Request, handle: ModelHandle, ask: EmbedAsk) -> Matrix:
+    state = request.app.state
     check_image_inputs(handle, ask.images)
     client_lifetime(state, handle, ask.keep_alive, ask.ttl)
     files: list[bytes] = []

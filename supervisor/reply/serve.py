@@ -68,8 +68,9 @@ from mlx_gateway.supervisor.pool.keep_alive import lifetime, request_started
 from mlx_gateway.supervisor.reply.answer import json_answer
 from mlx_gateway.supervisor.reply.inputs import prepare_images
 from mlx_gateway.supervisor.reply.loading import openai_failure, start_stream
-from mlx_gateway.supervisor.reply.opening import prepare
+from mlx_gateway.supervisor.reply.opening import Opening, prepare
 from mlx_gateway.supervisor.reply.priority import priority_of
+from mlx_gateway.supervisor.reply.routed import Routed, choose
 from mlx_gateway.supervisor.reply.streaming import relay
 
 __all__ = [  # what a dialect is written against, besides the serve itself
@@ -213,12 +214,12 @@ class ChoiceReply(Reply):
 
 
 def resolve(request: Request, ask: Ask, *, keep_alive: bool = True) -> TextModel:
-    """The model ``ask`` names, checked to serve its endpoint; its ``keep_alive``
-    (or ``ttl``) recorded unless told otherwise (counting tokens keeps nothing)."""
-    state = request.app.state
-    model = text_model(state.registry.resolve(ask.model), ask.kinds, ask.endpoint)
+    """The model ``ask`` names (a route's first, in its strategy's order), checked to
+    serve its endpoint; its ``keep_alive`` (or ``ttl``) recorded unless told
+    otherwise (counting tokens keeps nothing)."""
+    model = choose(request.app.state, ask).models[0]
     if keep_alive:
-        client_lifetime(state, model.handle, ask.keep_alive, ask.ttl)
+        client_lifetime(request.app.state, model.handle, ask.keep_alive, ask.ttl)
     return model
 
 
@@ -231,27 +232,38 @@ async def read_inputs(request: Request, model: TextModel, ask: Ask) -> ImageInpu
 
 
 async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Response:
-    """Answer ``ask`` as ``reply`` writes it: a stream, or one body."""
+    """Answer ``ask`` as ``reply`` writes it: a stream, or one body. A route's
+    request starts on the first of its models that starts (:mod:`.routed`)."""
     ask.priority = priority_of(request, ask.sampling.service_tier)
-    model = resolve(request, ask)
-    inputs = await read_inputs(request, model, ask)
+    state = request.app.state
+    choice = choose(state, ask)
     request_id = recorder.name_request(ask.id_prefix)
     key = caller_of(request.scope).name  # the app, in the server-tool call log
-    opening = await prepare(request.app.state, model, ask, inputs, request_id, key)
+
+    async def open_on(model: TextModel) -> Opening:
+        client_lifetime(state, model.handle, ask.keep_alive, ask.ttl)
+        inputs = await read_inputs(request, model, ask)
+        return await prepare(state, model, ask, inputs, request_id, key)
+
+    model = choice.models[0]
+    opening = await open_on(model)
     reply.begin(model, request_id)
-    start = opening.start
+    routed = Routed(choice, opening, open_on, lambda served: reply.begin(served, request_id))
+    start = routed.start
 
     if stream:
-        return await _stream(request, model, start, reply)
+        return routed.name_on(await _stream(request, model, start, reply))
     running = await unless_disconnected(request, start())
 
     async def again() -> Any:
         return await reply.whole(await start())
 
     if not reply.padded:
-        return JSONResponse(await _unpadded(request, reply.whole(running), again))
+        body = await _unpadded(request, reply.whole(running), again)
+        return routed.name_on(JSONResponse(body))
     interval = keepalive_for(request.app.state).interval
-    return await json_answer(request, reply.whole(running), interval, again, reply.error_body)
+    answer = await json_answer(request, reply.whole(running), interval, again, reply.error_body)
+    return routed.name_on(answer)
 
 
 async def _unpadded(

@@ -73,6 +73,12 @@ def check_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> 
             )
 
 
+def _user_id(metadata: dict[str, Any] | None) -> str | None:
+    """``metadata.user_id``: the session a route keeps on one model."""
+    user = (metadata or {}).get("user_id")
+    return user if isinstance(user, str) else None
+
+
 def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> Ask:
     """The turn a Messages body asks for (a token count's body: the same prompt)."""
     tools = request_tools(req.tools, req.tool_choice, req.mcp_servers, referenced(req.messages))
@@ -88,6 +94,7 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
             temperature=req.temperature,
             top_p=req.top_p,
             top_k=req.top_k,
+            user=_user_id(req.metadata),
         )
         keep_alive, ttl, adapter = req.keep_alive, req.ttl, req.adapter
         stops = [s for s in req.stop_sequences or [] if s]

@@ -74,7 +74,7 @@ async def create_embeddings(request: Request) -> Response:
     else:
         # Hundreds of milliseconds for the largest float replies: not on the event loop.
         body = await anyio.to_thread.run_sync(render, *args)
-    return Response(body, media_type="application/json")
+    return Response(body, media_type="application/json", headers=matrix.headers())
 
 
 def render(

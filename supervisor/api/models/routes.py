@@ -18,6 +18,7 @@ from mlx_gateway.supervisor.pool.fit import assess
 from mlx_gateway.supervisor.pool.keep_alive import client_set, expires_at
 from mlx_gateway.supervisor.pool.model_files import configured_context_window
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.pool.routes import loaded
 from mlx_gateway.supervisor.pool.scope import allows_name
 
 CREATED = int(time.time())
@@ -55,6 +56,24 @@ def model_object(handle: ModelHandle) -> dict[str, Any]:
     if serves(handle, PROGRESS):  # how far each image request got
         entry.setdefault("progress", progress_of(handle.name))
     return entry
+
+
+def route_object(route: Any) -> dict[str, Any]:
+    """The model object of a route: a served name standing for its models, with
+    ``route`` (its strategy and models) and ``state`` (``ready`` when one of them is
+    loaded); an answer names the model that served it."""
+    members = route.members
+    ready = any(loaded(h) for h in members)
+    return {
+        "id": route.name,
+        "object": "model",
+        "created": CREATED,
+        "owned_by": OWNED_BY,
+        "state": "ready" if ready else "unloaded",
+        "inflight": sum(h.status().inflight for h in members),
+        "model_type": members[0].config.model_type if members else None,
+        "route": {"strategy": route.strategy, "models": [h.name for h in members]},
+    }
 
 
 def peer_model_object(model_id: str, peers: list[Any]) -> dict[str, Any]:
@@ -109,12 +128,13 @@ def memory_summary(registry: Any) -> dict[str, int] | None:
 
 
 async def list_models(request: Request) -> Response:
-    """Every served model, in configuration order, then the models of peer gateways
+    """Every served model, in configuration order, the routes, then the models of peer gateways
     (not listed to a peer's own health check, so two gateways peering each other
     list only their own models to each other), and the memory budget."""
     registry = request.app.state.registry
     handles = registry.visible()
     data = [_with_peers(request, _with_fit(registry, h, model_object(h))) for h in handles]
+    data += [route_object(route) for route in registry.visible_routes()]
     if not request.headers.get("x-mlx-gateway-via"):
         data += _peer_entries(request, {h.name for h in handles})
     body: dict[str, Any] = {"object": "list", "data": data}
@@ -128,6 +148,8 @@ async def retrieve_model(request: Request) -> Response:
     listing the served names otherwise."""
     name = request.path_params["model_id"]
     registry = request.app.state.registry
+    if (route := registry.route(name)) is not None:
+        return JSONResponse(route_object(route))
     try:
         handle = registry.resolve(name)
     except ModelNotFound:

@@ -61,7 +61,7 @@ async def embed(request: Request) -> Response:
         "load_duration": durations["load_duration"],
         "prompt_eval_count": matrix.prompt_tokens,
     }
-    return JSONResponse(body)
+    return JSONResponse(body, headers=matrix.headers())
 
 
 @ollama_errors
@@ -78,4 +78,5 @@ async def embeddings(request: Request) -> Response:
         id_prefix="ollama-embd-",
     )
     matrix = await embed_for(request, ask)
-    return JSONResponse({"embedding": float_rows(matrix.header, matrix.data)[0]})
+    body = {"embedding": float_rows(matrix.header, matrix.data)[0]}
+    return JSONResponse(body, headers=matrix.headers())

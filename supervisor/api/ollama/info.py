@@ -78,11 +78,14 @@ def tag_entry(handle: ModelHandle, name: str) -> dict[str, Any]:
 
 @ollama_errors
 async def tags(request: Request) -> Response:
-    """``GET /api/tags``: every served name and alias, each as ``name:latest``."""
+    """``GET /api/tags``: every served name and alias, then every route's name,
+    each as ``name:latest``."""
     registry = request.app.state.registry
     models = [
         tag_entry(handle, name) for handle in registry.visible() for name in handle.config.names
     ]
+    # A route is listed by its name with its first model's details.
+    models += [tag_entry(r.members[0], r.name) for r in registry.visible_routes() if r.members]
     return JSONResponse({"models": models})
 
 
@@ -90,7 +93,10 @@ async def tags(request: Request) -> Response:
 async def show(request: Request) -> Response:
     """``POST /api/show``."""
     req = await read_json(request, ModelRequest)
-    handle = resolve(request.app.state.registry, req.target)
+    registry = request.app.state.registry
+    route = registry.route(req.target) if req.target else None
+    # A route (listed by /api/tags) shows its first model, as the tags list it.
+    handle = route.members[0] if route is not None else resolve(registry, req.target)
     files = model_files(handle)
     meta = files.meta
     arch = str(meta.get("model_type") or handle.config.model_type)

@@ -26,6 +26,8 @@ def resolve(registry: Any, name: str) -> ModelHandle:
         raise GatewayError("model is required", status=400, param="model")
     try:
         handle: ModelHandle = registry.resolve(name)
-    except ModelNotFound:
+    except ModelNotFound as exc:
+        if exc.code != "model_not_found":
+            raise  # a route's name (route_not_supported): the error says what it is
         raise ModelNotFound(name, [listed(h.name) for h in registry.visible()]) from None
     return handle

@@ -100,6 +100,8 @@ def response_input(req: ResponsesRequest, store: ResponseStore, endpoint: str) -
         presence_penalty=req.presence_penalty,
         frequency_penalty=req.frequency_penalty,
         service_tier=req.service_tier,
+        user=req.user,
+        prompt_cache_key=req.prompt_cache_key,
     )
     logprobs = LOGPROBS_INCLUDE in (req.include or [])
     ask = Ask(

@@ -112,6 +112,7 @@ class ResponsesRequest(Struct, kw_only=True):
     store: bool = True
     metadata: dict[str, str] | None = None
     user: str | None = None
+    prompt_cache_key: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
     service_tier: ServiceTier | None = None
     """``flex``: batch work (see chat completions)."""

@@ -18,6 +18,7 @@ from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.names import Match, NameIndex
+from mlx_gateway.supervisor.pool.routes import Route, RouteTable
 from mlx_gateway.supervisor.pool.status import ModelStatus
 
 
@@ -117,6 +118,10 @@ class FakeRegistry:
     def __init__(self, *handles: FakeHandle) -> None:
         self.handles = list(handles)
         self.config = GatewayConfig(models=[h.config for h in handles])
+        self.routes: RouteTable[FakeHandle] = RouteTable([], {})
+
+    def route(self, name: str) -> Route[FakeHandle] | None:
+        return None  # no routes in process (tests/supervisor/api/test_routes_*.py: live)
 
     def lookup(self, name: str) -> Match[FakeHandle] | None:
         return NameIndex(self.handles).find(name)  # the real registry's lookup

@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
+from mlx_gateway.supervisor.config.routes import RouteConfig
 from tests.fixtures.browser import DESKTOP, browser, shoot
 
-from ..fakes import worker_output
+from ..fakes import fake_config, worker_output
 from ..live import LiveGateway
 
 pytestmark = pytest.mark.slow
@@ -37,7 +39,9 @@ def gateway() -> Iterator[LiveGateway]:
         },
         {"model_path": "fake/slow-start", "served_model_name": "slow-model"},
     )
-    with LiveGateway(*models, api_keys=[CLIENT_KEY], admin_keys=[ADMIN_KEY]) as gw:
+    config = fake_config(*models, api_keys=[CLIENT_KEY], admin_keys=[ADMIN_KEY])
+    route = RouteConfig(name="any-chat", models=("chat-model", "slow-model"))
+    with LiveGateway(config=msgspec.structs.replace(config, routes=[route])) as gw:
         yield gw
 
 
@@ -67,6 +71,9 @@ def test_ui_models_chat_logs_and_admin_actions(
     row.wait_for()
     assert row.locator(".state").inner_text() == "unloaded"
     assert page.locator('tr[data-model="slow-model"]').count() == 1
+    # A route is no row of the models table; the playground offers it.
+    assert page.locator('tr[data-model="any-chat"]').count() == 0
+    assert page.locator('#pg-model option[value="any-chat"]').count() == 1
 
     # The table follows a load made elsewhere (here by the admin API).
     assert _admin(gateway, "/v1/models/chat-model/load").status_code == 200

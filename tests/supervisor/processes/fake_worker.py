@@ -9,6 +9,8 @@ behaviour at start comes from the last segment of the spec's ``model_path``:
 * ``fake/die-on-load``: dies by SIGKILL while loading.
 * ``fake/no-ready``: never sends Ready (start timeout).
 * ``fake/ignore-sigterm``: ignores Shutdown and SIGTERM (needs SIGKILL).
+* ``fake/error-first``: ready at once, and every ``Generate`` fails before its
+  first reply (an Error 500: a model that errors before its first byte).
 
 On ``Shutdown(grace)`` it behaves as the real serve loop: running requests go on
 until the grace ends, then each still running ends with ``Done("cancelled")`` and
@@ -55,7 +57,8 @@ Per request, the last message's text (or the prompt) decides:
 * anything else: echoes the words back, one per step, ``max_tokens`` capping them
   (finish ``length``), else finish ``stop``; ``sampling.stop`` strings end it early.
 
-A ``CountTokens`` is answered at once with the number of words in all messages and
+An ``Embed`` gets a row ``[words, 1.0]`` for each text (``fake/error-first``: an
+Error 500). A ``CountTokens`` is answered at once with the number of words in all messages and
 in the JSON of the chat template's tools; a
 ``Tokenize`` with one token per word of its text (ids 0, 1, …; the words as pieces),
 a ``Detokenize`` with its ids joined by spaces.
@@ -68,6 +71,7 @@ import json
 import os
 import re
 import signal
+import struct
 import sys
 import time
 from dataclasses import dataclass, field
@@ -83,6 +87,8 @@ from mlx_gateway.protocol.messages import (
     CountTokens,
     Detokenize,
     Done,
+    Embed,
+    Embeddings,
     Error,
     Generate,
     Heartbeat,
@@ -237,6 +243,15 @@ def main() -> None:
                 case Generate():
                     text = text_of(request)
                     behaviour = text.strip().split()[0] if text.strip() else ""
+                    if mode == "error-first":
+                        send(
+                            Error(
+                                request_id=request.request_id,
+                                status=500,
+                                message="the model failed before its first token",
+                            )
+                        )
+                        continue
                     if behaviour == "reject":
                         if "bloat" in text:
                             rss *= 8
@@ -301,6 +316,17 @@ def main() -> None:
                     tools = request.chat_template_kwargs.get("tools")
                     count += len(json.dumps(tools).split()) if tools else 0
                     send(Done(request_id=rid, finish_reason="counted", usage=Usage(count, 0)))
+                case Embed(request_id=rid) if mode == "error-first":
+                    send(Error(request_id=rid, status=500, message="the model failed"))
+                case Embed(request_id=rid, texts=texts):
+                    counts = [float(len(t.split())) for t in texts]
+                    matrix = struct.pack(
+                        f"<{2 * len(texts)}f", *(v for c in counts for v in (c, 1))
+                    )
+                    header = Embeddings(request_id=rid, rows=len(texts), dims=2)
+                    sock.send_multipart(pack(header, [matrix]))  # type: ignore[arg-type]
+                    usage = Usage(int(sum(counts)), 0)
+                    send(Done(request_id=rid, finish_reason="stop", usage=usage))
                 case Tokenize(request_id=rid):
                     words = (request.text or "").split()
                     pieces = words if request.with_pieces else []

@@ -128,7 +128,8 @@ function expiry(m) {
 const SOURCES = { hub_cache: "HF cache", pulled: "pulled", ollama: "Ollama library", lmstudio: "LM Studio" };
 function renderModels() {
   const budget = state.budget || 0;
-  const rows = state.models.map((m) => {
+  // A route (m.route) is no model to load: it is offered in the playground only.
+  const rows = state.models.filter((m) => !m.route).map((m) => {
     const need = m.memory ?? m.memory_need;
     const width = budget && need ? Math.min(100, (100 * need) / budget) : 0;
     const progress = m.load_progress ? ` ${Math.round(100 * (m.load_progress.fraction || 0))}% ${escapeHtml(m.load_progress.stage)}` : "";
