@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from mlx_gateway.supervisor.config import load_config
+from mlx_gateway.supervisor.config.apps import KeyConfig
 from mlx_gateway.supervisor.config.routes import RouteConfig
 from mlx_gateway.supervisor.reload import reload_from
 from tests.supervisor.fakes import fake_config
@@ -274,3 +275,28 @@ def test_a_model_over_the_memory_budget_falls_back(caplog: pytest.LogCaptureFixt
         assert raw.parse().model == "small" and raw.headers[HEADER] == "small"
     (moved,) = [r.getMessage() for r in caplog.records if "route fits" in r.getMessage()]
     assert "huge could not answer" in moved and "memory_budget" in moved, moved
+
+
+def test_a_route_obeys_the_key_scope() -> None:
+    """A key scoped to a route lists and uses it (its models through it, though it
+    may not name them); a key scoped elsewhere neither lists nor reaches it."""
+    apps = [
+        KeyConfig(name="router", key="sk-router", models=["sticky"]),
+        KeyConfig(name="other", key="sk-other", models=["hot"]),
+    ]
+    config = fake_config(*MODELS, keys=apps)
+    config = msgspec.structs.replace(config, routes=ROUTES)
+    with LiveGateway(config=config) as gw:
+        with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-router", max_retries=0) as sdk:
+            assert [m.id for m in sdk.models.list()] == ["sticky"]
+            raw = ask(sdk, "sticky")
+            assert raw.headers[HEADER] in ("first", "second")
+            with pytest.raises(openai.NotFoundError):
+                ask(sdk, "first")
+        with openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-other", max_retries=0) as sdk:
+            assert [m.id for m in sdk.models.list()] == ["hot"]
+            with pytest.raises(openai.NotFoundError) as refused:
+                ask(sdk, "sticky")
+            assert "sticky" not in str(refused.value.body).replace("'sticky'", "")
+        tags = ollama.Client(host=gw.url, headers={"Authorization": "Bearer sk-other"}).list()
+        assert [m.model for m in tags.models] == ["hot:latest"]
