@@ -123,6 +123,9 @@ class FakeRegistry:
     def route(self, name: str) -> Route[FakeHandle] | None:
         return None  # no routes in process (tests/supervisor/api/test_routes_*.py: live)
 
+    def visible_routes(self) -> list[Route[FakeHandle]]:
+        return []
+
     def lookup(self, name: str) -> Match[FakeHandle] | None:
         return NameIndex(self.handles).find(name)  # the real registry's lookup
 
