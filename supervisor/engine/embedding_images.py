@@ -17,7 +17,7 @@ from typing import Any
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.embeddings import EmbeddingsConfig
-from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
+from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, policy_of, read_image_url
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -48,15 +48,7 @@ def base64_url(data: str) -> str:
 
 def embedding_image_policy(config: ModelConfig, server: ServerConfig) -> ImagePolicy:
     """How the gateway reads the image inputs of ``config``'s embeddings model."""
-    model = settings_as(config, EmbeddingsConfig)
-    allow_private = model.allow_private_image_urls
-    if allow_private is None:
-        allow_private = server.allow_private_image_urls
-    return ImagePolicy(
-        max_bytes=int(model.max_image_mb * MIB),
-        timeout=model.image_fetch_timeout,
-        allow_private=allow_private,
-    )
+    return policy_of(settings_as(config, EmbeddingsConfig), server.allow_private_image_urls)
 
 
 def check_image_inputs(handle: ModelHandle, images: list[ImageInput]) -> None:

@@ -26,6 +26,7 @@ import base64
 import binascii
 import urllib.parse
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 
@@ -46,6 +47,28 @@ class ImagePolicy:
     max_bytes: int = 20 * MIB
     timeout: float = 10.0
     allow_private: bool = False
+
+
+class ImageSettings(Protocol):
+    """An entry that reads image URLs (vlm and embeddings entries)."""
+
+    @property
+    def max_image_mb(self) -> float: ...
+    @property
+    def image_fetch_timeout(self) -> float: ...
+    @property
+    def allow_private_image_urls(self) -> bool | None: ...
+
+
+def policy_of(model: ImageSettings, allow_private_default: bool) -> ImagePolicy:
+    """How ``model``'s image URLs are read: its caps, and its own
+    ``allow_private_image_urls`` else the server's (``allow_private_default``)."""
+    allow_private = model.allow_private_image_urls
+    return ImagePolicy(
+        max_bytes=int(model.max_image_mb * MIB),
+        timeout=model.image_fetch_timeout,
+        allow_private=allow_private_default if allow_private is None else allow_private,
+    )
 
 
 class ImageTooLarge(GatewayError):

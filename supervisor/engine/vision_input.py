@@ -20,7 +20,7 @@ from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.engine.audio_input import attach_audio
-from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, read_image_url
+from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, policy_of, read_image_url
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.engine.video_input import VideoPolicy, read_videos
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
@@ -31,15 +31,7 @@ IMAGE_PART = "image_url"
 
 def image_policy(config: ModelConfig, server: ServerConfig) -> ImagePolicy:
     """How the gateway reads the image URLs of ``config``'s vision model."""
-    model = settings_as(config, VlmConfig)
-    allow_private = model.allow_private_image_urls
-    if allow_private is None:
-        allow_private = server.allow_private_image_urls
-    return ImagePolicy(
-        max_bytes=int(model.max_image_mb * MIB),
-        timeout=model.image_fetch_timeout,
-        allow_private=allow_private,
-    )
+    return policy_of(settings_as(config, VlmConfig), server.allow_private_image_urls)
 
 
 @dataclass
