@@ -94,23 +94,32 @@ def video_url(part: dict[str, Any], where: str) -> tuple[str, str]:
 def check_videos_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> None:
     """A 400 naming the model and the first video part when the model is not a
     vision model, or the first one past its ``max_videos``."""
-    parts = video_parts(messages)
+    check_parts_allowed(handle, video_parts(messages), "videos", "video_url")
+
+
+def check_parts_allowed(
+    handle: ModelHandle, parts: list[tuple[str, dict[str, Any]]], noun: str, part_type: str
+) -> None:
+    """A 400 naming the first of ``parts`` (``noun``: ``images`` or ``videos``) when
+    ``handle``'s model is not a vision model, or the first one past its limit
+    (``max_images``, ``max_videos``)."""
     if not parts:
         return
     if not serves(handle, IMAGE_INPUT):
         raise BadRequest(
             f"The model '{handle.name}' (model_type {handle.config.model_type}) does not "
-            "accept videos; send video_url parts to a model of model_type vlm.",
+            f"accept {noun}; send {part_type} parts to a model of model_type vlm.",
             param=parts[0][0],
-            code="videos_not_supported",
+            code=f"{noun}_not_supported",
         )
-    limit = settings_as(handle.config, VlmConfig).max_videos
+    limit_key = f"max_{noun}"
+    limit: int = getattr(settings_as(handle.config, VlmConfig), limit_key)
     if len(parts) > limit:
         raise BadRequest(
-            f"The request has {len(parts)} videos; the model '{handle.name}' accepts at most "
-            f"{limit} (max_videos).",
+            f"The request has {len(parts)} {noun}; the model '{handle.name}' accepts at most "
+            f"{limit} ({limit_key}).",
             param=parts[limit][0],
-            code="too_many_videos",
+            code=f"too_many_{noun}",
         )
 
 

@@ -14,16 +14,14 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_gateway.protocol.kinds import IMAGE_INPUT
 from mlx_gateway.protocol.messages import IMAGE_PART as WORKER_IMAGE_PART
 from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.engine.audio_input import attach_audio
 from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, policy_of, read_image_url
-from mlx_gateway.supervisor.engine.kinds import serves
-from mlx_gateway.supervisor.engine.video_input import VideoPolicy, read_videos
-from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.engine.video_input import VideoPolicy, check_parts_allowed, read_videos
+from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 IMAGE_PART = "image_url"
@@ -81,24 +79,7 @@ def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any
 def check_images_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> None:
     """A 400 naming the first image part when ``handle``'s model takes no images,
     or when there are more than its ``max_images``."""
-    parts = image_parts(messages)
-    if not parts:
-        return
-    if not serves(handle, IMAGE_INPUT):
-        raise BadRequest(
-            f"The model '{handle.name}' (model_type {handle.config.model_type}) does not "
-            "accept images; send image_url parts to a model of model_type vlm.",
-            param=parts[0][0],
-            code="images_not_supported",
-        )
-    limit = settings_as(handle.config, VlmConfig).max_images
-    if len(parts) > limit:
-        raise BadRequest(
-            f"The request has {len(parts)} images; the model '{handle.name}' accepts at most "
-            f"{limit} (max_images).",
-            param=parts[limit][0],
-            code="too_many_images",
-        )
+    check_parts_allowed(handle, image_parts(messages), "images", IMAGE_PART)
 
 
 async def read_images(messages: list[dict[str, Any]], policy: ImagePolicy) -> ImageInputs:
