@@ -239,8 +239,11 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the raw model list")
 
 
-def run(args: Any) -> int:
-    """``mlx-gateway status``: 0 when the gateway answered, 1 when not, 2 on a bad config."""
+def cli_target(args: Any, *, admin_first: bool = False) -> tuple[Any, str | None] | None:
+    """What a terminal command talks to: the config ``--config`` names (``None``
+    without one) and the key to send (``--api-key``, else ``$MLX_GATEWAY_API_KEY``,
+    else the config's first ``api_keys`` entry, its ``admin_keys`` before them with
+    ``admin_first``); ``None``, the error printed, when the config does not load."""
     from mlx_gateway.supervisor.config import ConfigError, load_config
 
     config = None
@@ -249,10 +252,20 @@ def run(args: Any) -> int:
             config = load_config(args.config)
         except ConfigError as exc:
             print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
-            return 2
+            return None
     key = args.api_key or os.environ.get("MLX_GATEWAY_API_KEY")
-    if key is None and config is not None and config.server.api_keys:
-        key = config.server.api_keys[0]
+    if key is None and config is not None:
+        server = config.server
+        keys = [*server.admin_keys, *server.api_keys] if admin_first else server.api_keys
+        key = keys[0] if keys else None
+    return config, key
+
+
+def run(args: Any) -> int:
+    """``mlx-gateway status``: 0 when the gateway answered, 1 when not, 2 on a bad config."""
+    if (target := cli_target(args)) is None:
+        return 2
+    config, key = target
     url = args.url or default_url(config)
     try:
         models, memory = fetch_listing(url, key)

@@ -10,14 +10,13 @@ admin key, which reads every app's usage, else its first client key).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
-from mlx_gateway.supervisor.status import default_url
+from mlx_gateway.supervisor.status import cli_target, default_url
 from mlx_gateway.supervisor.usage.query import SUMS
 
 HEADINGS = {
@@ -96,19 +95,9 @@ def _figure(row: dict[str, Any], name: str) -> str:
 
 def run(args: Any) -> int:
     """0 when the gateway answered, 1 when not, 2 on a bad config."""
-    from mlx_gateway.supervisor.config import ConfigError, load_config
-
-    config = None
-    if args.config:
-        try:
-            config = load_config(args.config)
-        except ConfigError as exc:
-            print(f"mlx-gateway: configuration error: {exc}", file=sys.stderr)
-            return 2
-    key = args.api_key or os.environ.get("MLX_GATEWAY_API_KEY")
-    if key is None and config is not None:
-        keys = [*config.server.admin_keys, *config.server.api_keys]
-        key = keys[0] if keys else None
+    if (target := cli_target(args, admin_first=True)) is None:
+        return 2
+    config, key = target
     params = {"group_by": args.group_by}
     for name in ("start", "end", "key", "model", "kind"):
         if (value := getattr(args, name)) is not None:
