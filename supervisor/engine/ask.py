@@ -198,5 +198,5 @@ def with_server_tools(ask: Ask, tools: dict[str, ServerTool]) -> Ask:
                 param="tool_choice",
             )
         choice = ask.server_choice
-    spec = ToolSpec(functions, choice, own.parallel)
+    spec = ToolSpec(functions, choice, own.parallel, placed=own.placed)
     return dataclasses.replace(ask, tools=spec)

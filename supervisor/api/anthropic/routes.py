@@ -17,8 +17,10 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import (
+    functions_of,
     referenced,
     request_tools,
+    searched,
     thinking_of,
     to_chat,
 )
@@ -54,10 +56,10 @@ anthropic_errors = errors_shaped_by(anthropic_error)
 """Render the :class:`GatewayError`\\ s of ``handler`` the Anthropic way."""
 
 
-def check_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> None:
-    """Refuse what the declared betas do not allow; log what is accepted but ignored."""
+def log_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> None:
+    """Log the declared betas and the fields accepted but ignored (no beta changes
+    what a valid request is: see :mod:`.betas`)."""
     declared = betas.declared(request.headers)
-    betas.check_roles(req.messages, declared)
     if logger.isEnabledFor(logging.DEBUG):
         ignored = [
             name
@@ -81,7 +83,13 @@ def _user_id(metadata: dict[str, Any] | None) -> str | None:
 
 def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> Ask:
     """The turn a Messages body asks for (a token count's body: the same prompt)."""
-    tools = request_tools(req.tools, req.tool_choice, req.mcp_servers, referenced(req.messages))
+    tools = request_tools(
+        req.tools,
+        req.tool_choice,
+        req.mcp_servers,
+        loaded=searched(req.messages),
+        placed=referenced(req.messages),
+    )
     if isinstance(req, CountTokensRequest):
         thinking = thinking_of(req.thinking)
         fields = SamplingFields(model=req.model)
@@ -103,7 +111,7 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         endpoint=endpoint,
         id_prefix="msg_",
         sampling=fields,
-        messages=to_chat(req.system, req.messages),
+        messages=to_chat(req.system, req.messages, functions_of(req.tools)),
         keep_alive=keep_alive,
         ttl=ttl,
         enable_thinking=thinking.enabled,
@@ -154,7 +162,7 @@ class MessageReply(ChoiceReply):
 async def create_message(request: Request) -> Response:
     """``POST /v1/messages``: JSON or, with ``stream``, Anthropic's event stream."""
     req = await read_json(request, MessagesRequest)
-    check_betas(request, req)
+    log_betas(request, req)
     ask = messages_ask(req, "/v1/messages")
     return await serve(request, ask, MessageReply(req.stream), stream=req.stream)
 
@@ -164,6 +172,6 @@ async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the prompt's tokens, counted by the model's
     own tokenizer and chat template (the worker renders it as for a real turn)."""
     req = await read_json(request, CountTokensRequest)
-    check_betas(request, req)
+    log_betas(request, req)
     tokens = await count(request, messages_ask(req, "/v1/messages/count_tokens"))
     return JSONResponse({"input_tokens": tokens})

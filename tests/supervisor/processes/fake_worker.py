@@ -48,6 +48,7 @@ Per request, the last message's text (or the prompt) decides:
 * ``repeat <text>`` as the first message: every request of that conversation is
   ``<text>`` (a tool loop whose model calls a tool in every round).
 * ``tools``: says the names of the tools its chat template gets (``a b …``).
+* ``results``: says the text of the request's tool messages, word by word.
 * ``priority``: says the request's priority (``interactive`` or ``batch``).
 * ``script <a> ;; <b> ;; …`` as the first message: a tool loop's round n (n
   assistant messages so far) is piece n, the last one from then on.
@@ -299,6 +300,13 @@ def main() -> None:
                     if behaviour == "tools":
                         tools = request.chat_template_kwargs.get("tools") or []
                         item.words = [str(t["function"]["name"]) for t in tools]
+                    if behaviour == "results":
+                        item.words = [
+                            word
+                            for m in request.messages or []
+                            if m.get("role") == "tool"
+                            for word in str(m.get("content", "")).split()
+                        ]
                     if behaviour == "say":
                         rest = text.split("say", 1)[1].lstrip()
                         if request.parse_tools:
