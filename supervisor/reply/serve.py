@@ -36,6 +36,7 @@ from mlx_gateway.supervisor.engine.ask import (
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, COMPLETION_KINDS
 from mlx_gateway.supervisor.engine.overflow import count_tokens
+from mlx_gateway.supervisor.engine.prompt_parts import parts_of
 from mlx_gateway.supervisor.engine.server_tools import (
     SEPARATOR,
     ApprovedCall,
@@ -246,6 +247,9 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
         return await prepare(state, model, ask, inputs, request_id, key)
 
     model = choice.models[0]
+    if ask.prompt is None:
+        parts = parts_of(ask.messages, ask.tools.functions, ask.part_labels)
+        recorder.note_cache_parts(state.prompt_history.note(model.name, parts))
     opening = await open_on(model)
     reply.begin(model, request_id)
     routed = Routed(choice, opening, open_on, lambda served: reply.begin(served, request_id))

@@ -157,14 +157,18 @@ def to_chat(
     system: str | list[TextBlock] | None,
     messages: list[AnthropicMessage],
     tools: Mapping[str, Function] | None = None,
+    labels: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Chat-completions messages of an Anthropic conversation (``tools``: the client
-    tools by name, whose definitions a ``tool_reference`` puts in its result)."""
+    tools by name, whose definitions a ``tool_reference`` puts in its result);
+    ``labels`` gets what each of them came from (``system``, ``messages[i]``)."""
     out: list[dict[str, Any]] = []
     text = system_text(system)
     if text:
         out.append({"role": "system", "content": text})
     for i, message in enumerate(messages):
+        if labels is not None:
+            _label_from(labels, out, i)
         blocks = (
             [TextBlock(message.content)] if isinstance(message.content, str) else message.content
         )
@@ -194,7 +198,16 @@ def to_chat(
                 out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
             else:
                 out.append({"role": "user", "content": parts})
+    if labels is not None:
+        _label_from(labels, out, len(messages))
     return out
+
+
+def _label_from(labels: list[str], out: list[dict[str, Any]], index: int) -> None:
+    """Label the messages added since the last call: they came from message
+    ``index - 1`` (the system prompt before the first one)."""
+    source = "system" if index == 0 else f"messages[{index - 1}]"
+    labels += [source] * (len(out) - len(labels))
 
 
 def _system_message_text(blocks: list[Any], index: int) -> str:

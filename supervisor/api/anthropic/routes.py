@@ -24,6 +24,7 @@ from mlx_gateway.supervisor.api.anthropic.convert import (
     thinking_of,
     to_chat,
 )
+from mlx_gateway.supervisor.api.anthropic.diagnostics import Diagnosis, request_digest
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.requests import SamplingFields
@@ -90,6 +91,8 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         loaded=searched(req.messages),
         placed=referenced(req.messages),
     )
+    labels: list[str] = []
+    messages = to_chat(req.system, req.messages, functions_of(req.tools), labels)
     if isinstance(req, CountTokensRequest):
         thinking = thinking_of(req.thinking)
         fields = SamplingFields(model=req.model)
@@ -111,7 +114,7 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         endpoint=endpoint,
         id_prefix="msg_",
         sampling=fields,
-        messages=to_chat(req.system, req.messages, functions_of(req.tools)),
+        messages=messages,
         keep_alive=keep_alive,
         ttl=ttl,
         enable_thinking=thinking.enabled,
@@ -122,6 +125,7 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         stops=stops,
         adapter=adapter,
         call_id_prefix="toolu_",
+        part_labels=labels,
     )
 
 
@@ -130,8 +134,9 @@ class MessageReply(ChoiceReply):
 
     ping = True
 
-    def __init__(self, stream: bool) -> None:
+    def __init__(self, stream: bool, diagnosis: Diagnosis | None = None) -> None:
         self.stream = stream
+        self.diagnosis = diagnosis
         self.builder = MessageBuilder("", "", stream=stream)
 
     def begin(self, model: TextModel, request_id: str) -> None:
@@ -139,12 +144,26 @@ class MessageReply(ChoiceReply):
 
     def opening(self, running: Turn) -> bytes:
         started = running.generations[0].started
-        return self.builder.opening(started.prompt_tokens if started else 0)
+        prompt, cached = (started.prompt_tokens, started.cached_tokens) if started else (0, 0)
+        self._diagnose(prompt, cached)
+        return self.builder.opening(prompt, cached)
+
+    def _diagnose(self, prompt_tokens: int, cached_tokens: int) -> None:
+        diagnosis, message = self.diagnosis, self.builder.message
+        if diagnosis is None:
+            return
+        if diagnosis.asked:
+            message["diagnostics"] = diagnosis.answer(message["id"], prompt_tokens, cached_tokens)
+        else:
+            diagnosis.remember(message["id"], prompt_tokens)
 
     def on(self, event: TurnEvent) -> bytes | None:
         return self.builder.on(event)
 
     def body(self) -> Any:
+        usage = self.builder.message["usage"]
+        if not self.stream:  # the final count of cached tokens, not the worker's first word
+            self._diagnose(usage["input_tokens"], usage["cache_read_input_tokens"])
         return self.builder.message
 
     def failed(self, exc: GatewayError) -> bytes:
@@ -164,7 +183,14 @@ async def create_message(request: Request) -> Response:
     req = await read_json(request, MessagesRequest)
     log_betas(request, req)
     ask = messages_ask(req, "/v1/messages")
-    return await serve(request, ask, MessageReply(req.stream), stream=req.stream)
+    asked = req.diagnostics
+    diagnosis = Diagnosis(
+        request.app.state.message_digests,
+        request_digest(req),
+        asked=asked is not None,
+        previous_id=asked.previous_message_id if asked is not None else None,
+    )
+    return await serve(request, ask, MessageReply(req.stream, diagnosis), stream=req.stream)
 
 
 @anthropic_errors
