@@ -94,7 +94,9 @@ class PromptHistory:
     def note(self, model: str, parts: PromptParts) -> CacheMiss | None:
         """Remember ``parts`` for ``model``; the :class:`CacheMiss` when it left a recent
         prompt early (it shares some leading parts with one, but not all of that
-        one's), ``None`` when it extends the closest one, repeats it or shares nothing."""
+        one's, or only its first part differs: other tools before the same system
+        prompt), ``None`` when it extends the closest one, repeats it or shares
+        nothing."""
         recent = self._recent.get(model)
         if recent is None:
             recent = self._recent[model] = deque(maxlen=self.per_model)
@@ -106,8 +108,22 @@ class PromptHistory:
             count = parts.shared(earlier)
             if count > shared:
                 best, shared = earlier, count
+        if best is None:
+            best = next((e for e in reversed(recent) if _first_differs(parts, e)), None)
         recent.append(parts)
         if best is None or shared >= len(best.labels):
             return None
         part = parts.labels[shared] if shared < len(parts.labels) else None
         return CacheMiss(part, shared)
+
+
+def _first_differs(a: PromptParts, b: PromptParts) -> bool:
+    """Only the first part of the two differs, the second is the same (the tools
+    changed before the same system prompt)."""
+    return (
+        len(a.labels) > 1
+        and len(b.labels) > 1
+        and a.labels[:2] == b.labels[:2]
+        and a.digests[0] != b.digests[0]
+        and a.digests[1] == b.digests[1]
+    )

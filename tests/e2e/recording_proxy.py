@@ -8,8 +8,10 @@ would pass a test that only looks at its exit status)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,12 +37,23 @@ class RecordingProxy:
     target_host: str
     target_port: int
     exchanges: list[Exchange] = field(default_factory=list)
+    _connections: set[socket.socket] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                proxy._connections.add(self.connection)
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    proxy._connections.discard(self.connection)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -94,6 +107,10 @@ class RecordingProxy:
         return [e for e in self.exchanges if not 200 <= e.status < 300]
 
     def close(self) -> None:
+        """Stop serving; connections a client left open (idle keep-alives) are shut."""
         self.server.shutdown()
         self.server.server_close()
+        for connection in list(self._connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
         self.thread.join(timeout=10)

@@ -41,6 +41,7 @@ from mlx_gateway.supervisor.reply import serve
 from ..supervisor.fakes import FAKE_WORKER
 from ..supervisor.live import LiveGateway
 from .gateway import Gateway
+from .recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ API_KEY = "sk-agents-test"
 CODEX_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
     "mlx-gateway-tests/codex"
 )
-CODEX_VERSION = os.environ.get("MLX_GATEWAY_TEST_CODEX", "0.169.0")
+CODEX_VERSION = os.environ.get("MLX_GATEWAY_TEST_CODEX", "0.171.0")
 """The release the test runs (the last one checked); ``latest`` tries the newest."""
 NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network")
 
@@ -179,24 +180,34 @@ enabled = false
 def codex_exec(
     codex: Path, gateway: Any, model: str, prompt: str, tmp: Path, provider: str = ""
 ) -> list[dict[str, Any]]:
-    """Run ``codex exec --json`` and check that its turn completed without an error;
+    """Run ``codex exec --json`` through a recording proxy and check that its turn
+    completed without an error and that no request of it was refused (a client that
+    retries in another shape after a 4xx would pass on its exit status alone);
     returns its JSON events."""
     home, work = tmp / "codex-home", tmp / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(codex_config(gateway, model, provider))
+    target = urlparse(gateway.base_url)
+    proxy = RecordingProxy(target.hostname or "127.0.0.1", target.port or 80)
+    (home / "config.toml").write_text(codex_config(proxy, model, provider))
     env = {**os.environ, "CODEX_HOME": str(home), "MLX_GATEWAY_API_KEY": API_KEY}
     started = time.monotonic()
-    done = subprocess.run(
-        [str(codex), "exec", "--skip-git-repo-check", "--json", prompt],
-        cwd=work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    try:
+        done = subprocess.run(
+            [str(codex), "exec", "--skip-git-repo-check", "--json", prompt],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+    finally:
+        proxy.close()
     print(f"codex exec on {model} took {time.monotonic() - started:.1f} s")
+    refused = [(e.method, e.path, e.status, e.answer[:500]) for e in proxy.refused()]
+    assert not refused, refused
+    assert any(e.path.startswith("/v1/responses") for e in proxy.exchanges)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     report = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, report
