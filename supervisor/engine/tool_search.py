@@ -111,16 +111,11 @@ def found_text(found: Sequence[Function], query: str) -> str:
     """What the model reads of a search: the tools it can call now, with schemas."""
     if not found:
         return f"No tool matches {query!r}."
-    return loaded_text(found)
-
-
-def loaded_text(loaded: Sequence[Function]) -> str:
-    """The definitions of tools loaded at this point of the conversation."""
     lines = [
         json.dumps(
             {"name": f.name, "description": f.description or "", "parameters": f.parameters},
             ensure_ascii=False,
         )
-        for f in loaded
+        for f in found
     ]
     return "Loaded these tools; they can be called now:\n" + "\n".join(lines)

@@ -56,7 +56,6 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
     WebSearchResultBlock,
 )
 from mlx_gateway.supervisor.engine.thinking import Thinking, from_anthropic
-from mlx_gateway.supervisor.engine.tool_search import loaded_text
 from mlx_gateway.supervisor.engine.tools import Function, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.reply.serve import SEPARATOR, TOOL_SEARCH, ServerToolSpec
@@ -102,10 +101,29 @@ def _result_text(block: ToolResultBlock, tools: Mapping[str, Function]) -> str:
     named = [part.tool_name for part in block.content if isinstance(part, ToolReferenceBlock)]
     known = [tools[name] for name in named if name in tools]
     unknown = [name for name in named if name not in tools]
-    for loaded in (loaded_text(known) if known else "", _unknown_text(unknown)):
+    for loaded in (_functions_text(known), _unknown_text(unknown)):
         if loaded:
             text += f"{chr(10) if text else ''}{loaded}"
     return text
+
+
+def _functions_text(found: list[Function]) -> str:
+    """The definitions a ``tool_reference`` puts in place, in the encoding clients'
+    tool searches promise their model (Claude Code's ``ToolSearch``: one
+    ``<function>{"description", "name", "parameters"}</function>`` line a tool
+    inside a ``<functions>`` block)."""
+    if not found:
+        return ""
+    lines = [
+        "<function>"
+        + json.dumps(
+            {"description": f.description or "", "name": f.name, "parameters": f.parameters},
+            ensure_ascii=False,
+        )
+        + "</function>"
+        for f in found
+    ]
+    return "<functions>\n" + "\n".join(lines) + "\n</functions>"
 
 
 def _unknown_text(names: list[str]) -> str:

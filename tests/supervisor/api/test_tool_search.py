@@ -185,7 +185,8 @@ async def test_a_tool_reference_puts_the_definition_where_it_stands(app: Starlet
     text = "".join(b.text for b in listed.content if b.type == "text")
     assert text.split() == ["read_file", "tool_search"]
     words = " ".join(b.text for b in results.content if b.type == "text")
-    assert '{"name": "get_weather", "description": "The weather forecast for a city"' in words
+    assert '<functions> <function>{"description": "The weather forecast for a city",' in words
+    assert '"name": "get_weather"' in words
     assert "The city's name." in words  # its schema, argument descriptions and all
 
 
