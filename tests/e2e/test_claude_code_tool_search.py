@@ -97,3 +97,35 @@ def test_claude_codes_tool_search_loads_and_calls_a_deferred_tool(
         for block in message["content"]
     )
     assert len(tool_results(called)) == 2
+
+
+def test_a_session_with_claude_codes_everyday_tools(
+    claude_code: Path, scripted: Gateway, tmp_path: Path
+) -> None:
+    """Write, Read, Bash and a subagent (Agent), each round's request answered 200:
+    the shapes a working session sends (tool results with line numbers, a subagent's
+    own system prompt, parallel history), captured with the real client."""
+    script = " ;; ".join(
+        [
+            call("Write", {"file_path": str(tmp_path / "project" / "note.txt"), "content": "hi\n"}),
+            call("Read", {"file_path": str(tmp_path / "project" / "note.txt")}),
+            call("Bash", {"command": "cat note.txt", "description": "Show the note"}),
+            call(
+                "Agent",
+                {"description": "Look", "prompt": "say found it", "subagent_type": "claude"},
+            ),
+            "say done",
+        ]
+    )
+    allowed = ("--allowedTools", "Write,Read,Bash(cat:*),Agent")
+    session = run_claude(
+        claude_code, scripted, tmp_path, SCRIPTED, f"script {script}", flags=allowed
+    )
+    statuses = [(e.path, e.status) for e in session.exchanges]
+    assert (tmp_path / "project" / "note.txt").read_text() == "hi\n", statuses
+    print(statuses)
+    assert len(session.messages) >= 5, statuses
+    last = session.messages[-1].body
+    results = tool_results(last)
+    assert len(results) >= 4, results
+    assert "hi" in json.dumps(results[1])  # Read gave the file back

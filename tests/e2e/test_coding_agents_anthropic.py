@@ -129,6 +129,7 @@ def run_claude(
     prompt: str = "Say hello.",
     *,
     refusals: bool = False,
+    flags: tuple[str, ...] = (),
 ) -> Session:
     """``claude -p`` on ``model`` with a fresh HOME (unless ``tmp`` has one) and
     nothing of ours but the gateway's address, through a recording proxy; asserts it
@@ -148,7 +149,7 @@ def run_claude(
     started = time.monotonic()
     try:
         run = subprocess.run(
-            [str(claude_code), "-p", prompt, "--model", model],
+            [str(claude_code), "-p", prompt, "--model", model, *flags],
             cwd=project,
             env=env,
             stdin=subprocess.DEVNULL,
