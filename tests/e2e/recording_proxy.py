@@ -106,6 +106,11 @@ class RecordingProxy:
         """The exchanges answered with anything but a 2xx."""
         return [e for e in self.exchanges if not 200 <= e.status < 300]
 
+    def assert_none_refused(self) -> None:
+        """Fail naming each refused request and the start of its answer."""
+        refused = [(e.method, e.path, e.status, e.answer[:500]) for e in self.refused()]
+        assert not refused, refused
+
     def close(self) -> None:
         """Stop serving; connections a client left open (idle keep-alives) are shut."""
         self.server.shutdown()

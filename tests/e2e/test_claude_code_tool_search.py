@@ -9,7 +9,6 @@ session is answered 200 (through a recording proxy)."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from ..supervisor.fakes import FAKE_WORKER
-from .gateway import Gateway
+from .gateway import Gateway, fake_worker_entry
 from .test_coding_agents_anthropic import claude_code, run_claude
 
 pytestmark = pytest.mark.slow
@@ -33,17 +31,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     say what the model writes in each round (Hermes tool calls, parsed by the
     gateway as for a real model)."""
     tmp = tmp_path_factory.mktemp("cc-tool-search")
-    shim = tmp / "worker.sh"
-    shim.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE_WORKER}" "$@"\n')
-    shim.chmod(0o755)
-    (tmp / "fake" / "ok").mkdir(parents=True)
-    model = {
-        "model_path": str(tmp / "fake" / "ok"),
-        "served_model_name": SCRIPTED,
-        "python": str(shim),
-        "tool_call_parser": "hermes",
-        "idle_timeout": 0,
-    }
+    model = fake_worker_entry(tmp, "ok", SCRIPTED, tool_call_parser="hermes", idle_timeout=0)
     gw = Gateway(tmp, [model], log_level="debug")
     try:
         yield gw

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,9 +37,8 @@ from pydantic import BaseModel
 
 from mlx_gateway.supervisor.reply import serve
 
-from ..supervisor.fakes import FAKE_WORKER
 from ..supervisor.live import LiveGateway
-from .gateway import Gateway
+from .gateway import Gateway, fake_worker_entry
 from .recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.slow
@@ -75,18 +73,9 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A gateway whose model is the fake worker (``say <text>`` makes it write
     ``<text>``; other text is echoed), started through the ``python`` option."""
     tmp = tmp_path_factory.mktemp("scripted")
-    shim = tmp / "worker.sh"
-    # The gateway runs "<python> -m mlx_gateway.workers --endpoint … --spec … …".
-    shim.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE_WORKER}" "$@"\n')
-    shim.chmod(0o755)
-    # The fake worker's mode is the path's last segment: "reasoner" reports thinking
-    # markers and a JSON tool-call format, as a real worker does for Qwen3.
-    (tmp / "fake" / "reasoner").mkdir(parents=True)
-    model = {
-        "model_path": str(tmp / "fake" / "reasoner"),
-        "served_model_name": SCRIPTED,
-        "python": str(shim),
-    }
+    # "reasoner" reports thinking markers and a JSON tool-call format, as a real
+    # worker does for Qwen3.
+    model = fake_worker_entry(tmp, "reasoner", SCRIPTED)
     search = SearchServer()
     tools = {"web_search": {"searxng_url": search.url}}
     gw = Gateway(tmp, [model], api_keys=[API_KEY], tools=tools)
@@ -205,8 +194,7 @@ def codex_exec(
     finally:
         proxy.close()
     print(f"codex exec on {model} took {time.monotonic() - started:.1f} s")
-    refused = [(e.method, e.path, e.status, e.answer[:500]) for e in proxy.refused()]
-    assert not refused, refused
+    proxy.assert_none_refused()
     assert any(e.path.startswith("/v1/responses") for e in proxy.exchanges)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     report = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"

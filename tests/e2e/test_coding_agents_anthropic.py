@@ -169,8 +169,7 @@ def run_claude(
     assert run.returncode == 0, f"{output}\n--- gateway log ---\n{gateway.log()[-5000:]}"
     assert "API Error" not in output
     if not refusals:
-        refused = [(e.method, e.path, e.status, e.answer[:500]) for e in proxy.refused()]
-        assert not refused, refused
+        proxy.assert_none_refused()
     return Session(gateway.log()[before:], proxy.exchanges)
 
 

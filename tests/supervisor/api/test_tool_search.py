@@ -167,24 +167,19 @@ async def test_a_tool_reference_puts_the_definition_where_it_stands(app: Starlet
     """The referenced tool's definition is in the tool result, not in the template's
     tool list, so the prompt before that result is the one the last turn had."""
     tools = [READ, *deferred(WEATHER, *realistic_tools(3)), REGEX]
+    said = {}
     async with client_for(app) as client:
-        listed = await client.beta.messages.create(
-            model=OK,
-            max_tokens=100,
-            messages=referencing("get_weather", "tools"),
-            tools=tools,  # type: ignore[arg-type]
-            betas=["advanced-tool-use-2025-11-20"],
-        )
-        results = await client.beta.messages.create(
-            model=OK,
-            max_tokens=200,
-            messages=referencing("get_weather", "results"),
-            tools=tools,  # type: ignore[arg-type]
-            betas=["advanced-tool-use-2025-11-20"],
-        )
-    text = "".join(b.text for b in listed.content if b.type == "text")
-    assert text.split() == ["read_file", "tool_search"]
-    words = " ".join(b.text for b in results.content if b.type == "text")
+        for asked in ("tools", "results"):  # the template's tools; the tool messages
+            message = await client.beta.messages.create(
+                model=OK,
+                max_tokens=200,
+                messages=referencing("get_weather", asked),
+                tools=tools,  # type: ignore[arg-type]
+                betas=["advanced-tool-use-2025-11-20"],
+            )
+            said[asked] = " ".join(b.text for b in message.content if b.type == "text")
+    assert said["tools"].split() == ["read_file", "tool_search"]
+    words = said["results"]
     assert '<functions> <function>{"description": "The weather forecast for a city",' in words
     assert '"name": "get_weather"' in words
     assert "The city's name." in words  # its schema, argument descriptions and all
