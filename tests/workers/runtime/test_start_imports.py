@@ -135,3 +135,11 @@ def test_a_worker_imports_only_its_floor_and_stated_extras_at_start(kind: str) -
         f"a {kind} worker's start imports {described}: beyond its floor "
         f"{FLOORS[kind]} and EXTRAS; make it lazy, or state it in EXTRAS"
     )
+
+
+def test_word_timings_still_import_after_a_bare_whisper_start() -> None:
+    if not installed("whisper"):
+        pytest.skip("the whisper backend is not installed")
+    body = start_body("whisper") + "from mlx_whisper.timing import add_word_timestamps\n"
+    start, _ = started(body)
+    assert {"scipy", "numba"} <= start  # imported when a request asks for words
