@@ -100,6 +100,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="(a) with the weights out of the page cache before every start (Linux)",
     )
+    parser.add_argument(
+        "--also-checkout",
+        type=Path,
+        metavar="DIR",
+        help="(a) also a gateway with a spare and one without run from another clone of "
+        "this repo (its .venv, made with uv sync), in the same rounds: two versions side by side",
+    )
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
@@ -112,9 +119,20 @@ def build_model(out: Path, hidden: int, layers: int) -> Path:
     return build_tiny_lm(out, hidden=hidden, layers=layers, context_length=16384)
 
 
-def start_gateway(workdir: Path, name: str, server: dict[str, Any], models: list[dict]) -> Server:
+def start_gateway(
+    workdir: Path,
+    name: str,
+    server: dict[str, Any],
+    models: list[dict],
+    checkout: Path | None = None,
+) -> Server:
     return launch_gateway(
-        workdir, models, {"log_level": "info", "shutdown_grace": 10, **server}, name, name
+        workdir,
+        models,
+        {"log_level": "info", "shutdown_grace": 10, **server},
+        name,
+        name,
+        checkout=checkout,
     )
 
 
@@ -303,12 +321,18 @@ def first_token_rounds(
 ) -> None:
     """(a): fresh python, a gateway with a spare, one without, in alternating order."""
     print("(a) unloaded model → first token", flush=True)
-    spare = start_gateway(
-        workdir, "gateway-spare", {"spare_workers": True}, [{**entry, "served_model_name": "m"}]
-    )
+    named = [{**entry, "served_model_name": "m"}]
+    spare = start_gateway(workdir, "gateway-spare", {"spare_workers": True}, named)
     servers.append(spare)
-    plain = start_gateway(workdir, "gateway-plain", {}, [{**entry, "served_model_name": "m"}])
+    plain = start_gateway(workdir, "gateway-plain", {}, named)
     servers.append(plain)
+    # The same two gateways run from another checkout (--also-checkout).
+    also: dict[str, Server] = {}
+    if args.also_checkout is not None:
+        spares = {"spare_workers": True}
+        also["also-spare"] = start_gateway(workdir, "also-spare", spares, named, args.also_checkout)
+        also["also-plain"] = start_gateway(workdir, "also-plain", {}, named, args.also_checkout)
+        servers += also.values()
     unread = None
     if args.cold:  # the same without the read-ahead of the weights during the imports
         no_read_ahead = {**entry, "worker_env": {READ_AHEAD_ENV: "0"}}
@@ -316,7 +340,8 @@ def first_token_rounds(
             workdir, "gateway-unread", {}, [{**no_read_ahead, "served_model_name": "m"}]
         )
         servers.append(unread)
-    for server in [s for s in (spare, plain, unread) if s is not None]:  # warm up, first spare
+    warm_up = [spare, plain, *also.values(), *([unread] if unread else [])]
+    for server in warm_up:  # warm up, first spare
         gateway_first_token(server, "m", "warm up")
         post(server, "/v1/models/m/unload")
     prompt = "Hello, how are you?"
@@ -324,7 +349,7 @@ def first_token_rounds(
     fresh_first_token(model, prompt, bytecode)  # compiles its imports once
     for round_ in range(args.rounds):
         print(f"round {round_ + 1}", flush=True)
-        order = ["fresh", "fresh-warm", "spare", "plain", *(["unread"] if unread else [])]
+        order = ["fresh", "fresh-warm", "spare", "plain", *also, *(["unread"] if unread else [])]
         if round_ % 2:
             order.reverse()
         for setup in order:
@@ -350,6 +375,16 @@ def first_token_rounds(
                 for phase, seconds in worker_phases(plain).items():
                     figures.setdefault(f"a/worker_{phase}", []).append(seconds)
                 post(plain, "/v1/models/m/unload")
+            elif setup == "also-spare":
+                other = also[setup]
+                wait_for(lambda: spare_ready(other), "a ready spare")  # noqa: B023 (now)
+                add("a/also+spare", gateway_first_token(other, "m", prompt))
+                post(other, "/v1/models/m/unload")
+            elif setup == "also-plain":
+                add("a/also", gateway_first_token(also[setup], "m", prompt))
+                for phase, seconds in worker_phases(also[setup]).items():
+                    figures.setdefault(f"a/also_worker_{phase}", []).append(seconds)
+                post(also[setup], "/v1/models/m/unload")
             else:
                 assert unread is not None
                 add("a/gateway_unread", gateway_first_token(unread, "m", prompt))
@@ -456,6 +491,8 @@ def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[st
                 f"  the worker read {med['a/worker_read ahead MiB']:,.0f} MiB of weights ahead "
                 f"in {med['a/worker_read ahead']:.2f} s, while it imported its backend"
             )
+        if "a/also" in figures:
+            lines += also_lines(args, figures, med)
         if "a/gateway_unread" in figures:
             unread = figures["a/gateway_unread"]
             gain = statistics.median(p / u for p, u in zip(plain, unread, strict=True))
@@ -478,6 +515,29 @@ def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[st
             f"  paired speed-up: {speedup:.1f} times (target: at least 5)",
         ]
     return lines
+
+
+def also_lines(
+    args: argparse.Namespace, figures: dict[str, list[float]], med: dict[str, float]
+) -> list[str]:
+    """(a)'s lines for the gateways of ``--also-checkout``, paired with this one's."""
+    fresh = figures["a/fresh"]
+
+    def paired(a: str, b: list[float]) -> float:
+        return statistics.median(x / y for x, y in zip(figures[a], b, strict=True))
+
+    phases = [k for k in med if k.startswith("a/also_worker_") and "read ahead" not in k]
+    return [
+        f"  {args.also_checkout}, with a spare worker: {med['a/also+spare']:.2f}; "
+        f"without spares: {med['a/also']:.2f} (the worker's "
+        + ", ".join(f"{k.removeprefix('a/also_worker_')} {med[k]:.2f}" for k in phases)
+        + ")",
+        f"  its paired ratios / fresh: with a spare {paired('a/also+spare', fresh):.2f}, "
+        f"without {paired('a/also', fresh):.2f}",
+        f"  paired ratio this / {args.also_checkout.name}: with a spare "
+        f"{paired('a/gateway+spare', figures['a/also+spare']):.2f}, without "
+        f"{paired('a/gateway', figures['a/also']):.2f}",
+    ]
 
 
 if __name__ == "__main__":
