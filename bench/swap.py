@@ -370,6 +370,8 @@ def first_token_rounds(
                 figures.setdefault("a/spare_rss_mib", []).append(rss / 2**20)
                 add("a/gateway+spare", gateway_first_token(spare, "m", prompt))
                 post(spare, "/v1/models/m/unload")
+                # The start asked for a new spare: its imports must not overlap the next setup.
+                wait_for(lambda: spare_ready(spare), "the next spare")
             elif setup == "plain":
                 add("a/gateway", gateway_first_token(plain, "m", prompt))
                 for phase, seconds in worker_phases(plain).items():
@@ -380,6 +382,7 @@ def first_token_rounds(
                 wait_for(lambda: spare_ready(other), "a ready spare")  # noqa: B023 (now)
                 add("a/also+spare", gateway_first_token(other, "m", prompt))
                 post(other, "/v1/models/m/unload")
+                wait_for(lambda: spare_ready(other), "the next spare")  # noqa: B023 (now)
             elif setup == "also-plain":
                 add("a/also", gateway_first_token(also[setup], "m", prompt))
                 for phase, seconds in worker_phases(also[setup]).items():
