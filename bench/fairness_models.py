@@ -37,7 +37,7 @@ def smollm2_f32(work: Path) -> Path:
     os.environ["MLX_GATEWAY_CACHE_DIR"] = str(work / "cache")
     from mlx_lm.convert import convert
 
-    from mlx_gateway.workers.lm.gguf.convert import gguf_model
+    from mlx_gateway.workers.lm.gguf.model import gguf_model
 
     quantized = gguf_model(str(smollm2_gguf()), lambda label: print(f"converting {label}"))
     assert quantized is not None

@@ -49,9 +49,7 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,7 +62,8 @@ from mlx_gateway.workers.runtime.prefetch import READ_AHEAD_ENV
 
 from .client import chat_body, stream_chat, stream_text
 from .lm_workload import SENTENCES
-from .servers import PRELOADED, Server, launch_gateway, reexec_with_openblas
+from .servers import Server, launch_gateway, reexec_with_openblas
+from .swap_report import report
 
 FRESH = """
 import sys, time
@@ -100,6 +99,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="(a) with the weights out of the page cache before every start (Linux)",
     )
+    parser.add_argument(
+        "--also-checkout",
+        type=Path,
+        metavar="DIR",
+        help="(a) also a gateway with a spare and one without run from another clone of "
+        "this repo (its .venv, made with uv sync), in the same rounds: two versions side by side",
+    )
     parser.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS here")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
@@ -112,9 +118,20 @@ def build_model(out: Path, hidden: int, layers: int) -> Path:
     return build_tiny_lm(out, hidden=hidden, layers=layers, context_length=16384)
 
 
-def start_gateway(workdir: Path, name: str, server: dict[str, Any], models: list[dict]) -> Server:
+def start_gateway(
+    workdir: Path,
+    name: str,
+    server: dict[str, Any],
+    models: list[dict],
+    checkout: Path | None = None,
+) -> Server:
     return launch_gateway(
-        workdir, models, {"log_level": "info", "shutdown_grace": 10, **server}, name, name
+        workdir,
+        models,
+        {"log_level": "info", "shutdown_grace": 10, **server},
+        name,
+        name,
+        checkout=checkout,
     )
 
 
@@ -303,12 +320,18 @@ def first_token_rounds(
 ) -> None:
     """(a): fresh python, a gateway with a spare, one without, in alternating order."""
     print("(a) unloaded model → first token", flush=True)
-    spare = start_gateway(
-        workdir, "gateway-spare", {"spare_workers": True}, [{**entry, "served_model_name": "m"}]
-    )
+    named = [{**entry, "served_model_name": "m"}]
+    spare = start_gateway(workdir, "gateway-spare", {"spare_workers": True}, named)
     servers.append(spare)
-    plain = start_gateway(workdir, "gateway-plain", {}, [{**entry, "served_model_name": "m"}])
+    plain = start_gateway(workdir, "gateway-plain", {}, named)
     servers.append(plain)
+    # The same two gateways run from another checkout (--also-checkout).
+    also: dict[str, Server] = {}
+    if args.also_checkout is not None:
+        spares = {"spare_workers": True}
+        also["also-spare"] = start_gateway(workdir, "also-spare", spares, named, args.also_checkout)
+        also["also-plain"] = start_gateway(workdir, "also-plain", {}, named, args.also_checkout)
+        servers += also.values()
     unread = None
     if args.cold:  # the same without the read-ahead of the weights during the imports
         no_read_ahead = {**entry, "worker_env": {READ_AHEAD_ENV: "0"}}
@@ -316,7 +339,8 @@ def first_token_rounds(
             workdir, "gateway-unread", {}, [{**no_read_ahead, "served_model_name": "m"}]
         )
         servers.append(unread)
-    for server in [s for s in (spare, plain, unread) if s is not None]:  # warm up, first spare
+    warm_up = [spare, plain, *also.values(), *([unread] if unread else [])]
+    for server in warm_up:  # warm up, first spare
         gateway_first_token(server, "m", "warm up")
         post(server, "/v1/models/m/unload")
     prompt = "Hello, how are you?"
@@ -324,7 +348,7 @@ def first_token_rounds(
     fresh_first_token(model, prompt, bytecode)  # compiles its imports once
     for round_ in range(args.rounds):
         print(f"round {round_ + 1}", flush=True)
-        order = ["fresh", "fresh-warm", "spare", "plain", *(["unread"] if unread else [])]
+        order = ["fresh", "fresh-warm", "spare", "plain", *also, *(["unread"] if unread else [])]
         if round_ % 2:
             order.reverse()
         for setup in order:
@@ -345,11 +369,24 @@ def first_token_rounds(
                 figures.setdefault("a/spare_rss_mib", []).append(rss / 2**20)
                 add("a/gateway+spare", gateway_first_token(spare, "m", prompt))
                 post(spare, "/v1/models/m/unload")
+                # The start asked for a new spare: its imports must not overlap the next setup.
+                wait_for(lambda: spare_ready(spare), "the next spare")
             elif setup == "plain":
                 add("a/gateway", gateway_first_token(plain, "m", prompt))
                 for phase, seconds in worker_phases(plain).items():
                     figures.setdefault(f"a/worker_{phase}", []).append(seconds)
                 post(plain, "/v1/models/m/unload")
+            elif setup == "also-spare":
+                other = also[setup]
+                wait_for(lambda: spare_ready(other), "a ready spare")  # noqa: B023 (now)
+                add("a/also+spare", gateway_first_token(other, "m", prompt))
+                post(other, "/v1/models/m/unload")
+                wait_for(lambda: spare_ready(other), "the next spare")  # noqa: B023 (now)
+            elif setup == "also-plain":
+                add("a/also", gateway_first_token(also[setup], "m", prompt))
+                for phase, seconds in worker_phases(also[setup]).items():
+                    figures.setdefault(f"a/also_worker_{phase}", []).append(seconds)
+                post(also[setup], "/v1/models/m/unload")
             else:
                 assert unread is not None
                 add("a/gateway_unread", gateway_first_token(unread, "m", prompt))
@@ -387,97 +424,6 @@ def resume_rounds(
             ttft, cached = resumed_ttft(resume, name, 100 * round_ + len(name), words)
             add(f"b/{name}", ttft)
             add(f"b/{name}_cached_tokens", cached)
-
-
-SPARE_TARGET = 0.3
-PLAIN_TARGET = 0.9
-"""Unloaded model → first token, as a share of a fresh ``python -c`` doing the same."""
-
-
-def bytecode_state() -> str:
-    """How this environment treats bytecode (what the plain fresh run meets)."""
-    if os.environ.get("PYTHONPYCACHEPREFIX"):
-        return "cached in PYTHONPYCACHEPREFIX"
-    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        return "not written (PYTHONDONTWRITEBYTECODE), compiled at every start"
-    return "written as usual"
-
-
-def holds(ok: bool) -> str:
-    return "holds" if ok else "does not hold"
-
-
-def report(args: argparse.Namespace, figures: dict[str, list[float]]) -> list[str]:
-    med = {name: statistics.median(values) for name, values in figures.items()}
-    lines = [
-        "",
-        f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores; "
-        f"blas: {os.environ.get(PRELOADED) or 'the wheel BLAS, its own'}",
-        f"model: random llama, hidden {args.hidden}, {args.layers} layers, float32; "
-        f"{args.rounds} rounds; weights "
-        + ("evicted from the page cache before every start" if args.cold else "in the page cache"),
-    ]
-    if "a/fresh" in figures:
-        fresh, spare, plain = (figures[k] for k in ("a/fresh", "a/gateway+spare", "a/gateway"))
-        warm = figures["a/fresh_warm"]
-        paired = statistics.median(s / f for s, f in zip(spare, fresh, strict=True))
-        unspared = statistics.median(p / f for p, f in zip(plain, fresh, strict=True))
-        unspared_warm = statistics.median(p / f for p, f in zip(plain, warm, strict=True))
-        prefill_share = statistics.median(
-            p / f for p, f in zip(figures["a/fresh_prefill"], fresh, strict=True)
-        )
-        worker = [
-            k for k in med if k.startswith("a/worker_") and not k.startswith("a/worker_read ahead")
-        ]
-        accounted = sum(med[k] for k in worker)
-        lines += [
-            "(a) unloaded model → first token, seconds (median):",
-            f"  fresh python -c (import, load, 1 token): {med['a/fresh']:.2f} "
-            f"(import {med['a/fresh_import']:.2f}, load {med['a/fresh_load']:.2f}, "
-            f"prefill and first step {med['a/fresh_prefill']:.2f}; bytecode: "
-            f"{bytecode_state()})",
-            f"  the same with its bytecode cached:       {med['a/fresh_warm']:.2f} "
-            f"(import {med['a/fresh_warm_import']:.2f})",
-            f"  gateway with a spare worker:              {med['a/gateway+spare']:.2f} "
-            f"(the idle spare's RSS: {med['a/spare_rss_mib']:.0f} MiB)",
-            f"  gateway without spares:                   {med['a/gateway']:.2f} (the worker's "
-            + ", ".join(f"{k.removeprefix('a/worker_')} {med[k]:.2f}" for k in worker)
-            + f"; the rest {med['a/gateway'] - accounted:.2f}: spawn, handshake, prefill, relay)",
-            f"  the prefill's share of the fresh first token: {prefill_share:.0%} (where it "
-            "dominates, no start-up saving can move the ratios far from 1)",
-            f"  paired ratio gateway+spare / fresh: {paired:.2f} "
-            f"(target ≤ {SPARE_TARGET}: {holds(paired <= SPARE_TARGET)})",
-            f"  paired ratio without spares / fresh: {unspared:.2f} "
-            f"(target ≤ {PLAIN_TARGET}: {holds(unspared <= PLAIN_TARGET)})",
-            f"  paired ratio without spares / fresh with cached bytecode: {unspared_warm:.2f}",
-        ]
-        if "a/worker_read ahead MiB" in med:
-            lines.append(
-                f"  the worker read {med['a/worker_read ahead MiB']:,.0f} MiB of weights ahead "
-                f"in {med['a/worker_read ahead']:.2f} s, while it imported its backend"
-            )
-        if "a/gateway_unread" in figures:
-            unread = figures["a/gateway_unread"]
-            gain = statistics.median(p / u for p, u in zip(plain, unread, strict=True))
-            lines += [
-                f"  gateway without spares, read-ahead off:   {med['a/gateway_unread']:.2f}",
-                f"  paired ratio read-ahead on / off: {gain:.2f}; read-ahead off / fresh: "
-                + f"{statistics.median(u / f for u, f in zip(unread, fresh, strict=True)):.2f}",
-            ]
-    if "b/disk" in figures:
-        speedup = statistics.median(
-            n / d for d, n in zip(figures["b/disk"], figures["b/nodisk"], strict=True)
-        )
-        lines += [
-            f"(b) turn 2 of a ~{args.context_tokens}-token conversation after eviction, "
-            "time to first token, seconds (median):",
-            f"  with the disk tier:    {med['b/disk']:.3f} "
-            f"({int(med['b/disk_cached_tokens'])} prompt tokens from the cache)",
-            f"  without (re-prefill):  {med['b/nodisk']:.3f} "
-            f"({int(med['b/nodisk_cached_tokens'])} from the cache)",
-            f"  paired speed-up: {speedup:.1f} times (target: at least 5)",
-        ]
-    return lines
 
 
 if __name__ == "__main__":

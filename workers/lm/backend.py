@@ -86,7 +86,7 @@ from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.lm.checkpoints import checkpoint_settings
 from mlx_gateway.workers.lm.detokenize import Detokenizers
-from mlx_gateway.workers.lm.gguf.convert import gguf_model
+from mlx_gateway.workers.lm.gguf.model import gguf_model
 from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.loading import (
     context_length_of,

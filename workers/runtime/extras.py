@@ -17,8 +17,13 @@ from types import ModuleType
 
 from mlx_gateway.protocol.kinds import KINDS, Extra, backend_module
 from mlx_gateway.workers.runtime.contract import Backend, LoadError
+from mlx_gateway.workers.runtime.packages import skip_package_init
 
 DOCS = "docs/install.md"
+
+BARE_PACKAGES: dict[str, tuple[str, ...]] = {"whisper": ("mlx_whisper",)}
+"""Per kind, the libraries whose package ``__init__`` its worker does not run
+(:mod:`.packages`): it imports their submodules, not what the ``__init__`` adds."""
 
 
 def missing_modules(extra: Extra) -> list[str]:
@@ -47,6 +52,8 @@ def import_backend(kind: str, module: str | None = None) -> ModuleType:
     extra = row.extra
     if missing := missing_modules(extra):
         raise not_installed(extra, missing)
+    for package in BARE_PACKAGES.get(kind, ()):
+        skip_package_init(package)
     try:
         return importlib.import_module(module or backend_module(kind))
     except ImportError as exc:

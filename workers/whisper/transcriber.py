@@ -22,7 +22,6 @@ import mlx.core as mx
 import numpy as np
 from mlx_whisper.audio import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from mlx_whisper.decoding import DecodingOptions, DecodingResult
-from mlx_whisper.timing import add_word_timestamps
 from mlx_whisper.tokenizer import LANGUAGES, TO_LANGUAGE_CODE, Tokenizer, get_tokenizer
 from mlx_whisper.whisper import Whisper
 
@@ -219,6 +218,10 @@ class Transcriber:
         offset: float,
         finished: bool,
     ) -> None:
+        # Imported here: word timings bring SciPy and Numba (~0.9 s), only for the
+        # requests that ask for words (see runtime/packages.py).
+        from mlx_whisper.timing import add_word_timestamps
+
         add_word_timestamps(
             segments=pieces,
             model=self.model,

@@ -16,7 +16,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import _get_classes, load
 
 from mlx_gateway.workers.lm.gguf.arch import GgufError, model_config
-from mlx_gateway.workers.lm.gguf.convert import gguf_model
+from mlx_gateway.workers.lm.gguf.model import gguf_model
 from tests.fixtures.tiny_gguf import SAMPLES, TinyGguf, build_tiny_gguf, reference_weights
 
 T = GGMLQuantizationType

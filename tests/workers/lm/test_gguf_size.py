@@ -14,7 +14,7 @@ from mlx_gateway.store.gguf_header import TYPES, read_header
 from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.pool.gguf_size import gguf_size
 from mlx_gateway.supervisor.pool.memory import estimate, model_dir, weights_on_disk
-from mlx_gateway.workers.lm.gguf.convert import gguf_model
+from mlx_gateway.workers.lm.gguf.model import gguf_model
 from tests.fixtures.libraries import ollama_store_model
 from tests.fixtures.tiny_gguf import build_tiny_gguf
 

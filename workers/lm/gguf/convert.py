@@ -24,9 +24,8 @@ import mlx.core as mx
 import numpy as np
 from gguf import GGUFReader
 
-from mlx_gateway.store.gguf_files import conversions_dir
 from mlx_gateway.workers.lm.gguf.arch import Arch, GgufError, arch_of, model_config
-from mlx_gateway.workers.lm.gguf.source import GgufSource, digest_of, find_source
+from mlx_gateway.workers.lm.gguf.source import GgufSource
 from mlx_gateway.workers.lm.gguf.tensors import GROUP_SIZE, numpy_of, read_tensors, to_mlx
 from mlx_gateway.workers.lm.gguf.tokenizer import field, write_tokenizer
 from mlx_gateway.workers.runtime.download import DOWNLOAD
@@ -40,25 +39,6 @@ LONGROPE = {"rope_factors_long.weight": "long_factor", "rope_factors_short.weigh
 """Phi-3's LongRoPE factors (Phi-3.5-mini, Phi-4-mini), which llama.cpp stores as
 tensors: mlx-lm's ``longrope`` rope scaling (which always rotates by the long factors,
 as it does for the same model from the Hugging Face hub)."""
-
-
-def gguf_model(model_path: str, on_convert: Callable[[str], None]) -> Path | None:
-    """The MLX folder of the GGUF ``model_path`` names (converted now on the first
-    load, ``on_convert(label)`` called first), or ``None`` when it names no GGUF."""
-
-    def pulled(line: dict[str, Any]) -> None:
-        if "total" in line:
-            DOWNLOAD.record(int(line.get("completed") or 0), int(line["total"]))
-
-    source = find_source(model_path, pulled)
-    if source is None:
-        return None
-    out = conversions_dir() / digest_of(source)
-    if (out / "config.json").is_file():
-        return out
-    on_convert(source.label)
-    convert(source, out)
-    return out
 
 
 def _meta(reader: GGUFReader, architecture: str) -> Callable[[str, Any], Any]:
