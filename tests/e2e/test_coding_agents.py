@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from mlx_gateway.supervisor.reply import serve
 
+from ..fixtures.locks import folder_lock
 from ..supervisor.fakes import FAKE_WORKER
 from ..supervisor.live import LiveGateway
 from .gateway import Gateway
@@ -134,20 +135,21 @@ def codex() -> Path:
     if npm is None:
         pytest.skip("npm is not installed: Codex CLI comes from the npm registry")
     CODEX_CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [
-            npm,
-            "install",
-            "--prefix",
-            str(CODEX_CACHE),
-            "--no-audit",
-            "--no-fund",
-            f"@openai/codex@{CODEX_VERSION}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    with folder_lock(CODEX_CACHE):  # one npm install at a time into it
+        done = subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(CODEX_CACHE),
+                "--no-audit",
+                "--no-fund",
+                f"@openai/codex@{CODEX_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     binary = CODEX_CACHE / "node_modules" / ".bin" / "codex"
     if done.returncode != 0:
         if any(word in done.stderr for word in NETWORK_ERRORS):

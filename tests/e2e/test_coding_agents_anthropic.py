@@ -26,6 +26,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from ..fixtures.locks import folder_lock
 from .gateway import Gateway
 
 pytestmark = pytest.mark.slow
@@ -62,15 +63,16 @@ def claude_code() -> Path:
     """The ``claude`` command, installed (or brought up to date) from the npm registry
     into a cache folder of the tests."""
     CLAUDE_CODE_DIR.mkdir(parents=True, exist_ok=True)
-    install = _npm(
-        "install",
-        "--prefix",
-        str(CLAUDE_CODE_DIR),
-        "--no-audit",
-        "--no-fund",
-        f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}",
-        timeout=600,
-    )
+    with folder_lock(CLAUDE_CODE_DIR):  # one npm install at a time into it
+        install = _npm(
+            "install",
+            "--prefix",
+            str(CLAUDE_CODE_DIR),
+            "--no-audit",
+            "--no-fund",
+            f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}",
+            timeout=600,
+        )
     if install.returncode != 0:
         if _npm("ping", timeout=60).returncode != 0:
             pytest.skip(f"the npm registry is unreachable:\n{install.stderr[-2000:]}")

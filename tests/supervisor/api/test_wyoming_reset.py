@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import select
 import socket
 import struct
 import time
@@ -19,6 +20,7 @@ from wyoming.info import Describe, Info
 from mlx_gateway.supervisor.config.schema import WyomingConfig
 from tests.e2e.gateway import free_port
 from tests.supervisor.live import LiveGateway
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +40,9 @@ def reset_with_the_answer_unread(port: int) -> None:
     data unread, closing sends a reset instead of a FIN."""
     with connect(port) as sock:
         sock.sendall(b'{"type": "describe"}\n')
-        time.sleep(0.3)  # the Info is in our receive buffer now
+        # the Info is in our receive buffer now
+        readable, _, _ = select.select([sock], [], [], 10)
+        assert readable, "no Info within 10 s"
         # the server waits for the next event when the reset comes
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
@@ -62,7 +66,13 @@ def test_a_reset_connection_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
     with LiveGateway({"model_path": "fake/ok"}, wyoming=wyoming):
         for _ in range(3):
             reset_with_the_answer_unread(port)
-        time.sleep(0.5)
+        # the server saw the three resets (and ended those connections)
+        ended = ("a Wyoming connection ended", "a Wyoming client left")
+        until_sync(
+            lambda: sum(any(e in r.getMessage() for e in ended) for r in caplog.records) >= 3,
+            10,
+            lambda: [r.getMessage() for r in caplog.records][-5:],
+        )
         gc.collect()  # asyncio reports a never-retrieved exception when the task goes
         assert asyncio.run(describe(port)) is not None  # still serving
     unretrieved = [r for r in caplog.records if "never retrieved" in r.getMessage()]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.gateway import Gateway
+from tests.fixtures.locks import folder_lock
 from tests.supervisor.api.lm_app import OK, hermes_call
 from tests.supervisor.live import LiveGateway
 
@@ -45,15 +46,16 @@ def _npm(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 def ollama_js(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the sequence script beside the installed ``ollama`` package."""
     OLLAMA_JS_DIR.mkdir(parents=True, exist_ok=True)
-    install = _npm(
-        "install",
-        "--prefix",
-        str(OLLAMA_JS_DIR),
-        "--no-audit",
-        "--no-fund",
-        f"ollama@{OLLAMA_JS_VERSION}",
-        timeout=600,
-    )
+    with folder_lock(OLLAMA_JS_DIR):  # one npm install at a time into it
+        install = _npm(
+            "install",
+            "--prefix",
+            str(OLLAMA_JS_DIR),
+            "--no-audit",
+            "--no-fund",
+            f"ollama@{OLLAMA_JS_VERSION}",
+            timeout=600,
+        )
     if install.returncode != 0:
         if _npm("ping", timeout=60).returncode != 0:
             pytest.skip(f"the npm registry is unreachable:\n{install.stderr[-2000:]}")
