@@ -311,24 +311,14 @@ async def test_stuck_step_is_killed_and_its_requests_end_with_a_clear_error() ->
                 streams = [
                     asyncio.create_task(stream_chat(http, MODELS[0], long_prompt)) for _ in range(3)
                 ]
-                plain = asyncio.create_task(
-                    http.post(
-                        "/v1/chat/completions",
-                        json={
-                            "model": MODELS[0],
-                            "messages": [{"role": "user", "content": "w " * 50}],
-                        },
-                    )
-                )
-                ollama = asyncio.create_task(
-                    http.post(
-                        "/api/chat",
-                        json={
-                            "model": MODELS[0],
-                            "messages": [{"role": "user", "content": "w " * 80}],
-                        },
-                    )
-                )
+
+                def ask(path: str, content: str) -> asyncio.Task[httpx.Response]:
+                    messages = [{"role": "user", "content": content}]
+                    body = {"model": MODELS[0], "messages": messages}
+                    return asyncio.create_task(http.post(path, json=body))
+
+                plain = ask("/v1/chat/completions", "w " * 50)
+                ollama = ask("/api/chat", "w " * 80)
                 tasks.extend([*streams, plain, ollama])
                 # all five on the worker before the stuck one joins their batch
                 await until(lambda: victim.inflight == 5, 60, lambda: victim.inflight)
