@@ -11,9 +11,11 @@ from starlette.middleware import Middleware
 from starlette.responses import Response
 
 from mlx_gateway.supervisor.api import exception_handlers, routes
+from mlx_gateway.supervisor.api.anthropic.diagnostics import MessageDigests
 from mlx_gateway.supervisor.api.anthropic.routes import anthropic_error
 from mlx_gateway.supervisor.api.ollama.replies import ollama_error
 from mlx_gateway.supervisor.config import GatewayConfig
+from mlx_gateway.supervisor.engine.prompt_parts import PromptHistory
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.log_hub import LogHub
 from mlx_gateway.supervisor.http.middleware import middleware_for
@@ -92,6 +94,8 @@ def create_app(
     )
     app.state.config = config
     app.state.metrics = recorder
+    app.state.prompt_history = PromptHistory()
+    app.state.message_digests = MessageDigests()
     app.state.http_port = config.server.port
     return app
 

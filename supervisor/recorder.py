@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +28,8 @@ from mlx_gateway.supervisor.metrics import Counter, Histogram
 from mlx_gateway.supervisor.usage.rows import UsageRow, kind_of_route
 
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+logger = logging.getLogger(__name__)
+
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -72,6 +75,11 @@ class RequestRecord:
     """Text-to-speech: characters of input."""
     audio_seconds: float = 0.0
     """Seconds of audio: synthesized (text to speech) or heard (transcription)."""
+    cache_checked: bool = False
+    """A text turn whose parts were compared with the model's recent prompts."""
+    cache_miss: CacheMiss | None = None
+    """Where its prompt left the recent prompt it shared the most with (see
+    :mod:`.engine.prompt_parts`)."""
     outcome: str | None = None
     """How the model's work ended: a finish reason (``stop``, ``length``…),
     ``error`` (failed after it started) or ``client_left``."""
@@ -119,6 +127,7 @@ def note_model(name: str) -> None:
 
 
 if TYPE_CHECKING:
+    from mlx_gateway.supervisor.engine.prompt_parts import CacheMiss
     from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 
@@ -141,6 +150,25 @@ def note_started(prompt_tokens: int) -> None:
     if record is not None:
         record.prompt_tokens = record.earlier[0] + prompt_tokens
         record.phase = f"prefill 0/{prompt_tokens}"
+
+
+def note_cache_parts(miss: CacheMiss | None) -> None:
+    """The turn's prompt was compared with the model's recent ones: ``miss`` says
+    where it left the closest one (``None``: it extends it, or shares nothing)."""
+    record = _current.get()
+    if record is not None:
+        record.cache_checked = True
+        record.cache_miss = miss
+
+
+def cache_note(record: RequestRecord) -> str:
+    """What the log and ``/v1/requests`` say of a turn's prompt cache use."""
+    said = f"{record.cached_tokens} of {record.prompt_tokens} prompt tokens from the cache"
+    miss = record.cache_miss
+    if miss is not None:
+        where = f"in {miss.part}" if miss.part else "at its end"
+        said += f"; left a cached prompt at token {record.cached_tokens}, {where}"
+    return said
 
 
 def note_abort(abort: Callable[[BaseException], bool]) -> None:
@@ -311,6 +339,8 @@ class Recorder:
 
     def commit(self, record: RequestRecord, route: str, status: int, ended: float) -> None:
         code = str(status)
+        if record.cache_checked and record.prompt_tokens:
+            logger.info("%s %s on %s: %s", record.id, route, record.model, cache_note(record))
         self.http_requests.inc(route, code)
         model = record.model
         if model is None:

@@ -40,6 +40,12 @@ class KeyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     models: list[Annotated[str, msgspec.Meta(min_length=1)]] | None = None
     """Served names (or aliases) and globs (``qwen*``, ``*-embed``) this app may use;
     ``None``: every model. Any other model is a 404 to it, as if it did not exist."""
+    tools: list[Annotated[str, msgspec.Meta(min_length=1)]] | None = None
+    """The tools the gateway runs that this app may use: the labels of
+    ``tools.mcp_servers``, ``web_search``, ``web_fetch`` and ``mcp_url`` (MCP servers a
+    request names by URL), and globs of them; ``None``: every tool. Any other does not
+    exist for it: naming it is the 400 of an unknown one, a model's ``server_tools``
+    are narrowed to these for its requests."""
     role: Literal["client", "admin", "read-only"] = "client"
     """``client``: the API; ``admin``: the API and the admin endpoints; ``read-only``:
     list and show models only (generating is a 403)."""
@@ -55,7 +61,14 @@ class KeyConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Generating requests of this app in flight at once."""
 
     def __repr__(self) -> str:  # the key never shows
-        return f"KeyConfig(name={self.name!r}, role={self.role!r}, models={self.models!r})"
+        return (
+            f"KeyConfig(name={self.name!r}, role={self.role!r}, models={self.models!r}, "
+            f"tools={self.tools!r})"
+        )
+
+
+BUILTIN_TOOLS = ("web_search", "web_fetch", "mcp_url")
+"""The scope names of the tools a key's ``tools`` may list beside MCP server labels."""
 
 
 def in_scope(patterns: tuple[str, ...] | list[str] | None, names: tuple[str, ...]) -> bool:
@@ -108,8 +121,9 @@ def _normalize_entry(ctx: _Ctx, here: _KeyPath, raw: Any) -> Any:
         out["key"] = _from_file(ctx, (*here, source), path, label)
     elif not isinstance(raw["key"], str):
         raise ctx.error((*here, "key"), f"app{label}: expected a string; quote the key")
-    if isinstance(out.get("models"), str):  # one model: accept it without the list
-        out["models"] = [out["models"]]
+    for scoped in ("models", "tools"):  # one name: accept it without the list
+        if isinstance(out.get(scoped), str):
+            out[scoped] = [out[scoped]]
     return out
 
 

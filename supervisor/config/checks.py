@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from mlx_gateway.protocol.kinds import SPEECH, TRANSCRIPTION, kinds_serving
-from mlx_gateway.supervisor.config.apps import in_scope
+from mlx_gateway.supervisor.config.apps import BUILTIN_TOOLS, in_scope
 from mlx_gateway.supervisor.config.context import _Ctx, _display, _show
 from mlx_gateway.supervisor.config.routes import check_routes
 from mlx_gateway.supervisor.config.schema import GatewayConfig, ModelConfig
@@ -75,6 +75,7 @@ def _check_keys(ctx: _Ctx, config: GatewayConfig) -> None:
             )
         owners[app.key] = f"server.keys[{j}] ({app.name!r})"
         _warn_unmatched(ctx, j, app.name, app.models or [], config)
+        _warn_unknown_tools(ctx, j, app.name, app.tools or [], config)
     wyoming = server.wyoming
     if wyoming is not None and wyoming.key is not None and wyoming.key not in names:
         listed = ", ".join(names) or "none"
@@ -102,6 +103,26 @@ def _warn_unmatched(
                 ctx.where(pos),
                 name,
                 pattern,
+            )
+
+
+def _warn_unknown_tools(
+    ctx: _Ctx, j: int, name: str, patterns: list[str], config: GatewayConfig
+) -> None:
+    """A ``tools`` entry that names no tool the gateway runs is most likely a typo."""
+    known = (*config.tools.mcp_servers, *BUILTIN_TOOLS)
+    for k, pattern in enumerate(patterns):
+        if not in_scope([pattern], known):
+            path: _KeyPath = ("server", "keys", j, "tools", k)
+            pos = ctx.positions.get(path)
+            log.warning(
+                "%s%s: app %r: %r names no tool of this gateway (its tools: %s); the app "
+                "cannot use it",
+                _display(path),
+                ctx.where(pos),
+                name,
+                pattern,
+                ", ".join(known),
             )
 
 

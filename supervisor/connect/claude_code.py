@@ -8,9 +8,13 @@ the gateway does not serve), and turns off non-essential traffic (telemetry,
 update checks), which a local setup has no use for, and turns tool search on
 (``ENABLE_TOOL_SEARCH``: Claude Code turns it off for a base URL that is not
 Anthropic's, and then renders every MCP tool's schema into the prompt; the gateway
-serves ``defer_loading`` and the tool search tools). When the model's context
-length is known, it also tells Claude Code the limits: ``CLAUDE_CODE_AUTO_COMPACT_WINDOW``
-(the context it compacts against, instead of a hosted model's 200k) and
+serves ``defer_loading``, the tool search tools and Claude Code's own
+``ToolSearch``), and ``CLAUDE_CODE_ATTRIBUTION_HEADER=0``, so its billing block (which
+differs in every session) is not sent at all (the gateway drops it anyway: two
+sessions share their cached prompt either way). When the model's context length is
+known, it also tells Claude Code the limits: ``CLAUDE_CODE_MAX_CONTEXT_TOKENS`` (the
+window of a model it does not know, which it otherwise takes for 1M tokens, 2.1.3xx),
+``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` (the context it compacts against) and
 ``CLAUDE_CODE_MAX_OUTPUT_TOKENS`` (its ``max_tokens``, 32000 by default). Every
 other setting stays.
 """
@@ -73,10 +77,12 @@ def variables(target: Target) -> dict[str, str]:
         "ANTHROPIC_AUTH_TOKEN": target.key or NO_KEY,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "ENABLE_TOOL_SEARCH": "true",
+        "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
     }
     out.update(dict.fromkeys(MODEL_VARIABLES, target.model))
     if target.window is not None:
         out["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(target.window)
+        out["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] = str(target.window)
         out["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(output_cap(target.window, NEEDS))
     return out
 

@@ -82,6 +82,10 @@ class Ask:
     params: Mapping[str, str] = field(default_factory=dict)
     """The engine's names of request fields (chat completions') → the surface's own,
     for errors: the Responses API's ``input`` is the engine's ``messages``."""
+    part_labels: list[str] | None = None
+    """What each of ``messages`` is in the surface's own request (Anthropic's
+    ``system``, ``messages[i]``), for the log's word on where a prompt left the
+    cache (:mod:`.prompt_parts`); ``None``: ``messages[i]`` of chat completions."""
     priority: Priority = INTERACTIVE
     """Set by the serve: the caller's priority, ``batch`` with ``service_tier: flex``
     (:mod:`...reply.priority`)."""
@@ -198,5 +202,5 @@ def with_server_tools(ask: Ask, tools: dict[str, ServerTool]) -> Ask:
                 param="tool_choice",
             )
         choice = ask.server_choice
-    spec = ToolSpec(functions, choice, own.parallel)
+    spec = ToolSpec(functions, choice, own.parallel, placed=own.placed)
     return dataclasses.replace(ask, tools=spec)

@@ -91,6 +91,10 @@ class ToolSpec:
     choice: str = "auto"
     """``auto``, ``none``, ``required``, or the name of the one function to call."""
     parallel: bool = True
+    placed: list[Function] = field(default_factory=list)
+    """Functions the model may call whose definitions stand in the conversation
+    itself (where a ``tool_reference`` loaded them) rather than in the template's
+    tool list: the prompt before them stays as it was, and so does its cache."""
 
     @property
     def forced(self) -> bool:
@@ -100,7 +104,11 @@ class ToolSpec:
     @property
     def active(self) -> bool:
         """Tool calls are parsed out of the answer."""
-        return bool(self.functions) and self.choice != "none"
+        return bool(self.functions or self.placed) and self.choice != "none"
+
+    def parsed(self) -> list[Function]:
+        """Every function a call in the answer may name."""
+        return [*self.functions, *self.placed]
 
     def callable(self) -> list[Function]:
         """The functions a forced call may name."""

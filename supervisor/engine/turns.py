@@ -415,7 +415,7 @@ class _ChoiceParser:
         fmt = tool_format(turn.handle) if request.tools.active and not raw else None
         self.parallel = request.tools.parallel
         self.calls = (
-            ToolCallStream(fmt, request.tools.functions, parallel=request.tools.parallel)
+            ToolCallStream(fmt, request.tools.parsed(), parallel=request.tools.parallel)
             if fmt and fmt.name != WORKER_PARSED
             else None
         )

@@ -33,12 +33,19 @@ class Caller:
     priority: Priority = "interactive"
     models: tuple[str, ...] | None = None
     """Served names or globs this app may use; ``None``: all of them."""
+    tools: tuple[str, ...] | None = None
+    """The tools the gateway runs that this app may use (MCP server labels,
+    ``web_search``, ``web_fetch``, ``mcp_url``, globs); ``None``: all of them."""
     fingerprint: str = "-"
     """The first 8 hex digits of the key's SHA-256 (``-`` without a key)."""
 
     def allows(self, model: str) -> bool:
         """Whether ``model`` (a served name or alias) is within this app's scope."""
         return in_scope(self.models, (model,))
+
+    def may_use(self, tool: str) -> bool:
+        """Whether the server tool ``tool`` (its scope name) is within this app's scope."""
+        return in_scope(self.tools, (tool,))
 
 
 ANONYMOUS = Caller(name="anonymous")

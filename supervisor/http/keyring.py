@@ -71,6 +71,7 @@ def caller_for(entry: KeyConfig) -> Caller:
         role=entry.role,
         priority=entry.priority,
         models=tuple(entry.models) if entry.models is not None else None,
+        tools=tuple(entry.tools) if entry.tools is not None else None,
         fingerprint=fingerprint(entry.key),
     )
 

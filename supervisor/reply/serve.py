@@ -36,6 +36,7 @@ from mlx_gateway.supervisor.engine.ask import (
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, COMPLETION_KINDS
 from mlx_gateway.supervisor.engine.overflow import count_tokens
+from mlx_gateway.supervisor.engine.prompt_parts import parts_of
 from mlx_gateway.supervisor.engine.server_tools import (
     SEPARATOR,
     ApprovedCall,
@@ -59,7 +60,7 @@ from mlx_gateway.supervisor.engine.turns import (
 )
 from mlx_gateway.supervisor.engine.vision_input import ImageInputs
 from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed
-from mlx_gateway.supervisor.http.caller import caller_of
+from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller, caller_of
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.error_body import openai_error_body
 from mlx_gateway.supervisor.http.keepalive import comment_event, keepalive_for, ping_event
@@ -238,14 +239,17 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
     state = request.app.state
     choice = choose(state, ask)
     request_id = recorder.name_request(ask.id_prefix)
-    key = caller_of(request.scope).name  # the app, in the server-tool call log
+    caller = caller_of(request.scope)  # the app: its tools, its server-tool call log
 
     async def open_on(model: TextModel) -> Opening:
         client_lifetime(state, model.handle, ask.keep_alive, ask.ttl)
         inputs = await read_inputs(request, model, ask)
-        return await prepare(state, model, ask, inputs, request_id, key)
+        return await prepare(state, model, ask, inputs, request_id, caller)
 
     model = choice.models[0]
+    if ask.prompt is None:
+        parts = parts_of(ask.messages, ask.tools.functions, ask.part_labels)
+        recorder.note_cache_parts(state.prompt_history.note(model.name, parts))
     opening = await open_on(model)
     reply.begin(model, request_id)
     routed = Routed(choice, opening, open_on, lambda served: reply.begin(served, request_id))
@@ -338,9 +342,10 @@ async def warm(request: Request, ask: Ask) -> str:
     return "load"
 
 
-async def open_turn(state: Any, model: TextModel, ask: Ask) -> Turn:
+async def open_turn(state: Any, model: TextModel, ask: Ask, caller: Caller = ANONYMOUS) -> Turn:
     """``ask`` started on ``model`` outside of an HTTP request (a Realtime session's
-    response), as the serve starts it: built, checked, with its server tools."""
+    response), as the serve starts it: built, checked, with the server tools in the
+    ``caller``'s scope."""
     request_id = f"{ask.id_prefix}{uuid4().hex}"
-    opening = await prepare(state, model, ask, None, request_id)
+    opening = await prepare(state, model, ask, None, request_id, caller)
     return await opening.start()

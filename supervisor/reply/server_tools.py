@@ -31,6 +31,7 @@ from mlx_gateway.supervisor.engine.server_tools import (
 from mlx_gateway.supervisor.engine.tool_search import NAME as TOOL_SEARCH
 from mlx_gateway.supervisor.engine.tool_search import found_text, is_regex, matching, spec_function
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.tools.safety import check_url
 from mlx_gateway.supervisor.tools.web_fetch import fetch, is_listed, urls_in
 from mlx_gateway.supervisor.tools.web_search import SearchFailed, search
@@ -58,10 +59,11 @@ def _texts(messages: Sequence[dict[str, Any]]) -> list[str]:
 class ToolMaker:
     """Makes the runnable tools of one request."""
 
-    def __init__(self, config: ToolsConfig, mcp: Any, key_name: str | None = None) -> None:
+    def __init__(self, config: ToolsConfig, mcp: Any, caller: Caller = ANONYMOUS) -> None:
         self.config = config
         self.mcp = mcp
-        self.key_name = key_name or "-"
+        self.caller = caller
+        self.key_name = caller.name
         self.listed: list[ServerToolsListed] = []
         self.adhoc: list[Any] = []
         """The servers this request named by URL: closed when it ends (:meth:`aclose`)."""
@@ -199,9 +201,12 @@ class ToolMaker:
             server = self.mcp.adhoc(spec.server_url, spec.headers, url_check=url_check, label=label)
             self.adhoc.append(server)
         else:
-            server = self.mcp.get(label) if self.mcp is not None else None
+            reachable = self.caller.may_use(label)  # outside its scope: no such server
+            server = self.mcp.get(label) if self.mcp is not None and reachable else None
             if server is None:
-                served = ", ".join(sorted(self.mcp.labels() if self.mcp else [])) or "none"
+                labels = self.mcp.labels if self.mcp is not None else []
+                mine = [name for name in labels if self.caller.may_use(name)]
+                served = ", ".join(sorted(mine)) or "none"
                 raise BadRequest(
                     f"No MCP server labelled '{label}' in the config's tools.mcp_servers "
                     f"(labels: {served}); name one, or give its server_url.",

@@ -233,7 +233,9 @@ class ToolLoop(Turn):
                     functions = [*functions, function]
         if last:
             functions = [f for f in functions if f.name not in self.tools]
-        tools = ToolSpec(functions, "auto" if functions else "none", turn.tools.parallel)
+        placed = turn.tools.placed
+        choice = "auto" if functions or placed else "none"
+        tools = ToolSpec(functions, choice, turn.tools.parallel, placed=placed)
         sampling = turn.sampling
         if budget is not None:
             sampling = replace(sampling, max_tokens=max(budget - spent, 1))

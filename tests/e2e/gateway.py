@@ -24,6 +24,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def fake_worker_entry(tmp: Path, mode: str, served: str, **keys: Any) -> dict[str, Any]:
+    """A model entry whose worker is the fake one (tests/supervisor/processes), started
+    through the entry's ``python`` option by the real gateway command: ``mode`` is its
+    behaviour at start (``ok``, ``reasoner`` …), ``keys`` more keys of the entry."""
+    from ..supervisor.fakes import FAKE_WORKER
+
+    shim = tmp / "worker.sh"
+    # The gateway runs "<python> -m mlx_gateway.workers --endpoint … --spec … …".
+    shim.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE_WORKER}" "$@"\n')
+    shim.chmod(0o755)
+    # The fake worker's mode is the path's last segment.
+    (tmp / "fake" / mode).mkdir(parents=True, exist_ok=True)
+    return {
+        "model_path": str(tmp / "fake" / mode),
+        "served_model_name": served,
+        "python": str(shim),
+        **keys,
+    }
+
+
 class Gateway:
     """A running ``mlx-gateway launch --config …`` process."""
 

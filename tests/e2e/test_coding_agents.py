@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,9 +37,9 @@ from pydantic import BaseModel
 from mlx_gateway.supervisor.reply import serve
 
 from ..fixtures.npm import npm_install
-from ..supervisor.fakes import FAKE_WORKER
 from ..supervisor.live import LiveGateway
-from .gateway import Gateway
+from .gateway import Gateway, fake_worker_entry
+from .recording_proxy import RecordingProxy
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +49,7 @@ API_KEY = "sk-agents-test"
 CODEX_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / (
     "mlx-gateway-tests/codex"
 )
-CODEX_VERSION = os.environ.get("MLX_GATEWAY_TEST_CODEX", "0.169.0")
+CODEX_VERSION = os.environ.get("MLX_GATEWAY_TEST_CODEX", "0.171.0")
 """The release the test runs (the last one checked); ``latest`` tries the newest."""
 NETWORK_ERRORS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network")
 
@@ -74,18 +73,9 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A gateway whose model is the fake worker (``say <text>`` makes it write
     ``<text>``; other text is echoed), started through the ``python`` option."""
     tmp = tmp_path_factory.mktemp("scripted")
-    shim = tmp / "worker.sh"
-    # The gateway runs "<python> -m mlx_gateway.workers --endpoint … --spec … …".
-    shim.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE_WORKER}" "$@"\n')
-    shim.chmod(0o755)
-    # The fake worker's mode is the path's last segment: "reasoner" reports thinking
-    # markers and a JSON tool-call format, as a real worker does for Qwen3.
-    (tmp / "fake" / "reasoner").mkdir(parents=True)
-    model = {
-        "model_path": str(tmp / "fake" / "reasoner"),
-        "served_model_name": SCRIPTED,
-        "python": str(shim),
-    }
+    # "reasoner" reports thinking markers and a JSON tool-call format, as a real
+    # worker does for Qwen3.
+    model = fake_worker_entry(tmp, "reasoner", SCRIPTED)
     search = SearchServer()
     tools = {"web_search": {"searxng_url": search.url}}
     gw = Gateway(tmp, [model], api_keys=[API_KEY], tools=tools)
@@ -162,24 +152,33 @@ enabled = false
 def codex_exec(
     codex: Path, gateway: Any, model: str, prompt: str, tmp: Path, provider: str = ""
 ) -> list[dict[str, Any]]:
-    """Run ``codex exec --json`` and check that its turn completed without an error;
+    """Run ``codex exec --json`` through a recording proxy and check that its turn
+    completed without an error and that no request of it was refused (a client that
+    retries in another shape after a 4xx would pass on its exit status alone);
     returns its JSON events."""
     home, work = tmp / "codex-home", tmp / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(codex_config(gateway, model, provider))
+    target = urlparse(gateway.base_url)
+    proxy = RecordingProxy(target.hostname or "127.0.0.1", target.port or 80)
+    (home / "config.toml").write_text(codex_config(proxy, model, provider))
     env = {**os.environ, "CODEX_HOME": str(home), "MLX_GATEWAY_API_KEY": API_KEY}
     started = time.monotonic()
-    done = subprocess.run(
-        [str(codex), "exec", "--skip-git-repo-check", "--json", prompt],
-        cwd=work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    try:
+        done = subprocess.run(
+            [str(codex), "exec", "--skip-git-repo-check", "--json", prompt],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+    finally:
+        proxy.close()
     print(f"codex exec on {model} took {time.monotonic() - started:.1f} s")
+    proxy.assert_none_refused()
+    assert any(e.path.startswith("/v1/responses") for e in proxy.exchanges)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     report = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert done.returncode == 0, report

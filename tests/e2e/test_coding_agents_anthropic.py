@@ -4,10 +4,14 @@ reaches after a few tokens, so answers end by themselves):
 
 * Claude Code itself (npm ``@anthropic-ai/claude-code``, installed by the test
   setup), ``claude -p`` with its default tools and its default ``max_tokens``
-  (32000, more than the context leaves beside its prompt): its
-  ``mid-conversation-system`` beta and system messages; the budget cut to fit
-  (``max_tokens_overflow: clamp``, the default); with ``error``, its retry with a
-  smaller ``max_tokens`` when the gateway words the overflow the way Anthropic does;
+  (32000, more than the context leaves beside its prompt), through a recording
+  proxy: every request of a session answered 200 as the client sent it (its system
+  message inside ``messages``, its own tool search's deferred tools), so no silent
+  retry in another shape; the budget cut to fit (``max_tokens_overflow: clamp``,
+  the default); with ``error``, its retry with a smaller ``max_tokens`` when the
+  gateway words the overflow the way Anthropic does; a second session with another
+  first message reads the prompt it shares with the first from the cache (its
+  billing block, different in every session, is not prompt);
 * the ``anthropic`` SDK: a forced tool call streamed, its result sent back, and the
   final answer.
 """
@@ -19,14 +23,17 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from ..fixtures.npm import npm, npm_install
 from .gateway import Gateway
+from .recording_proxy import Exchange, RecordingProxy
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +41,7 @@ MODEL = "tiny-coder"
 STRICT = "tiny-coder-strict"
 """The same model with ``max_tokens_overflow: error``."""
 CLAUDE_CODE_DIR = Path.home() / ".cache" / "mlx-gateway-tests" / "claude-code"
-CLAUDE_CODE_VERSION = os.environ.get("MLX_GATEWAY_TEST_CLAUDE_CODE", "2.1.197")
+CLAUDE_CODE_VERSION = os.environ.get("MLX_GATEWAY_TEST_CLAUDE_CODE", "2.1.332")
 """The release the test runs (the last one checked); ``latest`` tries the newest."""
 CLAUDE_CODE_ENV = {
     # No internet: no telemetry, error reports, update checks or other side traffic.
@@ -86,31 +93,57 @@ def gateway(tiny_lm_32k_path: Path, tmp_path_factory: pytest.TempPathFactory) ->
         gw.stop()
 
 
-def run_claude(claude_code: Path, gateway: Gateway, tmp: Path, model: str) -> str:
-    """``claude -p`` on ``model`` with a fresh HOME and nothing of ours but the
-    gateway's address; asserts it succeeded and returns the gateway log it added."""
+@dataclass
+class Session:
+    """One ``claude -p`` run: the gateway log it added and what it sent."""
+
+    log: str
+    exchanges: list[Exchange]
+
+    @property
+    def messages(self) -> list[Exchange]:
+        return [e for e in self.exchanges if e.path.startswith("/v1/messages")]
+
+
+def run_claude(
+    claude_code: Path,
+    gateway: Gateway,
+    tmp: Path,
+    model: str,
+    prompt: str = "Say hello.",
+    *,
+    refusals: bool = False,
+    flags: tuple[str, ...] = (),
+) -> Session:
+    """``claude -p`` on ``model`` with a fresh HOME (unless ``tmp`` has one) and
+    nothing of ours but the gateway's address, through a recording proxy; asserts it
+    succeeded and, unless ``refusals``, that no request of it was refused."""
     home, project = tmp / "home", tmp / "project"
-    home.mkdir()
-    project.mkdir()
+    home.mkdir(exist_ok=True)
+    project.mkdir(exist_ok=True)
+    proxy = RecordingProxy("127.0.0.1", gateway.port)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
-        "ANTHROPIC_BASE_URL": gateway.base_url,
+        "ANTHROPIC_BASE_URL": proxy.base_url,
         "ANTHROPIC_API_KEY": "sk-local",
         **CLAUDE_CODE_ENV,
     }
     before = len(gateway.log())
     started = time.monotonic()
-    run = subprocess.run(
-        [str(claude_code), "-p", "Say hello.", "--model", model],
-        cwd=project,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    try:
+        run = subprocess.run(
+            [str(claude_code), "-p", prompt, "--model", model, *flags],
+            cwd=project,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        proxy.close()
     took = time.monotonic() - started
     version = subprocess.run(
         [str(claude_code), "--version"], env=env, capture_output=True, text=True, check=False
@@ -119,26 +152,87 @@ def run_claude(claude_code: Path, gateway: Gateway, tmp: Path, model: str) -> st
     output = run.stdout + run.stderr
     assert run.returncode == 0, f"{output}\n--- gateway log ---\n{gateway.log()[-5000:]}"
     assert "API Error" not in output
-    return gateway.log()[before:]
+    if not refusals:
+        proxy.assert_none_refused()
+    return Session(gateway.log()[before:], proxy.exchanges)
+
+
+def stream_usage(exchange: Exchange) -> dict[str, int]:
+    """The usage of a streamed message: ``message_start``'s, updated by the last
+    ``message_delta``'s."""
+    usage: dict[str, int] = {}
+    for line in exchange.answer.decode().splitlines():
+        if not line.startswith("data:"):
+            continue
+        event = json.loads(line.removeprefix("data:"))
+        if event["type"] == "message_start":
+            usage.update(event["message"]["usage"])
+        elif event["type"] == "message_delta":
+            usage.update(event["usage"])
+    return usage
 
 
 def test_claude_code_runs_a_prompt(claude_code: Path, gateway: Gateway, tmp_path: Path) -> None:
-    log = run_claude(claude_code, gateway, tmp_path, MODEL)
-    assert "mid-conversation-system-" in log  # the beta it declared reached the gateway
+    session = run_claude(claude_code, gateway, tmp_path, MODEL)
+    # One request, answered as it was sent: no retry without its system message or
+    # without its deferred tools (Claude Code 2.1.3xx runs its own tool search).
+    assert len(session.messages) == 1, [(e.path, e.status) for e in session.exchanges]
+    first = session.messages[0].body
+    assert any(m["role"] == "system" for m in first["messages"])
+    deferred = [t["name"] for t in first["tools"] if t.get("defer_loading")]
+    assert deferred, [t["name"] for t in first["tools"]]
+    assert "ToolSearch" in [t["name"] for t in first["tools"]]
+    assert "dropped the billing block" in session.log  # the gateway's debug line
     # Claude Code asks for max_tokens 32000, which does not fit next to its prompt in
     # 32768 positions: the worker cut it to what the context leaves, no error.
-    assert "max_tokens 32000 cut to " in log, log[-5000:]
-    assert "32000 in the completion" not in log, log[-5000:]
+    assert "max_tokens 32000 cut to " in session.log, session.log[-5000:]
+    assert "32000 in the completion" not in session.log, session.log[-5000:]
+
+
+def test_a_second_session_reads_the_shared_prompt_from_the_cache(
+    claude_code: Path, gateway: Gateway, tmp_path: Path
+) -> None:
+    """Two sessions in one project, with other first messages: their billing blocks
+    differ, their system prompt and tools do not. The second reads from the cache all
+    that comes before its first message's own text (Claude Code puts its environment
+    block after that, as a system message, so the rest is new to any prefix cache)."""
+    first = run_claude(claude_code, gateway, tmp_path, MODEL, "Say hello.")
+    second = run_claude(claude_code, gateway, tmp_path, MODEL, "What is two and two?")
+    one, two = first.messages[0].body, second.messages[0].body
+    assert one["system"][0]["text"].startswith("x-anthropic-billing-header:")
+    assert one["system"][0] != two["system"][0]  # a billing block for each session
+    assert one["system"][1:] == two["system"][1:] and one["tools"] == two["tools"]
+    # What the two prompts share: the tools, the system prompt and the first
+    # message up to its own text (its system reminder), counted by the model.
+    opening = two["messages"][0]["content"][:-1]
+    shared = httpx.post(
+        f"{gateway.base_url}/v1/messages/count_tokens",
+        json={
+            "model": MODEL,
+            "system": two["system"],
+            "tools": two["tools"],
+            "messages": [{"role": "user", "content": opening}],
+        },
+        timeout=60,
+    ).json()["input_tokens"]
+    usage = stream_usage(second.messages[0])
+    print(f"second session: {usage}; shared with the first: {shared} tokens")
+    assert usage["cache_read_input_tokens"] >= 0.95 * shared, (usage, shared)
+    assert shared >= 0.4 * usage["input_tokens"]  # the bulk of it: system and tools
+    # The gateway's log says where the second one left the first's cached prompt.
+    assert "left a cached prompt at token" in second.log and "in messages[0]" in second.log
 
 
 def test_claude_code_retries_a_strict_overflow(
     claude_code: Path, gateway: Gateway, tmp_path: Path
 ) -> None:
-    log = run_claude(claude_code, gateway, tmp_path, STRICT)
+    session = run_claude(claude_code, gateway, tmp_path, STRICT, refusals=True)
     # max_tokens_overflow: error answers the 400 in Anthropic's words; Claude Code
     # read it and asked again with less.
-    assert "32000 in the completion" in log, log[-5000:]
-    assert "max_tokens 32000 cut to " not in log, log[-5000:]
+    assert "32000 in the completion" in session.log, session.log[-5000:]
+    assert "max_tokens 32000 cut to " not in session.log, session.log[-5000:]
+    statuses = [e.status for e in session.messages]
+    assert statuses[0] == 400 and statuses[-1] == 200, statuses
 
 
 TOOL: Any = {

@@ -75,7 +75,8 @@ def gateway(
     }
     short = {**model, "model_path": str(tiny_lm_path), "served_model_name": SHORT}
     slow = {**model, "served_model_name": SLOW, "worker_env": {THROTTLE_ENV: str(SLOW_TPS)}}
-    gw = Gateway(tmp, [short, model, slow], api_keys=[KEY])
+    # debug: the log says when a Messages request brought a billing block
+    gw = Gateway(tmp, [short, model, slow], api_keys=[KEY], log_level="debug")
     try:
         yield gw
     finally:
@@ -144,8 +145,10 @@ def test_connect_claude_code_then_claude_reaches_the_gateway(
     assert env["ANTHROPIC_AUTH_TOKEN"] == KEY
     assert env["ANTHROPIC_MODEL"] == MODEL  # not the first entry: its context is too short
     assert env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "32768"
+    assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
 
     before = requests_to(gateway, "/v1/messages")
+    logged = len(gateway.log())
     run = subprocess.run(
         [str(claude_code), "-p", "Say hello."],
         cwd=project,
@@ -160,6 +163,8 @@ def test_connect_claude_code_then_claude_reaches_the_gateway(
     assert run.returncode == 0, f"{output}\n--- gateway log ---\n{gateway.log()[-4000:]}"
     assert "API Error" not in output
     assert requests_to(gateway, "/v1/messages") > before  # it was this gateway that answered
+    # With the setting connect wrote, Claude Code sent no billing block at all.
+    assert "dropped the billing block" not in gateway.log()[logged:]
 
     connect(home, "claude-code", "--undo")
     assert settings.read_bytes() == CLAUDE_SETTINGS.encode()

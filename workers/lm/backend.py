@@ -97,7 +97,7 @@ from mlx_gateway.workers.lm.loading import (
 )
 from mlx_gateway.workers.lm.logprobs import LogprobTrack
 from mlx_gateway.workers.lm.prompt import SystemEnds, prompt_tokens
-from mlx_gateway.workers.lm.prompt_cache import PromptCache
+from mlx_gateway.workers.lm.prompt_cache import PromptCache, token_bytes
 from mlx_gateway.workers.lm.scheduling import Scheduler
 from mlx_gateway.workers.lm.solo import supports_solo
 from mlx_gateway.workers.lm.speculative import DRAFT_TOKENS, Draft, load_draft
@@ -404,11 +404,16 @@ class LmBackend(Backend):
                 self.tool_prompt,
                 prompt,
             )
+        # What the prompt cache holds for it now (the hit itself comes when its
+        # prefill starts, and the Done's usage counts it): the gateway tells clients
+        # before the first token (Anthropic's message_start, cache diagnostics).
+        cached = self.prompt_cache.reusable(token_bytes(prompt), active.space)
         scheduler.add(active)
         self._emit(
             Started(
                 request_id=active.request_id,
                 prompt_tokens=len(prompt),
+                cached_tokens=cached,
                 reasoning=reasoning,
             )
         )

@@ -1,19 +1,27 @@
 """From an Anthropic Messages request to the chat-completions vocabulary of a turn.
 
-* ``system`` becomes the first, ``system`` message; a ``system`` message inside
-  ``messages`` (allowed by a beta, see :mod:`.betas`) stays a ``system`` message in
-  its place: the worker renders it as a system turn where the chat template does,
-  else adds its text to the first system message;
+* ``system`` becomes the first, ``system`` message, less its
+  ``x-anthropic-billing-header:`` blocks (Claude Code's billing metadata for
+  Anthropic's servers, which differs for every session: kept in the prompt, it
+  would keep two sessions with the same system prompt and tools from sharing a
+  cached prefix); a ``system`` message inside ``messages`` (with any beta or none,
+  see :mod:`.betas`) stays a ``system`` message in its place: the worker renders it
+  as a system turn where the chat template does, else adds its text to the first
+  system message;
 * a user message's ``tool_result`` blocks become ``tool`` messages (before the rest
   of that message, as Anthropic requires results to come first); its text and
   images become a user message (images as ``image_url`` parts with a ``data:`` or
   http(s) URL, for vision models);
 * an assistant message's ``tool_use`` blocks become ``tool_calls`` (arguments as
   JSON text), its ``thinking`` blocks ``reasoning_content``;
-* tools with ``defer_loading`` are not the model's functions but what its tool
-  search (``tool_search_tool_regex_*`` / ``_bm25_*``) finds, unless the
-  conversation loaded them already (a ``tool_reference`` in a tool result, an
-  earlier search's ``tool_search_tool_result``);
+* tools with ``defer_loading`` are not the model's functions but what a tool
+  search finds: the gateway's (``tool_search_tool_regex_*`` / ``_bm25_*``, whose
+  earlier ``tool_search_tool_result`` blocks load them as functions) or the
+  client's own (Claude Code's ``ToolSearch``): a ``tool_reference`` in a tool
+  result puts the tool's definition in that result, where it stands, and lets the
+  model call it (:attr:`ToolSpec.placed`), so the prompt before it does not change.
+  Without a search of the gateway's, the deferred tools no reference named stay
+  out of the prompt;
 * ``tool_choice`` ``any`` is OpenAI's ``required``, ``tool`` names the function,
   ``disable_parallel_tool_use`` is ``parallel_tool_calls: false``.
 """
@@ -22,7 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Collection
+import logging
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,11 +60,28 @@ from mlx_gateway.supervisor.engine.tools import Function, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.reply.serve import SEPARATOR, TOOL_SEARCH, ServerToolSpec
 
+logger = logging.getLogger(__name__)
+
+BILLING_HEADER = "x-anthropic-billing-header:"
+"""How Claude Code's billing block begins (``cc_version=2.1.332.1a1;
+cc_entrypoint=…``: three characters follow the session's first message)."""
+
+
+def is_billing(text: str) -> bool:
+    return text.lstrip().startswith(BILLING_HEADER)
+
 
 def system_text(system: str | list[TextBlock] | None) -> str | None:
+    """The text of ``system``, less the billing blocks (logged at debug)."""
     if system is None or isinstance(system, str):
-        return system or None
-    return "\n".join(block.text for block in system) or None
+        return None if system is None or is_billing(system) else system or None
+    kept = []
+    for block in system:
+        if is_billing(block.text):
+            logger.debug("system: dropped the billing block %r", block.text[:120])
+        else:
+            kept.append(block.text)
+    return "\n".join(kept) or None
 
 
 def _image_part(block: ImageBlock) -> dict[str, Any]:
@@ -67,28 +93,73 @@ def _image_part(block: ImageBlock) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
 
 
-def _result_text(block: ToolResultBlock) -> str:
+def _result_text(block: ToolResultBlock, tools: Mapping[str, Function]) -> str:
     if isinstance(block.content, str):
         return block.content
     # Images in a tool result have no place in a tool message: only its text goes on.
     text = "".join(part.text for part in block.content if isinstance(part, TextBlock))
-    loaded = [part.tool_name for part in block.content if isinstance(part, ToolReferenceBlock)]
-    if loaded:
-        text += f"{chr(10) if text else ''}Loaded the tools: {', '.join(loaded)}."
+    named = [part.tool_name for part in block.content if isinstance(part, ToolReferenceBlock)]
+    known = [tools[name] for name in named if name in tools]
+    unknown = [name for name in named if name not in tools]
+    for loaded in (_functions_text(known), _unknown_text(unknown)):
+        if loaded:
+            text += f"{chr(10) if text else ''}{loaded}"
     return text
 
 
+def _functions_text(found: list[Function]) -> str:
+    """The definitions a ``tool_reference`` puts in place, in the encoding clients'
+    tool searches promise their model (Claude Code's ``ToolSearch``: one
+    ``<function>{"description", "name", "parameters"}</function>`` line a tool
+    inside a ``<functions>`` block)."""
+    if not found:
+        return ""
+    lines = [
+        "<function>"
+        + json.dumps(
+            {"description": f.description or "", "name": f.name, "parameters": f.parameters},
+            ensure_ascii=False,
+        )
+        + "</function>"
+        for f in found
+    ]
+    return "<functions>\n" + "\n".join(lines) + "\n</functions>"
+
+
+def _unknown_text(names: list[str]) -> str:
+    return f"Loaded the tools: {', '.join(names)}." if names else ""
+
+
 def referenced(messages: list[AnthropicMessage]) -> set[str]:
-    """The deferred tools the conversation loaded: ``tool_reference`` blocks in tool
-    results, and the results of earlier tool searches."""
+    """The deferred tools that ``tool_reference`` blocks in tool results name: their
+    definitions stand in those results (see :func:`to_chat`)."""
     names: set[str] = set()
     for message in messages:
         for block in message.content if isinstance(message.content, list) else []:
             if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
                 names |= {p.tool_name for p in block.content if isinstance(p, ToolReferenceBlock)}
-            elif isinstance(block, ToolSearchResultBlock):
+    return names
+
+
+def searched(messages: list[AnthropicMessage]) -> set[str]:
+    """The deferred tools earlier searches of the gateway's loaded
+    (``tool_search_tool_result`` blocks): the model's functions from then on."""
+    names: set[str] = set()
+    for message in messages:
+        for block in message.content if isinstance(message.content, list) else []:
+            if isinstance(block, ToolSearchResultBlock):
                 names |= set(_reference_names(block.content))
     return names
+
+
+def functions_of(tools: list[AnthropicTool] | None) -> dict[str, Function]:
+    """The client tools of a request by name (for the definitions a
+    ``tool_reference`` puts in place)."""
+    return {
+        tool.name: Function(tool.name, tool.input_schema, tool.description)
+        for tool in tools or []
+        if tool.input_schema is not None and tool.type in (None, "custom")
+    }
 
 
 def _reference_names(content: Any) -> list[str]:
@@ -101,14 +172,21 @@ def _reference_names(content: Any) -> list[str]:
 
 
 def to_chat(
-    system: str | list[TextBlock] | None, messages: list[AnthropicMessage]
+    system: str | list[TextBlock] | None,
+    messages: list[AnthropicMessage],
+    tools: Mapping[str, Function] | None = None,
+    labels: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Chat-completions messages of an Anthropic conversation."""
+    """Chat-completions messages of an Anthropic conversation (``tools``: the client
+    tools by name, whose definitions a ``tool_reference`` puts in its result);
+    ``labels`` gets what each of them came from (``system``, ``messages[i]``)."""
     out: list[dict[str, Any]] = []
     text = system_text(system)
     if text:
         out.append({"role": "system", "content": text})
     for i, message in enumerate(messages):
+        if labels is not None:
+            _label_from(labels, out, i)
         blocks = (
             [TextBlock(message.content)] if isinstance(message.content, str) else message.content
         )
@@ -126,7 +204,7 @@ def to_chat(
                     {
                         "role": "tool",
                         "tool_call_id": block.tool_use_id,
-                        "content": _result_text(block),
+                        "content": _result_text(block, tools or {}),
                     }
                 )
             elif isinstance(block, TextBlock):
@@ -138,7 +216,16 @@ def to_chat(
                 out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
             else:
                 out.append({"role": "user", "content": parts})
+    if labels is not None:
+        _label_from(labels, out, len(messages))
     return out
+
+
+def _label_from(labels: list[str], out: list[dict[str, Any]], index: int) -> None:
+    """Label the messages added since the last call: they came from message
+    ``index - 1`` (the system prompt before the first one)."""
+    source = "system" if index == 0 else f"messages[{index - 1}]"
+    labels += [source] * (len(out) - len(labels))
 
 
 def _system_message_text(blocks: list[Any], index: int) -> str:
@@ -227,13 +314,16 @@ def request_tools(
     choice: ToolChoice | None,
     mcp_servers: list[McpServerDefinition] | None = None,
     loaded: Collection[str] = (),
+    placed: Collection[str] = (),
 ) -> RequestTools:
     """Sort ``tools``: client tools (an ``input_schema``) are the model's functions,
-    those with ``defer_loading`` (unless ``loaded`` names them) the tool search's;
-    server tools (web search, web fetch, tool search) and ``mcp_servers`` run on
-    the gateway."""
+    those with ``defer_loading`` the tool search's, unless ``loaded`` names them (a
+    function from then on) or ``placed`` does (callable, its definition in the
+    conversation); server tools (web search, web fetch, tool search) and
+    ``mcp_servers`` run on the gateway."""
     functions = []
     deferred = []
+    in_place = []
     server: list[ServerToolSpec] = []
     for i, tool in enumerate(tools or []):
         kind = next(
@@ -265,12 +355,17 @@ def request_tools(
             )
         else:
             function = Function(tool.name, tool.input_schema, tool.description)
-            if tool.defer_loading and tool.name not in loaded:
-                deferred.append(function)
-            else:
+            if not tool.defer_loading or tool.name in loaded:
                 functions.append(function)
+            elif tool.name in placed:
+                in_place.append(function)
+            else:
+                deferred.append(function)
     if deferred:
         server = _with_deferred(server, deferred)
+    if in_place and not functions:
+        # No tool list in the prompt: a template shows no call format without one.
+        functions, in_place = in_place, []
     for server_def in mcp_servers or []:
         config = server_def.tool_configuration
         if config is not None and not config.enabled:
@@ -300,19 +395,22 @@ def request_tools(
     if mode == "required" and not functions and server:
         spec = ToolSpec([], "required", parallel)  # the server tools join them in the serve
     else:
-        spec = checked_spec(functions, mode, parallel, "tool_choice")
+        spec = checked_spec([*functions, *in_place], mode, parallel, "tool_choice")
+        spec = dataclasses.replace(spec, functions=functions, placed=in_place)
     return RequestTools(spec, server, server_choice)
 
 
 def _with_deferred(server: list[ServerToolSpec], deferred: list[Function]) -> list[ServerToolSpec]:
-    """``server`` with the deferred tools given to its tool search."""
+    """``server`` with the deferred tools given to its tool search; without one (the
+    client runs its own search) they stay out of the prompt until referenced."""
     search = next((s for s in server if s.kind == "tool_search"), None)
     if search is None:
-        raise BadRequest(
-            "tools: a tool with defer_loading needs a tool search tool in tools "
-            "(tool_search_tool_regex_20251119 or tool_search_tool_bm25_20251119).",
-            param="tools",
+        logger.debug(
+            "tools: %d deferred tools kept out of the prompt (%s)",
+            len(deferred),
+            ", ".join(f.name for f in deferred[:10]),
         )
+        return server
     spec = dataclasses.replace(search, deferred=deferred)
     return [spec if s is search else s for s in server]
 

@@ -86,8 +86,9 @@ class MessageBuilder:
     def _event(self, kind: str, **data: Any) -> bytes:
         return sse.named(kind, {"type": kind, **data}) if self.stream else b""
 
-    def opening(self, prompt_tokens: int) -> bytes:
+    def opening(self, prompt_tokens: int, cached_tokens: int = 0) -> bytes:
         self.message["usage"]["input_tokens"] = prompt_tokens
+        self.message["usage"]["cache_read_input_tokens"] = cached_tokens
         self._opened = True
         return self._event("message_start", message={**self.message, "content": []})
 
@@ -170,6 +171,9 @@ class MessageBuilder:
         out = self._event(
             "message_delta",
             delta={"stop_reason": message["stop_reason"], "stop_sequence": finish.stop_sequence},
-            usage={"output_tokens": finish.usage.completion_tokens},
+            usage={
+                "output_tokens": finish.usage.completion_tokens,
+                "cache_read_input_tokens": finish.usage.cached_tokens,
+            },
         )
         return out + self._event("message_stop")

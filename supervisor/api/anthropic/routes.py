@@ -17,11 +17,14 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import (
+    functions_of,
     referenced,
     request_tools,
+    searched,
     thinking_of,
     to_chat,
 )
+from mlx_gateway.supervisor.api.anthropic.diagnostics import Diagnosis, request_digest
 from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.requests import SamplingFields
@@ -54,10 +57,10 @@ anthropic_errors = errors_shaped_by(anthropic_error)
 """Render the :class:`GatewayError`\\ s of ``handler`` the Anthropic way."""
 
 
-def check_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> None:
-    """Refuse what the declared betas do not allow; log what is accepted but ignored."""
+def log_betas(request: Request, req: MessagesRequest | CountTokensRequest) -> None:
+    """Log the declared betas and the fields accepted but ignored (no beta changes
+    what a valid request is: see :mod:`.betas`)."""
     declared = betas.declared(request.headers)
-    betas.check_roles(req.messages, declared)
     if logger.isEnabledFor(logging.DEBUG):
         ignored = [
             name
@@ -81,7 +84,15 @@ def _user_id(metadata: dict[str, Any] | None) -> str | None:
 
 def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> Ask:
     """The turn a Messages body asks for (a token count's body: the same prompt)."""
-    tools = request_tools(req.tools, req.tool_choice, req.mcp_servers, referenced(req.messages))
+    tools = request_tools(
+        req.tools,
+        req.tool_choice,
+        req.mcp_servers,
+        loaded=searched(req.messages),
+        placed=referenced(req.messages),
+    )
+    labels: list[str] = []
+    messages = to_chat(req.system, req.messages, functions_of(req.tools), labels)
     if isinstance(req, CountTokensRequest):
         thinking = thinking_of(req.thinking)
         fields = SamplingFields(model=req.model)
@@ -103,7 +114,7 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         endpoint=endpoint,
         id_prefix="msg_",
         sampling=fields,
-        messages=to_chat(req.system, req.messages),
+        messages=messages,
         keep_alive=keep_alive,
         ttl=ttl,
         enable_thinking=thinking.enabled,
@@ -114,6 +125,7 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         stops=stops,
         adapter=adapter,
         call_id_prefix="toolu_",
+        part_labels=labels,
     )
 
 
@@ -122,8 +134,9 @@ class MessageReply(ChoiceReply):
 
     ping = True
 
-    def __init__(self, stream: bool) -> None:
+    def __init__(self, stream: bool, diagnosis: Diagnosis | None = None) -> None:
         self.stream = stream
+        self.diagnosis = diagnosis
         self.builder = MessageBuilder("", "", stream=stream)
 
     def begin(self, model: TextModel, request_id: str) -> None:
@@ -131,12 +144,26 @@ class MessageReply(ChoiceReply):
 
     def opening(self, running: Turn) -> bytes:
         started = running.generations[0].started
-        return self.builder.opening(started.prompt_tokens if started else 0)
+        prompt, cached = (started.prompt_tokens, started.cached_tokens) if started else (0, 0)
+        self._diagnose(prompt, cached)
+        return self.builder.opening(prompt, cached)
+
+    def _diagnose(self, prompt_tokens: int, cached_tokens: int) -> None:
+        diagnosis, message = self.diagnosis, self.builder.message
+        if diagnosis is None:
+            return
+        if diagnosis.asked:
+            message["diagnostics"] = diagnosis.answer(message["id"], prompt_tokens, cached_tokens)
+        else:
+            diagnosis.remember(message["id"], prompt_tokens)
 
     def on(self, event: TurnEvent) -> bytes | None:
         return self.builder.on(event)
 
     def body(self) -> Any:
+        usage = self.builder.message["usage"]
+        if not self.stream:  # the final count of cached tokens, not the worker's first word
+            self._diagnose(usage["input_tokens"], usage["cache_read_input_tokens"])
         return self.builder.message
 
     def failed(self, exc: GatewayError) -> bytes:
@@ -154,9 +181,16 @@ class MessageReply(ChoiceReply):
 async def create_message(request: Request) -> Response:
     """``POST /v1/messages``: JSON or, with ``stream``, Anthropic's event stream."""
     req = await read_json(request, MessagesRequest)
-    check_betas(request, req)
+    log_betas(request, req)
     ask = messages_ask(req, "/v1/messages")
-    return await serve(request, ask, MessageReply(req.stream), stream=req.stream)
+    asked = req.diagnostics
+    diagnosis = Diagnosis(
+        request.app.state.message_digests,
+        request_digest(req),
+        asked=asked is not None,
+        previous_id=asked.previous_message_id if asked is not None else None,
+    )
+    return await serve(request, ask, MessageReply(req.stream, diagnosis), stream=req.stream)
 
 
 @anthropic_errors
@@ -164,6 +198,6 @@ async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the prompt's tokens, counted by the model's
     own tokenizer and chat template (the worker renders it as for a real turn)."""
     req = await read_json(request, CountTokensRequest)
-    check_betas(request, req)
+    log_betas(request, req)
     tokens = await count(request, messages_ask(req, "/v1/messages/count_tokens"))
     return JSONResponse({"input_tokens": tokens})

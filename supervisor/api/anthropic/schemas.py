@@ -166,6 +166,13 @@ class ThinkingConfig(Struct):
     budget_tokens: ThinkingBudget | None = None
 
 
+class DiagnosticsRequest(Struct):
+    """``diagnostics`` (beta ``cache-diagnosis-2026-04-07``): compare the prompt cache
+    use with the request that produced ``previous_message_id``."""
+
+    previous_message_id: str | None = None
+
+
 class MessagesRequest(Struct, kw_only=True):
     """``POST /v1/messages``."""
 
@@ -193,6 +200,7 @@ class MessagesRequest(Struct, kw_only=True):
     ttl: float | None = None
     """Extension (LM Studio's): seconds the model stays loaded after this request."""
     metadata: dict[str, Any] | None = None
+    diagnostics: DiagnosticsRequest | None = None
     context_management: Any = None
     output_config: Any = None
 

@@ -45,6 +45,7 @@ from mlx_gateway.supervisor.engine.sentences import SentenceBuffer
 from mlx_gateway.supervisor.engine.synthesis import Speech
 from mlx_gateway.supervisor.engine.tools import Function, ToolSpec
 from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.serve import (
     Ask,
@@ -153,6 +154,8 @@ class ResponseRun:
     tts: ModelHandle | None
     plan: Plan
     app_state: Any = None
+    caller: Caller = ANONYMOUS
+    """The session's app: the server tools in its scope run in responses."""
     id: str = field(default_factory=lambda: new_id("resp"))
     status: str = "in_progress"
     reason: str | None = None
@@ -249,7 +252,8 @@ class ResponseRun:
             source = self.conversation
         messages = await source.messages(plan.instructions)
         self.clock.mark("transcribed")
-        running = await open_turn(self.app_state, self.lm, response_ask(self.lm, plan, messages))
+        ask = response_ask(self.lm, plan, messages)
+        running = await open_turn(self.app_state, self.lm, ask, self.caller)
         buffer = SentenceBuffer()
         finish = "stop"
         try:

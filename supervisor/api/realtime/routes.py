@@ -112,7 +112,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         )
     lm = text_model(registry.resolve(name), CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
-    caller = caller_of(websocket.scope).name
+    caller = caller_of(websocket.scope)
     return settings, Models(lm, whisper, tts, websocket.app.state, caller)
 
 

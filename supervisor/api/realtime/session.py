@@ -52,6 +52,7 @@ from mlx_gateway.supervisor.api.realtime.settings import Settings, Transcription
 from mlx_gateway.supervisor.api.realtime.truncate import truncate_audio
 from mlx_gateway.supervisor.api.realtime.vad import SpeechPaused, SpeechResumed, SpeechStarted
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.serve import TextModel
 
@@ -68,8 +69,8 @@ class Models:
     tts: ModelHandle | None
     app_state: Any = None
     """The app's state: its tools (a model entry's ``server_tools`` run in responses)."""
-    caller: str = "anonymous"
-    """The name of the app whose key opened the session (its usage rows')."""
+    caller: Caller = ANONYMOUS
+    """The app whose key opened the session (its usage rows, its tools' scope)."""
 
 
 class RealtimeSession:
@@ -388,7 +389,13 @@ class RealtimeSession:
         if models.lm is None:
             raise BadRequest("This session has no language model.", param="model")
         run = ResponseRun(
-            self.out, self.conversation, models.lm, models.tts, plan, models.app_state
+            self.out,
+            self.conversation,
+            models.lm,
+            models.tts,
+            plan,
+            models.app_state,
+            models.caller,
         )
         run.clock, self._turn = self._turn, TurnClock()  # the first answer of a turn
         self.response = run
@@ -408,7 +415,7 @@ class RealtimeSession:
         if recorder is None:
             await run.run()
             return
-        with recorder.recording("/v1/realtime", self.models.caller) as record:
+        with recorder.recording("/v1/realtime", self.models.caller.name) as record:
             try:
                 await run.run()
             finally:

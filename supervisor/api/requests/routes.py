@@ -38,8 +38,21 @@ def describe(record: RequestRecord, now: float, states: dict[str, str]) -> dict[
         "age": round(now - record.started, 3),
         "phase": _phase(record, states),
         "prompt_tokens": record.prompt_tokens,
+        "cached_tokens": record.cached_tokens,
         "completion_tokens": record.completion_tokens,
+        "cache_miss": _cache_miss(record),
     }
+
+
+def _cache_miss(record: RequestRecord) -> dict[str, Any] | None:
+    """Where a turn's prompt left the model's closest recent prompt: the part that
+    differs first (``system``, ``tools``, ``messages[i]``) and, once the worker said
+    how much it read from the cache, the token it left at."""
+    miss = record.cache_miss
+    if miss is None:
+        return None
+    token = record.cached_tokens if record.outcome is not None else None
+    return {"part": miss.part, "shared_parts": miss.shared_parts, "token": token}
 
 
 def _live(request: Request) -> list[RequestRecord]:

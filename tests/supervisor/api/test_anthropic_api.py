@@ -253,30 +253,19 @@ def with_system_message(last: str) -> list[Any]:
     ]
 
 
-async def test_system_messages_need_their_beta(http: httpx.AsyncClient) -> None:
+async def test_system_messages_with_any_beta_or_none(http: httpx.AsyncClient) -> None:
+    """A system message inside ``messages`` stays in place whatever beta comes with
+    it: none, the one Claude Code declared up to 2.1.2xx, or the one it declares now."""
     body = {"model": OK, "max_tokens": 20, "messages": with_system_message("roles")}
-    r = await http.post("/v1/messages", json=body)
-    assert r.status_code == 400
-    error = r.json()["error"]
-    assert error["type"] == "invalid_request_error"
-    assert "Invalid enum value 'system'" in error["message"]
-    assert f"anthropic-beta: {MID_SYSTEM_BETA}" in error["message"]
-    assert "messages[1].role" in error["message"]
-    counted = await http.post("/v1/messages/count_tokens", json={**body, "max_tokens": None})
-    assert counted.status_code == 400 and MID_SYSTEM_BETA in counted.json()["error"]["message"]
-
-    # Declared (with other betas, as Claude Code does): the system turn stays in place.
-    r = await http.post("/v1/messages", json=body, headers=BETAS)
-    assert r.status_code == 200, r.text
-    assert r.json()["content"][0]["text"] == "user system user "
-    r = await http.post("/v1/messages", json={**body, "system": "Top."}, headers=BETAS)
+    tool_changes = {"anthropic-beta": "mid-conversation-tool-changes-2026-07-01"}
+    for headers in ({}, BETAS, tool_changes):
+        r = await http.post("/v1/messages", json=body, headers=headers)
+        assert r.status_code == 200, (headers, r.text)
+        assert r.json()["content"][0]["text"] == "user system user "
+    r = await http.post("/v1/messages", json={**body, "system": "Top."})
     assert r.json()["content"][0]["text"] == "system user system user "
-    # Any dated version of the beta, in a header of its own.
-    later = {"anthropic-beta": "mid-conversation-system-2027-01-01"}
-    r = await http.post("/v1/messages", json=body, headers=later)
-    assert r.status_code == 200
     body.pop("max_tokens")
-    counted = await http.post("/v1/messages/count_tokens", json=body, headers=BETAS)
+    counted = await http.post("/v1/messages/count_tokens", json=body)
     assert counted.status_code == 200 and counted.json() == {"input_tokens": 5}
 
 

@@ -140,8 +140,10 @@ async def test_the_next_round_gets_the_tools_a_bm25_search_found(app: Starlette)
     assert not any(w.startswith("mcp__") and w not in names for w in words)
 
 
-async def test_a_tool_reference_in_a_tool_result_loads_the_tool(app: Starlette) -> None:
-    messages: list[Any] = [
+def referencing(tool_name: str, then: str) -> list[Any]:
+    """A conversation whose tool result references ``tool_name``, and whose last
+    user text is ``then`` (what the fake model does next)."""
+    return [
         {"role": "user", "content": "find the weather tool"},
         {
             "role": "assistant",
@@ -153,34 +155,81 @@ async def test_a_tool_reference_in_a_tool_result_loads_the_tool(app: Starlette) 
                 {
                     "type": "tool_result",
                     "tool_use_id": "toolu_1",
-                    "content": [{"type": "tool_reference", "tool_name": "get_weather"}],
+                    "content": [{"type": "tool_reference", "tool_name": tool_name}],
                 },
-                {"type": "text", "text": "tools"},
+                {"type": "text", "text": then},
             ],
         },
     ]
+
+
+async def test_a_tool_reference_puts_the_definition_where_it_stands(app: Starlette) -> None:
+    """The referenced tool's definition is in the tool result, not in the template's
+    tool list, so the prompt before that result is the one the last turn had."""
+    tools = [READ, *deferred(WEATHER, *realistic_tools(3)), REGEX]
+    said = {}
     async with client_for(app) as client:
-        message = await client.beta.messages.create(
+        for asked in ("tools", "results"):  # the template's tools; the tool messages
+            message = await client.beta.messages.create(
+                model=OK,
+                max_tokens=200,
+                messages=referencing("get_weather", asked),
+                tools=tools,  # type: ignore[arg-type]
+                betas=["advanced-tool-use-2025-11-20"],
+            )
+            said[asked] = " ".join(b.text for b in message.content if b.type == "text")
+    assert said["tools"].split() == ["read_file", "tool_search"]
+    words = said["results"]
+    assert '<functions> <function>{"description": "The weather forecast for a city",' in words
+    assert '"name": "get_weather"' in words
+    assert "The city's name." in words  # its schema, argument descriptions and all
+
+
+async def test_a_clients_own_tool_search(app: Starlette) -> None:
+    """Claude Code's tool search (2.1.3xx): its own ``ToolSearch`` function, deferred
+    tools and no search tool of the gateway's. The deferred tools stay out of the
+    prompt; once a tool result references one, the model's call of it comes back as
+    a ``tool_use``."""
+    search = {
+        "name": "ToolSearch",
+        "description": "Find deferred tools",
+        "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}},
+    }
+    placeholder = {**READ, "name": "DeferredToolPlaceholder", "defer_loading": True}
+    tools = [search, READ, placeholder, *deferred(WEATHER, *realistic_tools(3))]
+    call = hermes_call("get_weather", '{"city": "Oslo"}')
+    async with client_for(app) as client:
+        first = await client.beta.messages.create(
             model=OK,
             max_tokens=100,
-            messages=messages,
-            tools=[READ, *deferred(WEATHER, *realistic_tools(3)), REGEX],  # type: ignore[list-item]
-            betas=["advanced-tool-use-2025-11-20"],
+            messages=[{"role": "user", "content": "tools"}],
+            tools=tools,  # type: ignore[arg-type]
         )
-    text = "".join(b.text for b in message.content if b.type == "text")
-    assert text.split() == ["read_file", "get_weather", "tool_search"]
-
-
-async def test_deferred_tools_need_a_search_tool(http: httpx.AsyncClient) -> None:
-    body = {
-        "model": OK,
-        "max_tokens": 10,
-        "messages": [{"role": "user", "content": "hi"}],
-        "tools": deferred(WEATHER),
-    }
-    reply = await http.post("/v1/messages", json=body)
-    assert reply.status_code == 400
-    assert "tool_search_tool_regex" in reply.json()["error"]["message"]
+        counted = await client.messages.count_tokens(
+            model=OK,
+            messages=[{"role": "user", "content": "tools"}],
+            tools=tools,  # type: ignore[arg-type]
+        )
+        inline = await client.messages.count_tokens(
+            model=OK,
+            messages=[{"role": "user", "content": "tools"}],
+            tools=[search, READ, WEATHER, *realistic_tools(3)],  # type: ignore[list-item]
+        )
+        called = await client.beta.messages.create(
+            model=OK,
+            max_tokens=200,
+            messages=referencing("get_weather", f"say {call}"),
+            tools=tools,  # type: ignore[arg-type]
+        )
+    assert "".join(b.text for b in first.content if b.type == "text").split() == [
+        "ToolSearch",
+        "read_file",
+    ]
+    assert counted.input_tokens < inline.input_tokens
+    assert called.stop_reason == "tool_use"
+    use = next(b for b in called.content if b.type == "tool_use")
+    assert use.name == "get_weather" and use.input == {"city": "Oslo"}
+    assert use.id.startswith("toolu_")
 
 
 async def test_sixty_deferred_tools_cost_a_quarter_of_their_schemas(app: Starlette) -> None:

@@ -175,3 +175,14 @@ def test_a_scope_that_matches_nothing_is_a_warning(
     assert config.server.keys[0].models == ["fake/*", "qwen3-8"]
     warned = [r.getMessage() for r in caplog.records if "matches no model" in r.getMessage()]
     assert len(warned) == 1 and "'qwen3-8'" in warned[0] and "config.yaml:7" in warned[0]
+
+
+def test_a_tool_scope(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = load(tmp_path, "- name: a\n  key: sk-1\n  tools: [web_*, home-asistant]\n")
+    assert config.server.keys[0].tools == ["web_*", "home-asistant"]
+    warned = [r.getMessage() for r in caplog.records if "names no tool" in r.getMessage()]
+    assert len(warned) == 1 and "'home-asistant'" in warned[0] and "config.yaml:7" in warned[0]
+    assert "its tools: web_search, web_fetch, mcp_url" in warned[0]
+    one = load(tmp_path, "- name: a\n  key: sk-1\n  tools: web_search\n")
+    assert one.server.keys[0].tools == ["web_search"]  # one name without the list
+    assert load(tmp_path, "- name: a\n  key: sk-1\n").server.keys[0].tools is None

@@ -125,6 +125,7 @@ def test_print_writes_nothing(gw: LiveGateway, env: dict[str, str], capsys: Any)
     assert settings["env"]["ANTHROPIC_BASE_URL"] == gw.url
     assert settings["env"]["ANTHROPIC_MODEL"] == "small"
     assert settings["env"]["ENABLE_TOOL_SEARCH"] == "true"  # the gateway serves it
+    assert settings["env"]["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"  # no billing block
     assert not file.exists() and not Path(env["XDG_STATE_HOME"]).exists()
 
 
@@ -208,6 +209,7 @@ def test_coding_clients_get_a_context_that_holds_their_first_request(
     # Tool-capable first, then the longest context: not the first entry, not toolless.
     assert settings["ANTHROPIC_MODEL"] == "longer"
     assert settings["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "65536"
+    assert settings["CLAUDE_CODE_MAX_CONTEXT_TOKENS"] == "65536"
     assert settings["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "16384"
 
     assert connect(env, "codex", "--config", str(config)) == 0

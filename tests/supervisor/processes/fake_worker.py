@@ -48,9 +48,12 @@ Per request, the last message's text (or the prompt) decides:
 * ``repeat <text>`` as the first message: every request of that conversation is
   ``<text>`` (a tool loop whose model calls a tool in every round).
 * ``tools``: says the names of the tools its chat template gets (``a b …``).
+* ``results``: says the text of the request's tool messages, word by word.
 * ``priority``: says the request's priority (``interactive`` or ``batch``).
-* ``script <a> ;; <b> ;; …`` as the first message: a tool loop's round n (n
-  assistant messages so far) is piece n, the last one from then on.
+* ``script <a> ;; <b> ;; …`` as the first message, or as the last line of the first
+  user message (after a client's own preamble, as Claude Code's system reminder): a
+  tool loop's round n (n assistant messages so far) is piece n, the last one from
+  then on.
 * ``prefill <seconds> …``: a long prompt: after Started, nothing for ``<seconds>``
   but one ``Prefilled`` progress (half the prompt's words) halfway, then it echoes
   the words like any other text.
@@ -75,6 +78,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 
@@ -125,13 +129,28 @@ class Active:
     """When to send the one ``Prefilled`` of a ``prefill`` request."""
 
 
+def _script_of(messages: list[dict[str, Any]]) -> str | None:
+    """The ``script …`` of a conversation: its first message, or the last line of
+    its first user message."""
+    first = messages[0].get("content", "")
+    if isinstance(first, str) and first.startswith("script "):
+        return first.removeprefix("script ")
+    user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
+    if isinstance(user, str):
+        last = user.rstrip().rsplit("\n", 1)[-1]
+        if last.startswith("script "):
+            return last.removeprefix("script ")
+    return None
+
+
 def text_of(msg: Generate) -> str:
     if msg.messages:
         first = msg.messages[0].get("content", "")
         if isinstance(first, str) and first.startswith("repeat "):
             return first.removeprefix("repeat ")  # every round of a tool loop says it
-        if isinstance(first, str) and first.startswith("script "):
-            rounds = first.removeprefix("script ").split(" ;; ")  # round n says piece n
+        script = _script_of(msg.messages)
+        if script is not None:
+            rounds = script.split(" ;; ")  # round n says piece n
             done = sum(1 for m in msg.messages if m.get("role") == "assistant")
             return rounds[min(done, len(rounds) - 1)]
         content = msg.messages[-1].get("content", "")
@@ -299,6 +318,13 @@ def main() -> None:
                     if behaviour == "tools":
                         tools = request.chat_template_kwargs.get("tools") or []
                         item.words = [str(t["function"]["name"]) for t in tools]
+                    if behaviour == "results":
+                        item.words = [
+                            word
+                            for m in request.messages or []
+                            if m.get("role") == "tool"
+                            for word in str(m.get("content", "")).split()
+                        ]
                     if behaviour == "say":
                         rest = text.split("say", 1)[1].lstrip()
                         if request.parse_tools:
