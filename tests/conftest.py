@@ -19,7 +19,7 @@ os.environ.setdefault(
     str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "bytecode"),
 )
 
-pytest_plugins = ["tests.fixtures.plugin", "tests.fixtures.whisper"]
+pytest_plugins = ["tests.fixtures.plugin", "tests.fixtures.whisper", "tests.fixtures.leaks"]
 
 
 @pytest.fixture(autouse=True)

@@ -281,7 +281,9 @@ class Process:
         signal_group(record.proc.pid, signal.SIGTERM)
 
         async def kill_later() -> None:
-            await asyncio.sleep(KILL_WAIT)
+            # ends with the process: no task outlives the worker it watches
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(record.proc.wait()), KILL_WAIT)
             if record.proc.returncode is None:
                 log.warning("[%s] no exit after SIGTERM; sending SIGKILL", self.name)
                 signal_group(record.proc.pid, signal.SIGKILL)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -37,6 +36,7 @@ from pydantic import BaseModel
 
 from mlx_gateway.supervisor.reply import serve
 
+from ..fixtures.npm import npm_install
 from ..supervisor.live import LiveGateway
 from .gateway import Gateway, fake_worker_entry
 from .recording_proxy import RecordingProxy
@@ -120,24 +120,7 @@ class SearchServer:
 def codex() -> Path:
     """The ``codex`` command, installed from the npm registry into a cache folder
     (``npm install`` again each session, which is quick once it is there)."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: Codex CLI comes from the npm registry")
-    CODEX_CACHE.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [
-            npm,
-            "install",
-            "--prefix",
-            str(CODEX_CACHE),
-            "--no-audit",
-            "--no-fund",
-            f"@openai/codex@{CODEX_VERSION}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = npm_install(CODEX_CACHE, f"@openai/codex@{CODEX_VERSION}", timeout=300, what="Codex CLI")
     binary = CODEX_CACHE / "node_modules" / ".bin" / "codex"
     if done.returncode != 0:
         if any(word in done.stderr for word in NETWORK_ERRORS):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ import anthropic
 import httpx
 import pytest
 
+from ..fixtures.npm import npm, npm_install
 from .gateway import Gateway
 from .recording_proxy import Exchange, RecordingProxy
 
@@ -52,34 +52,18 @@ CLAUDE_CODE_ENV = {
 }
 
 
-def _npm(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: Claude Code comes from the npm registry")
-    try:
-        return subprocess.run(
-            [npm, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as exc:  # e.g. a registry that never answers
-        return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout} s")
-
-
 @pytest.fixture(scope="session")
 def claude_code() -> Path:
     """The ``claude`` command, installed (or brought up to date) from the npm registry
     into a cache folder of the tests."""
-    CLAUDE_CODE_DIR.mkdir(parents=True, exist_ok=True)
-    install = _npm(
-        "install",
-        "--prefix",
-        str(CLAUDE_CODE_DIR),
-        "--no-audit",
-        "--no-fund",
+    install = npm_install(
+        CLAUDE_CODE_DIR,
         f"@anthropic-ai/claude-code@{CLAUDE_CODE_VERSION}",
         timeout=600,
+        what="Claude Code",
     )
     if install.returncode != 0:
-        if _npm("ping", timeout=60).returncode != 0:
+        if npm("ping", timeout=60, what="Claude Code").returncode != 0:
             pytest.skip(f"the npm registry is unreachable:\n{install.stderr[-2000:]}")
         raise AssertionError(f"npm install @anthropic-ai/claude-code failed:\n{install.stderr}")
     claude = CLAUDE_CODE_DIR / "node_modules" / ".bin" / "claude"

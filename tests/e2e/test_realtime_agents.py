@@ -10,17 +10,41 @@ session, ends its turn by the VAD and is transcribed by Whisper tiny.en."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from agents.realtime import RealtimeAgent, RealtimeRunner
 
+from ..fixtures.tiny_models import build_tiny_lm
 from .gateway import Gateway
-from .test_realtime import KEY, OPENAI_NAMES, fox, gateway  # noqa: F401  (the module's fixture)
+from .test_realtime import KEY, OPENAI_NAMES, TTS_TOKENS, fox, voice_models
 
 pytestmark = pytest.mark.slow
 
 TIMEOUT = 180
+
+
+ANSWER_TOKENS = 12
+"""The lm entry's default ``max_tokens``: the agent sets none (its defaults), and an
+answer of the endless tiny lm to the end of its context, spoken sentence by sentence,
+took minutes of TTS on a 2-core machine (the SDK queued 14,245 events)."""
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    tiny_en_path: Path, tiny_soprano_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """test_realtime's voice gateway, its lm answering at most ANSWER_TOKENS tokens."""
+    lm = build_tiny_lm(tmp_path_factory.mktemp("endless-lm"), context_length=32768, eos_weight=-8.0)
+    models = voice_models(tiny_en_path, lm, tiny_soprano_path, max_tokens=TTS_TOKENS)
+    models[1]["max_tokens"] = ANSWER_TOKENS
+    for entry in models[:2]:
+        entry["aliases"] = OPENAI_NAMES[entry["served_model_name"]]
+    gw = Gateway(tmp_path_factory.mktemp("realtime-agents"), models, api_keys=[KEY])
+    yield gw
+    gw.stop()
 
 
 def server_event(event: Any) -> dict[str, Any] | None:
@@ -31,7 +55,7 @@ def server_event(event: Any) -> dict[str, Any] | None:
     return None
 
 
-async def test_a_realtime_agent_with_its_defaults(gateway: Gateway) -> None:  # noqa: F811
+async def test_a_realtime_agent_with_its_defaults(gateway: Gateway) -> None:
     agent = RealtimeAgent(name="Assistant", instructions="Answer briefly.")
     runner = RealtimeRunner(agent)
     url = f"ws://127.0.0.1:{gateway.port}/v1/realtime?model=gpt-realtime"

@@ -92,7 +92,6 @@ async def two_turns(gateway: Gateway, wait_for_early: bool) -> list[Any]:
                 )
 
             assert await asyncio.to_thread(wait_until, sent, 60), early_lines(gateway)
-            await asyncio.sleep(0.2)
         await append(conn, rest, 4800)
         events += await until(conn, "conversation.item.input_audio_transcription.completed")
         events += await until(conn, "conversation.item.input_audio_transcription.completed")

@@ -72,6 +72,9 @@ def gateway(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
     models = voice_models(tiny_en_path, tiny_lm_path, tiny_soprano_path, max_tokens=6)
+    # a short answer (the page sets no max_tokens): a few sentences to speak, not the
+    # tiny lm's up to 2048 tokens, each spoken by the TTS worker before it plays
+    models[1]["max_tokens"] = 12
     gw = Gateway(tmp_path_factory.mktemp("talk"), models, api_keys=[KEY])
     yield gw
     gw.stop()

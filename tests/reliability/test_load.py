@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from ..supervisor.live import LiveGateway
+from ..waiting import own_tasks, until
 
 pytestmark = pytest.mark.slow
 
@@ -215,42 +216,49 @@ async def test_kill_9_under_load_fails_fast_and_recovers() -> None:
         async with client(gw) as http:
             await stream_chat(http, MODELS[0], "warm")
             victim = gw.registry.resolve(MODELS[0])
+            other = gw.registry.resolve(MODELS[1])
             pid = victim.pid
             long_prompt = " ".join(f"w{i}" for i in range(300))
-            tasks = [
-                asyncio.create_task(stream_chat(http, MODELS[i % 2], long_prompt))
-                for i in range(40)
-            ]
-            started = time.monotonic()
-            await asyncio.sleep(1.0)  # mid-answer
-            killed_at = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            victims = [t for i, t in enumerate(tasks) if i % 2 == 0]
-            done = await asyncio.wait_for(asyncio.gather(*victims), 30)
-            streamed = failed_before_stream = recovered = 0
-            for out in done:
-                if out.error is not None:
-                    # At once (not after a timeout): mid-answer, an error event then
-                    # [DONE]; sent but not started yet, a plain 503 naming the crash.
-                    assert "SIGKILL" in out.error["message"], out
-                    assert out.seconds - (killed_at - started) < 3, out
-                    if out.status == 200:
-                        assert out.done and out.error["code"] == "worker_crashed", out
-                        streamed += 1
+            async with own_tasks() as tasks:
+                for i in range(40):
+                    tasks.append(asyncio.create_task(stream_chat(http, MODELS[i % 2], long_prompt)))
+                started = time.monotonic()
+                # Mid-answer: the victim holds max_concurrency (8) requests, the rest
+                # wait in the gateway; however long the machine takes to get there.
+                limit = victim.config.max_concurrency
+                await until(
+                    lambda: (victim.inflight, other.inflight) == (limit, limit),
+                    60,
+                    lambda: (victim.inflight, victim.waiting, other.inflight),
+                )
+                killed_at = time.monotonic()
+                os.kill(pid, signal.SIGKILL)
+                victims = [t for i, t in enumerate(tasks) if i % 2 == 0]
+                done = await asyncio.wait_for(asyncio.gather(*victims), 30)
+                streamed = failed_before_stream = recovered = 0
+                for out in done:
+                    if out.error is not None:
+                        # At once (not after a timeout): mid-answer, an error event then
+                        # [DONE]; sent but not started yet, a plain 503 naming the crash.
+                        assert "SIGKILL" in out.error["message"], out
+                        assert out.seconds - (killed_at - started) < 3, out
+                        if out.status == 200:
+                            assert out.done and out.error["code"] == "worker_crashed", out
+                            streamed += 1
+                        else:
+                            assert out.status == 503, out
+                            failed_before_stream += 1
                     else:
-                        assert out.status == 503, out
-                        failed_before_stream += 1
-                else:
-                    # Still queued in the gateway (beyond max_concurrency): it waited
-                    # for the restart and got its whole answer.
-                    assert answered(out, long_prompt), out
-                    recovered += 1
-            # max_concurrency (8) of them were in flight on the worker
-            assert streamed + failed_before_stream >= 8
-            assert streamed + failed_before_stream + recovered == len(victims)
-            # The other model's streams were untouched.
-            others = await asyncio.wait_for(asyncio.gather(*tasks[1::2]), 30)
-            assert all(answered(o, long_prompt) for o in others)
+                        # Still queued in the gateway (beyond max_concurrency): it waited
+                        # for the restart and got its whole answer.
+                        assert answered(out, long_prompt), out
+                        recovered += 1
+                # max_concurrency (8) of them were in flight on the worker
+                assert streamed + failed_before_stream >= limit
+                assert streamed + failed_before_stream + recovered == len(victims)
+                # The other model's streams were untouched.
+                others = await asyncio.wait_for(asyncio.gather(*tasks[1::2]), 30)
+                assert all(answered(o, long_prompt) for o in others)
             # The next request starts a fresh worker.
             again = await stream_chat(http, MODELS[0], "back again")
             assert answered(again, "back again")
@@ -266,17 +274,18 @@ async def test_frozen_worker_is_killed_by_the_hang_watchdog() -> None:
             victim = gw.registry.resolve(MODELS[0])
             pid = victim.pid
             long_prompt = " ".join(f"w{i}" for i in range(300))
-            tasks = [
-                asyncio.create_task(stream_chat(http, MODELS[0], long_prompt)) for _ in range(5)
-            ]
-            await asyncio.sleep(0.5)
-            os.kill(pid, signal.SIGSTOP)
-            frozen_at = time.monotonic()
-            try:
-                done = await asyncio.wait_for(asyncio.gather(*tasks), 15)
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+            async with own_tasks() as tasks:
+                for _ in range(5):
+                    tasks.append(asyncio.create_task(stream_chat(http, MODELS[0], long_prompt)))
+                # busy: all five on the worker
+                await until(lambda: victim.inflight == 5, 60, lambda: victim.inflight)
+                os.kill(pid, signal.SIGSTOP)
+                frozen_at = time.monotonic()
+                try:
+                    done = await asyncio.wait_for(asyncio.gather(*tasks), 15)
+                finally:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
             ended = time.monotonic() - frozen_at
             for out in done:
                 assert out.status == 200 and out.done and out.error is not None, out
@@ -297,50 +306,50 @@ async def test_stuck_step_is_killed_and_its_requests_end_with_a_clear_error() ->
             await stream_chat(http, MODELS[0], "warm")
             victim = gw.registry.resolve(MODELS[0])
             pid = victim.pid
-            long_prompt = " ".join(f"w{i}" for i in range(300))
-            streams = [
-                asyncio.create_task(stream_chat(http, MODELS[0], long_prompt)) for _ in range(3)
-            ]
-            plain = asyncio.create_task(
-                http.post(
-                    "/v1/chat/completions",
-                    json={"model": MODELS[0], "messages": [{"role": "user", "content": "w " * 50}]},
-                )
-            )
-            ollama = asyncio.create_task(
-                http.post(
-                    "/api/chat",
-                    json={"model": MODELS[0], "messages": [{"role": "user", "content": "w " * 80}]},
-                )
-            )
-            await asyncio.sleep(0.3)
-            stuck = asyncio.create_task(stream_chat(http, MODELS[0], "stuck here"))
-            stuck_at = time.monotonic()
-            done = await asyncio.wait_for(asyncio.gather(*streams, stuck), 20)
-            ended = time.monotonic() - stuck_at
-            for out in done:
-                assert out.status == 200 and out.done and out.error is not None, out
-                message = out.error["message"]
-                assert f"model '{MODELS[0]}'" in message and "stuck" in message, message
-                assert "decode of" in message and "step_timeout" in message, message
-            assert ended < 12, ended  # the limit (2 s) + a heartbeat + a check, with slack
-            # A plain answer whose 200 already went out (it waited stream_keepalive
-            # seconds) is computed again on the model's next worker (see
-            # reply/answer.py) and arrives whole; one still before its headers gets
-            # the 503 body.
-            answer = await asyncio.wait_for(plain, 20)
-            if answer.status_code == 200:
-                content = answer.json()["choices"][0]["message"]["content"]
-                assert content == "w " * 50, answer.text
-            else:
-                assert answer.status_code == 503, answer.text
-                assert "stuck" in answer.json()["error"]["message"], answer.text
-            line = (await asyncio.wait_for(ollama, 10)).text.strip().splitlines()[-1]
-            assert "stuck" in json.loads(line)["error"], line
-            status = (await http.get(f"/v1/models/{MODELS[0]}")).json()
-            assert status["stalls"] == 1, status
-            if answer.status_code != 200:  # (a re-run started the model again: no error)
-                assert "stuck" in status["error"], status
+            async with own_tasks() as tasks:
+                long_prompt = " ".join(f"w{i}" for i in range(300))
+                streams = [
+                    asyncio.create_task(stream_chat(http, MODELS[0], long_prompt)) for _ in range(3)
+                ]
+
+                def ask(path: str, content: str) -> asyncio.Task[httpx.Response]:
+                    messages = [{"role": "user", "content": content}]
+                    body = {"model": MODELS[0], "messages": messages}
+                    return asyncio.create_task(http.post(path, json=body))
+
+                plain = ask("/v1/chat/completions", "w " * 50)
+                ollama = ask("/api/chat", "w " * 80)
+                tasks.extend([*streams, plain, ollama])
+                # all five on the worker before the stuck one joins their batch
+                await until(lambda: victim.inflight == 5, 60, lambda: victim.inflight)
+                stuck = asyncio.create_task(stream_chat(http, MODELS[0], "stuck here"))
+                tasks.append(stuck)
+                stuck_at = time.monotonic()
+                done = await asyncio.wait_for(asyncio.gather(*streams, stuck), 20)
+                ended = time.monotonic() - stuck_at
+                for out in done:
+                    assert out.status == 200 and out.done and out.error is not None, out
+                    message = out.error["message"]
+                    assert f"model '{MODELS[0]}'" in message and "stuck" in message, message
+                    assert "decode of" in message and "step_timeout" in message, message
+                assert ended < 12, ended  # the limit (2 s) + a heartbeat + a check, with slack
+                # A plain answer whose 200 already went out (it waited stream_keepalive
+                # seconds) is computed again on the model's next worker (see
+                # reply/answer.py) and arrives whole; one still before its headers gets
+                # the 503 body.
+                answer = await asyncio.wait_for(plain, 20)
+                if answer.status_code == 200:
+                    content = answer.json()["choices"][0]["message"]["content"]
+                    assert content == "w " * 50, answer.text
+                else:
+                    assert answer.status_code == 503, answer.text
+                    assert "stuck" in answer.json()["error"]["message"], answer.text
+                line = (await asyncio.wait_for(ollama, 10)).text.strip().splitlines()[-1]
+                assert "stuck" in json.loads(line)["error"], line
+                status = (await http.get(f"/v1/models/{MODELS[0]}")).json()
+                assert status["stalls"] == 1, status
+                if answer.status_code != 200:  # (a re-run started the model again: no error)
+                    assert "stuck" in status["error"], status
             again = await stream_chat(http, MODELS[0], "back again")
             assert answered(again, "back again")
             assert victim.pid != pid and victim.crashes == 1

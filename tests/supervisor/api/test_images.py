@@ -185,7 +185,7 @@ async def test_url_format_serves_the_file_until_it_expires(
     assert got.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(got.content)).size == (16, 16)
     assert (await http.get(url.replace(".png", ".jpeg"))).status_code == 404
-    await asyncio.sleep(TTL + 0.2)
+    await asyncio.sleep(TTL + 0.2)  # not a wait: past the TTL under test
     gone = await http.get(url)
     assert gone.status_code == 404
     assert gone.json()["error"]["code"] == "image_not_found"

@@ -16,7 +16,8 @@ from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.metrics import Counter, Histogram, escape_label, format_value
 
-from ..fakes import fake_command, fake_config
+from ...waiting import until
+from ..fakes import fake_command, fake_config, worker_output
 
 pytestmark = pytest.mark.slow
 
@@ -118,15 +119,17 @@ async def test_disconnect_and_crash_outcomes(http: httpx.AsyncClient, app: Starl
     # Streamed before the crash: 3 chunks of one token each.
     assert value(got, "mlx_gateway_completion_tokens_total", model=OK) == 3
 
+    handle = app.state.registry.resolve(OK)
+    hanging = sum(line.startswith("hanging ") for line in worker_output(handle))
     task = asyncio.create_task(
         http.post("/v1/chat/completions", json=chat("hang here", stream=True))
     )
-    handle = app.state.registry.resolve(OK)
-    for _ in range(200):
-        if handle.inflight:
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.3)
+    # the worker holds it (not only the gateway)
+    await until(
+        lambda: sum(line.startswith("hanging ") for line in worker_output(handle)) > hanging,
+        30,
+        lambda: worker_output(handle)[-5:],
+    )
     got = samples((await http.get("/metrics")).text)
     assert value(got, "mlx_gateway_model_inflight", model=OK) == 1
     task.cancel()  # the client leaves

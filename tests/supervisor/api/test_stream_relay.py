@@ -176,7 +176,8 @@ class Dripping:
     async def __anext__(self) -> Any:
         if not self._replies:
             raise StopAsyncIteration
-        await asyncio.sleep(max(0.0, self._last + self._gap - asyncio.get_running_loop().time()))
+        gap = self._last + self._gap - asyncio.get_running_loop().time()
+        await asyncio.sleep(max(0.0, gap))  # not a wait: the fake stream's pacing
         return self._hand_out()
 
     def take_ready(self) -> Any | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import logging
 import socket
 import struct
@@ -19,6 +20,7 @@ from wyoming.info import Describe, Info
 from mlx_gateway.supervisor.config.schema import WyomingConfig
 from tests.e2e.gateway import free_port
 from tests.supervisor.live import LiveGateway
+from tests.waiting import until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -33,12 +35,27 @@ def connect(port: int) -> socket.socket:
             time.sleep(0.05)
 
 
+def whole_event_unread(sock: socket.socket) -> bool:
+    """Whether a whole Wyoming event waits unread on ``sock`` (read with MSG_PEEK)."""
+    try:
+        unread = sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    header, newline, rest = unread.partition(b"\n")
+    if not newline:
+        return False
+    fields = json.loads(header)
+    return len(rest) >= fields.get("data_length", 0) + fields.get("payload_length", 0)
+
+
 def reset_with_the_answer_unread(port: int) -> None:
     """Ask (Describe), let the answer arrive, and close without reading it: with
     data unread, closing sends a reset instead of a FIN."""
     with connect(port) as sock:
         sock.sendall(b'{"type": "describe"}\n')
-        time.sleep(0.3)  # the Info is in our receive buffer now
+        # the whole Info is in our receive buffer now (its header line, data and
+        # payload), so the server has written it and waits for the next event
+        until_sync(lambda: whole_event_unread(sock), 10)
         # the server waits for the next event when the reset comes
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
@@ -62,7 +79,13 @@ def test_a_reset_connection_is_quiet(caplog: pytest.LogCaptureFixture) -> None:
     with LiveGateway({"model_path": "fake/ok"}, wyoming=wyoming):
         for _ in range(3):
             reset_with_the_answer_unread(port)
-        time.sleep(0.5)
+        # the server saw the three resets (and ended those connections)
+        ended = ("a Wyoming connection ended", "a Wyoming client left")
+        until_sync(
+            lambda: sum(any(e in r.getMessage() for e in ended) for r in caplog.records) >= 3,
+            10,
+            lambda: [r.getMessage() for r in caplog.records][-5:],
+        )
         gc.collect()  # asyncio reports a never-retrieved exception when the task goes
         assert asyncio.run(describe(port)) is not None  # still serving
     unretrieved = [r for r in caplog.records if "never retrieved" in r.getMessage()]

@@ -81,5 +81,5 @@ def test_nothing_is_logged_for_an_answer_read_to_its_end(
         model=MODEL, messages=[{"role": "user", "content": "say done"}]
     )
     assert reply.choices[0].message.content == "done"
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: a moment in which nothing may be logged
     assert left(caplog) == []

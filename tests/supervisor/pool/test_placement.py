@@ -361,7 +361,8 @@ async def test_a_failed_group_member_in_backoff_does_not_hold_the_group(
     with pytest.raises(ModelUnavailable, match="next attempt in"):
         await run(broken, chat("x"))
     assert not broken.reserved
-    await asyncio.sleep(1.2)  # past the backoff; nobody asks for the broken model
+    # past the backoff; nobody asks for the broken model
+    await asyncio.sleep(1.2)  # not a wait: the backoff under test
     assert (await run(b, chat("b again")))[0] == "b again "
 
 

@@ -204,7 +204,7 @@ def main() -> None:
     elif mode == "load-error":
         print("loading model...", flush=True)
         send(Error(message="download failed: offline", status=503))
-        time.sleep(0.2)
+        time.sleep(0.2)  # not a wait: the fake lingers before it exits
         sys.exit(3)
     elif mode == "die-on-load":
         print("about to die while loading", flush=True)

@@ -43,7 +43,7 @@ def make_server(log_level: str = "INFO") -> MCPServer:
     @server.tool()
     async def hang() -> str:
         """Never answers (in time)."""
-        await asyncio.sleep(3600)
+        await asyncio.sleep(3600)  # not a wait: the tool that never answers
         return "late"
 
     @server.tool()

@@ -87,7 +87,7 @@ async def test_an_idle_server_stops_and_starts_again_on_the_next_use() -> None:
         assert not first.is_error, first.text
         pid = int(first.text)
         assert server.running
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # not a wait: used again within its idle timeout
         assert int((await server.call_tool("pid", {})).text) == pid  # kept while used
         deadline = time.monotonic() + 10
         while server.running and time.monotonic() < deadline:

@@ -48,7 +48,7 @@ class PageServer:
                 if path.startswith("/to/"):
                     return self.send(302, None, b"", {"Location": urllib.parse.unquote(path[4:])})
                 if path.startswith("/slow/"):
-                    time.sleep(server.delay)
+                    time.sleep(server.delay)  # not a wait: the slow server a test asks for
                     path = path[5:]
                 chunked = path.startswith("/chunked/")
                 path = path[8:] if chunked else path

@@ -64,7 +64,7 @@ class SearxServer:
                 parts = urllib.parse.urlsplit(self.path)
                 query = urllib.parse.parse_qs(parts.query)
                 server.queries.append(query)
-                time.sleep(server.delay)
+                time.sleep(server.delay)  # not a wait: the slow server a test asks for
                 if not parts.path.endswith("/search"):
                     return self.send(404, b"not found")
                 if query.get("format") != ["json"]:
@@ -226,7 +226,7 @@ async def test_a_hung_ddgs_is_abandoned_at_the_timeout(monkeypatch: pytest.Monke
     import ddgs
 
     def hang(self: Any, query: str, **kwargs: Any) -> list[dict[str, Any]]:
-        time.sleep(1.5)
+        time.sleep(1.5)  # not a wait: the hung search engine
         return [{"href": "https://late.example.com", "title": "late", "body": ""}]
 
     monkeypatch.setattr(ddgs.DDGS, "text", hang)

@@ -220,7 +220,7 @@ def test_the_step_clock_shows_a_blocked_step_and_counts_finished_ones() -> None:
         first = clock.snapshot()
         assert first.current == "decode of 1 requests"
         assert first.steps == 1  # the request's checks were one step
-        time.sleep(0.3)
+        time.sleep(0.3)  # not a wait: time without progress, what the clock measures
         later = clock.snapshot()
         assert later.current == first.current and later.stalled_for >= 0.3
     finally:
@@ -235,11 +235,11 @@ def test_the_step_clock_shows_a_blocked_step_and_counts_finished_ones() -> None:
 def test_a_reply_inside_a_step_is_progress() -> None:
     clock = StepClock()
     clock.begin("diffusion")
-    time.sleep(0.2)
+    time.sleep(0.2)  # not a wait: the clock measures it
     clock.progressed()
     assert clock.snapshot().stalled_for < 0.2
     clock.end()
     clock.begin("load", measured=False)
-    time.sleep(0.3)
+    time.sleep(0.3)  # not a wait: the clock measures it
     clock.end()
     assert 0.2 <= clock.longest < 0.3  # the load does not count

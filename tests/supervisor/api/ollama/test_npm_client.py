@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.gateway import Gateway
+from tests.fixtures.npm import npm, npm_install
 from tests.supervisor.api.lm_app import OK, hermes_call
 from tests.supervisor.live import LiveGateway
 
@@ -29,33 +30,14 @@ OLLAMA_JS_VERSION = os.environ.get("MLX_GATEWAY_TEST_OLLAMA_JS", "0.6.4")
 SCRIPT = Path(__file__).with_name("js") / "sequence.mjs"
 
 
-def _npm(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: the ollama client comes from the npm registry")
-    try:
-        return subprocess.run(
-            [npm, *args], capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(exc.cmd, 124, "", f"timed out after {timeout} s")
-
-
 @pytest.fixture(scope="module")
 def ollama_js(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the sequence script beside the installed ``ollama`` package."""
-    OLLAMA_JS_DIR.mkdir(parents=True, exist_ok=True)
-    install = _npm(
-        "install",
-        "--prefix",
-        str(OLLAMA_JS_DIR),
-        "--no-audit",
-        "--no-fund",
-        f"ollama@{OLLAMA_JS_VERSION}",
-        timeout=600,
+    install = npm_install(
+        OLLAMA_JS_DIR, f"ollama@{OLLAMA_JS_VERSION}", timeout=600, what="the ollama client"
     )
     if install.returncode != 0:
-        if _npm("ping", timeout=60).returncode != 0:
+        if npm("ping", timeout=60, what="the ollama client").returncode != 0:
             pytest.skip(f"the npm registry is unreachable:\n{install.stderr[-2000:]}")
         raise AssertionError(f"npm install ollama failed:\n{install.stderr}")
     assert (OLLAMA_JS_DIR / "node_modules" / "ollama" / "package.json").exists()
