@@ -126,18 +126,18 @@ async def prepare(
     """``ask`` as a turn of ``model`` ready to start: its server tools made (listed
     from their servers), then the turn's request built and checked. Only the tools in
     the caller's scope exist for it (:func:`check_reach`, :func:`entry_tools`)."""
-    config = state.config.tools
-    runs = [
-        name
-        for name in ("web_search", "web_fetch", "mcp_url", *config.mcp_servers)
-        if caller.may_use(name)
-    ]
-    check_reach(caller, ask.server_tools, runs)
     specs = [*ask.server_tools, *entry_tools(model, ask.server_tools, caller)]
     tools: dict[str, ServerTool] = {}
     maker = None
     rounds = 8
     if specs:
+        config = state.config.tools
+        runs = [
+            name
+            for name in ("web_search", "web_fetch", "mcp_url", *config.mcp_servers)
+            if caller.may_use(name)
+        ]
+        check_reach(caller, ask.server_tools, runs)
         maker = ToolMaker(config, getattr(state, "mcp", None), caller)
         tools = await maker.make(specs, conversation(ask))
         rounds = config.max_rounds

@@ -13,8 +13,10 @@ from starlette.applications import Starlette
 
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, ModelFacts, Started, Usage
 from mlx_gateway.supervisor.api import exception_handlers, routes
+from mlx_gateway.supervisor.api.anthropic.diagnostics import MessageDigests
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.engine.prompt_parts import PromptHistory
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.names import Match, NameIndex
@@ -144,4 +146,7 @@ class FakeRegistry:
 def make_app(*handles: FakeHandle) -> Starlette:
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
     app.state.registry = FakeRegistry(*handles)
+    # what create_app gives every app beside its registry
+    app.state.prompt_history = PromptHistory()
+    app.state.message_digests = MessageDigests()
     return app
