@@ -4,10 +4,15 @@ nothing else is."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from mlx_gateway.supervisor.pool.runtime_dir import PREFIX, SOCKET_NAME, remove_stale
 
@@ -30,6 +35,17 @@ def runtime_dir(root: Path, pid: int, tag: str, *, listening: bool) -> tuple[Pat
     else:
         sock.close()
     return path, sock
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A short folder of its own: a Unix socket's path holds at most 107 bytes, which
+    pytest's folder under a long TMPDIR (and xdist's ``popen-gw0``) can exceed."""
+    short = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    try:
+        yield short
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 def test_only_the_leftovers_of_killed_gateways_go(tmp_path: Path) -> None:
