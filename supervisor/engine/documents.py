@@ -114,10 +114,20 @@ async def expand_documents(
             parts: list[Any] = []
             for part in content:
                 is_document = isinstance(part, dict) and part.get("type") == DOCUMENT_PART
-                parts += next(expansions) if is_document else [part]
+                parts += _after(parts, next(expansions)) if is_document else [part]
             message = {**message, "content": as_text_if_all_text(parts)}
         out.append(message)
     return out
+
+
+def _after(before: list[Any], parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A document's ``parts`` on a line of their own after the text ``before`` them."""
+    last = before[-1] if before else None
+    if not isinstance(last, dict) or last.get("type") != "text" or not parts:
+        return parts
+    if str(last.get("text", "")).endswith("\n") or parts[0].get("type") != "text":
+        return parts
+    return [{**parts[0], "text": "\n" + str(parts[0]["text"])}, *parts[1:]]
 
 
 def as_text_if_all_text(parts: list[Any]) -> str | list[Any]:

@@ -109,14 +109,14 @@ def _document_parts(block: DocumentBlock) -> list[dict[str, Any]]:
         head = f"Document: {block.title}\n" if block.title else ""
         head += f"{block.context}\n" if block.context else ""
         if isinstance(source.content, str):
-            return [{"type": "text", "text": head + source.content}]
+            return [{"type": "text", "text": f"{head}{source.content}\n"}]
         parts: list[dict[str, Any]] = [{"type": "text", "text": head}] if head else []
         for inner in source.content:
             if isinstance(inner, TextBlock):
                 parts.append({"type": "text", "text": inner.text})
             else:
                 parts.append(_image_part(inner))
-        return parts
+        return [*parts, {"type": "text", "text": "\n"}]
     if isinstance(source, PlainTextSource):
         file["text"] = source.data
     elif isinstance(source, Base64Source):
