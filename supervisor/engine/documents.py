@@ -34,6 +34,7 @@ from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, ImageTooLarge, fetch, shown
+from mlx_gateway.supervisor.engine.media_parts import find_parts
 from mlx_gateway.supervisor.engine.pdf import Page, read_pdf
 from mlx_gateway.supervisor.errors import BadRequest
 
@@ -80,14 +81,7 @@ def document_policy(
 
 def document_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Every document part with its field path (``messages[1].content[0]``), in order."""
-    found = []
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if isinstance(content, list):
-            for j, part in enumerate(content):
-                if isinstance(part, dict) and part.get("type") == DOCUMENT_PART:
-                    found.append((f"messages[{i}].content[{j}]", part))
-    return found
+    return find_parts(messages, (DOCUMENT_PART,))
 
 
 async def expand_documents(

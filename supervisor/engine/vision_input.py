@@ -21,6 +21,7 @@ from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.engine.audio_input import attach_audio
 from mlx_gateway.supervisor.engine.documents import as_text_if_all_text
 from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, policy_of, read_image_url
+from mlx_gateway.supervisor.engine.media_parts import find_parts
 from mlx_gateway.supervisor.engine.video_input import VideoPolicy, check_parts_allowed, read_videos
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -67,14 +68,7 @@ class ImageInputs:
 
 def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Every image part with its field path (``messages[1].content[0]``), in order."""
-    found = []
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if isinstance(content, list):
-            for j, part in enumerate(content):
-                if isinstance(part, dict) and part.get("type") == IMAGE_PART:
-                    found.append((f"messages[{i}].content[{j}]", part))
-    return found
+    return find_parts(messages, (IMAGE_PART,))
 
 
 def tool_images_as_notes(

@@ -127,6 +127,17 @@ def _document_parts(block: DocumentBlock) -> list[dict[str, Any]]:
     return [{"type": "file", "file": {k: v for k, v in file.items() if v is not None}}]
 
 
+def _content_parts(block: Any) -> list[dict[str, Any]]:
+    """A text, image or document block as chat parts (no parts for other blocks)."""
+    if isinstance(block, TextBlock):
+        return [{"type": "text", "text": block.text}]
+    if isinstance(block, ImageBlock):
+        return [_image_part(block)]
+    if isinstance(block, DocumentBlock):
+        return _document_parts(block)
+    return []
+
+
 def _result_content(
     block: ToolResultBlock, tools: Mapping[str, Function]
 ) -> str | list[dict[str, Any]]:
@@ -134,14 +145,7 @@ def _result_content(
     order, the loaded tools' definitions after them."""
     if isinstance(block.content, str):
         return block.content
-    parts: list[dict[str, Any]] = []
-    for part in block.content:
-        if isinstance(part, TextBlock):
-            parts.append({"type": "text", "text": part.text})
-        elif isinstance(part, ImageBlock):
-            parts.append(_image_part(part))
-        elif isinstance(part, DocumentBlock):
-            parts += _document_parts(part)
+    parts = [p for part in block.content for p in _content_parts(part)]
     text = "".join(p["text"] for p in parts if p["type"] == "text")
     named = [part.tool_name for part in block.content if isinstance(part, ToolReferenceBlock)]
     known = [tools[name] for name in named if name in tools]
@@ -255,12 +259,8 @@ def to_chat(
                         "content": _result_content(block, tools or {}),
                     }
                 )
-            elif isinstance(block, TextBlock):
-                parts.append({"type": "text", "text": block.text})
-            elif isinstance(block, ImageBlock):
-                parts.append(_image_part(block))
-            elif isinstance(block, DocumentBlock):
-                parts += _document_parts(block)
+            else:
+                parts += _content_parts(block)
         if parts:
             if all(p["type"] == "text" for p in parts):
                 out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
