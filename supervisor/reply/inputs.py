@@ -14,19 +14,23 @@ from starlette.requests import Request
 
 from mlx_gateway.protocol.kinds import IMAGE_INPUT
 from mlx_gateway.supervisor import recorder
-from mlx_gateway.supervisor.engine.audio_input import check_audio_allowed
+from mlx_gateway.supervisor.engine.audio_input import AUDIO_PART, check_audio_allowed
 from mlx_gateway.supervisor.engine.documents import (
+    DOCUMENT_PART,
     document_parts,
     document_policy,
     expand_documents,
 )
 from mlx_gateway.supervisor.engine.kinds import serves
+from mlx_gateway.supervisor.engine.media_parts import find_parts
 from mlx_gateway.supervisor.engine.video_input import (
+    VIDEO_PART_TYPES,
     check_videos_allowed,
     video_parts,
     video_policy,
 )
 from mlx_gateway.supervisor.engine.vision_input import (
+    IMAGE_PART,
     ImageInputs,
     check_images_allowed,
     image_parts,
@@ -39,6 +43,9 @@ from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 logger = logging.getLogger(__name__)
 
+MEDIA_PARTS = (IMAGE_PART, *VIDEO_PART_TYPES, AUDIO_PART, DOCUMENT_PART)
+"""Every part type read here: a text request's messages are walked once for them."""
+
 
 async def prepare_images(
     request: Request, handle: ModelHandle, messages: list[dict[str, Any]]
@@ -46,6 +53,8 @@ async def prepare_images(
     """Check ``messages``' image, video and document parts against ``handle``'s
     model and read them (unless the client leaves first). Without such parts:
     ``messages`` as they are."""
+    if not find_parts(messages, MEDIA_PARTS):
+        return ImageInputs(messages)
     vision = serves(handle, IMAGE_INPUT)
     if not vision:
         messages, left = tool_images_as_notes(messages, handle.name)
