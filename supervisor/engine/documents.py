@@ -232,7 +232,8 @@ async def _bytes(
                     param=param,
                     code="invalid_document",
                 )
-        return _decoded(data, policy.max_bytes, param), media_type, param
+        raw = await asyncio.to_thread(_decoded, data, policy.max_bytes, param)
+        return raw, media_type, param
     if isinstance(url, str) and url:
         param = f"{where}.file.file_url"
         if url.startswith("data:"):
