@@ -80,6 +80,8 @@ class RequestRecord:
     cache_miss: CacheMiss | None = None
     """Where its prompt left the recent prompt it shared the most with (see
     :mod:`.engine.prompt_parts`)."""
+    left_out: int = 0
+    """Images in tool results left out for a text-only model (each a note instead)."""
     outcome: str | None = None
     """How the model's work ended: a finish reason (``stop``, ``length``…),
     ``error`` (failed after it started) or ``client_left``."""
@@ -159,6 +161,13 @@ def note_cache_parts(miss: CacheMiss | None) -> None:
     if record is not None:
         record.cache_checked = True
         record.cache_miss = miss
+
+
+def note_left_out(images: int) -> None:
+    """``images`` tool-result images were left out: the model reads text only."""
+    record = _current.get()
+    if record is not None:
+        record.left_out += images
 
 
 def cache_note(record: RequestRecord) -> str:
@@ -340,7 +349,10 @@ class Recorder:
     def commit(self, record: RequestRecord, route: str, status: int, ended: float) -> None:
         code = str(status)
         if record.cache_checked and record.prompt_tokens:
-            logger.info("%s %s on %s: %s", record.id, route, record.model, cache_note(record))
+            said = cache_note(record)
+            if record.left_out:
+                said += f"; {record.left_out} tool-result image(s) left out (text-only model)"
+            logger.info("%s %s on %s: %s", record.id, route, record.model, said)
         self.http_requests.inc(route, code)
         model = record.model
         if model is None:

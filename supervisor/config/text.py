@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import msgspec
 
 from mlx_gateway.protocol.parsers import REASONING_PARSER_NAMES, TOOL_PARSER_NAMES
-from mlx_gateway.supervisor.config.entry import ModelConfig, Positive
+from mlx_gateway.supervisor.config.entry import ModelConfig, Positive, PositiveMiB
 
 if TYPE_CHECKING:
     from mlx_gateway.supervisor.config.context import _Ctx
@@ -73,6 +73,11 @@ class TextModelConfig(ModelConfig, kw_only=True):
     (``max_completion_tokens``, ``max_output_tokens``, ``num_predict``) runs with
     the budget cut to what the context has left (``clamp``), or is the 400
     ``context_length_exceeded`` (``error``, OpenAI's way)."""
+    max_document_mb: PositiveMiB = 32.0
+    """Largest document file of a request (a PDF or text file: a ``data:`` URL's or
+    base64 bytes, a fetched file), in MiB → else 400 ``document_too_large``."""
+    max_document_pages: Positive = 100
+    """Most pages of one PDF → else 400 ``document_too_long``."""
 
     def check(self, ctx: _Ctx, here: _KeyPath) -> None:
         from mlx_gateway.supervisor.config.paths import existing_file

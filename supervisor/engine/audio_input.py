@@ -16,6 +16,7 @@ from typing import Any
 
 from mlx_gateway.protocol.kinds import IMAGE_INPUT
 from mlx_gateway.supervisor.engine.kinds import serves
+from mlx_gateway.supervisor.engine.media_parts import find_parts
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -24,14 +25,7 @@ AUDIO_PART = "input_audio"
 
 def audio_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Every audio part with its field path (``messages[1].content[0]``), in order."""
-    found = []
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if isinstance(content, list):
-            for j, part in enumerate(content):
-                if isinstance(part, dict) and part.get("type") == AUDIO_PART:
-                    found.append((f"messages[{i}].content[{j}]", part))
-    return found
+    return find_parts(messages, (AUDIO_PART,))
 
 
 def check_audio_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> None:

@@ -109,9 +109,29 @@ class VideoPart(Struct, tag="video", tag_field="type"):
     video: VideoRef
 
 
+class FileObject(Struct):
+    filename: str | None = None
+    file_data: str | None = None
+    """The file: a ``data:`` URL (``data:application/pdf;base64,…``) or bare base64."""
+    file_id: str | None = None
+    """Refused: the gateway has no Files API."""
+
+
+class FilePart(Struct, tag="file", tag_field="type"):
+    """A content part ``{"type": "file", "file": {"filename", "file_data"}}``: a PDF or
+    text document (read as text, or as page images for models of model_type vlm)."""
+
+    file: FileObject
+
+
 UserContent = (
-    str | list[TextPart | ImagePart | InputAudioPart | VideoURLPart | InputVideoPart | VideoPart]
+    str
+    | list[
+        TextPart | ImagePart | InputAudioPart | VideoURLPart | InputVideoPart | VideoPart | FilePart
+    ]
 )
+ToolContent = str | list[TextPart | ImagePart | FilePart]
+"""A tool's result: text, and the images (a screenshot) and documents it returned."""
 
 
 class FunctionCall(Struct):
@@ -157,7 +177,7 @@ class AssistantMessage(ChatMessage, tag="assistant"):
 
 
 class ToolMessage(ChatMessage, tag="tool"):
-    content: Content
+    content: ToolContent
     tool_call_id: str
 
 

@@ -29,6 +29,7 @@ from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, ImageTooLarge, fetch, shown
 from mlx_gateway.supervisor.engine.kinds import serves
+from mlx_gateway.supervisor.engine.media_parts import find_parts
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -65,14 +66,7 @@ def video_policy(config: ModelConfig, server: ServerConfig) -> VideoPolicy:
 
 def video_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Every video part with its field path (``messages[1].content[0]``), in order."""
-    found = []
-    for i, message in enumerate(messages):
-        content = message.get("content")
-        if isinstance(content, list):
-            for j, part in enumerate(content):
-                if isinstance(part, dict) and part.get("type") in VIDEO_PART_TYPES:
-                    found.append((f"messages[{i}].content[{j}]", part))
-    return found
+    return find_parts(messages, VIDEO_PART_TYPES)
 
 
 def video_url(part: dict[str, Any], where: str) -> tuple[str, str]:

@@ -19,7 +19,9 @@ from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
 from mlx_gateway.supervisor.engine.audio_input import attach_audio
+from mlx_gateway.supervisor.engine.documents import as_text_if_all_text
 from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, policy_of, read_image_url
+from mlx_gateway.supervisor.engine.media_parts import find_parts
 from mlx_gateway.supervisor.engine.video_input import VideoPolicy, check_parts_allowed, read_videos
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -66,14 +68,37 @@ class ImageInputs:
 
 def image_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Every image part with its field path (``messages[1].content[0]``), in order."""
-    found = []
-    for i, message in enumerate(messages):
+    return find_parts(messages, (IMAGE_PART,))
+
+
+def tool_images_as_notes(
+    messages: list[dict[str, Any]], model: str
+) -> tuple[list[dict[str, Any]], int]:
+    """For a text-only model: each image part of a ``tool`` message (a screenshot a
+    tool returned) replaced by a one-line text saying it was left out, and how many
+    were. A tool's image is the agent's, not the user's: refusing it would end the
+    agent's session, dropping it silently would leave the model guessing."""
+    left = 0
+    out = []
+    for message in messages:
         content = message.get("content")
-        if isinstance(content, list):
-            for j, part in enumerate(content):
+        if message.get("role") == "tool" and isinstance(content, list):
+            parts = []
+            before = left
+            for part in content:
                 if isinstance(part, dict) and part.get("type") == IMAGE_PART:
-                    found.append((f"messages[{i}].content[{j}]", part))
-    return found
+                    left += 1
+                    part = {"type": "text", "text": left_out_note(model)}
+                parts.append(part)
+            if left > before:
+                message = {**message, "content": as_text_if_all_text(parts)}
+        out.append(message)
+    return out, left
+
+
+def left_out_note(model: str) -> str:
+    """What a text-only model reads where a tool result's image was."""
+    return f"\n[An image was left out here: the model '{model}' reads text only.]\n"
 
 
 def check_images_allowed(handle: ModelHandle, messages: list[dict[str, Any]]) -> None:

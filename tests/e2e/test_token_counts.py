@@ -228,3 +228,32 @@ async def test_bad_requests(http: httpx.AsyncClient, path: str, body: Any, param
     assert r.status_code in (400, 404), r.text
     error = r.json()["error"]
     assert (error["param"] or "").startswith(param), error
+
+
+async def test_a_pdf_counts_as_the_text_the_model_reads(http: httpx.AsyncClient) -> None:
+    """A PDF document on the tiny llama: counted (``count_tokens``) as its pages' text
+    as pypdf extracts it, with the page markers, to the token; and the message's
+    usage says the same."""
+    from tests.fixtures.pdfs import b64, extracted, text_pdf
+
+    pdf = text_pdf("The quarterly numbers rose by a tenth", "Costs fell sharply in May")
+    marked = "".join(f"--- Page {n} ---\n{text}\n" for n, text in enumerate(extracted(pdf), 1))
+    source = {"type": "base64", "media_type": "application/pdf", "data": b64(pdf)}
+    document = [{"type": "document", "source": source}]
+
+    async def counted(content: Any) -> int:
+        body = {"model": LM, "messages": [{"role": "user", "content": content}]}
+        r = await http.post("/v1/messages/count_tokens", json=body)
+        assert r.status_code == 200, r.text
+        return int(r.json()["input_tokens"])
+
+    as_document = await counted(document)
+    assert as_document == await counted(marked)
+    body = {"model": LM, "max_tokens": 1, "messages": [{"role": "user", "content": document}]}
+    r = await http.post("/v1/messages", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["input_tokens"] == as_document
+    plain_text = "\n".join(extracted(pdf))
+    plain = await counted(plain_text)
+    markers = await counted("--- Page 1 ---\n--- Page 2 ---\n" + plain_text) - plain
+    assert abs(as_document - markers - plain) <= 0.1 * plain  # page markers aside

@@ -11,7 +11,11 @@
 * a user message's ``tool_result`` blocks become ``tool`` messages (before the rest
   of that message, as Anthropic requires results to come first); its text and
   images become a user message (images as ``image_url`` parts with a ``data:`` or
-  http(s) URL, for vision models);
+  http(s) URL, for vision models); ``document`` blocks become ``file`` parts (read
+  by :mod:`..engine.documents`: a PDF's text, or its pages as images for a vision
+  model), ``content`` documents their blocks in place. A tool result with images or
+  documents keeps them in its tool message, where they stand (a text-only model
+  reads a note for each image);
 * an assistant message's ``tool_use`` blocks become ``tool_calls`` (arguments as
   JSON text), its ``thinking`` blocks ``reasoning_content``;
 * tools with ``defer_loading`` are not the model's functions but what a tool
@@ -39,10 +43,13 @@ from mlx_gateway.supervisor.api.anthropic.schemas import (
     AnthropicMessage,
     AnthropicTool,
     Base64Source,
+    ContentSource,
+    DocumentBlock,
     ImageBlock,
     McpServerDefinition,
     McpToolResultBlock,
     McpToolUseBlock,
+    PlainTextSource,
     ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
@@ -93,18 +100,63 @@ def _image_part(block: ImageBlock) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
 
 
-def _result_text(block: ToolResultBlock, tools: Mapping[str, Function]) -> str:
+def _document_parts(block: DocumentBlock) -> list[dict[str, Any]]:
+    """A ``document`` block as chat parts: a ``file`` part (read before the turn, see
+    :mod:`..engine.documents`), or a ``content`` document's own blocks in place."""
+    source = block.source
+    file: dict[str, Any] = {"title": block.title, "context": block.context}
+    if isinstance(source, ContentSource):
+        head = f"Document: {block.title}\n" if block.title else ""
+        head += f"{block.context}\n" if block.context else ""
+        if isinstance(source.content, str):
+            return [{"type": "text", "text": f"{head}{source.content}\n"}]
+        parts: list[dict[str, Any]] = [{"type": "text", "text": head}] if head else []
+        for inner in source.content:
+            if isinstance(inner, TextBlock):
+                parts.append({"type": "text", "text": inner.text})
+            else:
+                parts.append(_image_part(inner))
+        return [*parts, {"type": "text", "text": "\n"}]
+    if isinstance(source, PlainTextSource):
+        file["text"] = source.data
+    elif isinstance(source, Base64Source):
+        file["file_data"] = f"data:{source.media_type};base64,{source.data}"
+        file["media_type"] = source.media_type
+    else:
+        file["file_url"] = source.url
+    return [{"type": "file", "file": {k: v for k, v in file.items() if v is not None}}]
+
+
+def _content_parts(block: Any) -> list[dict[str, Any]]:
+    """A text, image or document block as chat parts (no parts for other blocks)."""
+    if isinstance(block, TextBlock):
+        return [{"type": "text", "text": block.text}]
+    if isinstance(block, ImageBlock):
+        return [_image_part(block)]
+    if isinstance(block, DocumentBlock):
+        return _document_parts(block)
+    return []
+
+
+def _result_content(
+    block: ToolResultBlock, tools: Mapping[str, Function]
+) -> str | list[dict[str, Any]]:
+    """A tool result's content: its text, or (with images or documents) its parts in
+    order, the loaded tools' definitions after them."""
     if isinstance(block.content, str):
         return block.content
-    # Images in a tool result have no place in a tool message: only its text goes on.
-    text = "".join(part.text for part in block.content if isinstance(part, TextBlock))
+    parts = [p for part in block.content for p in _content_parts(part)]
+    text = "".join(p["text"] for p in parts if p["type"] == "text")
     named = [part.tool_name for part in block.content if isinstance(part, ToolReferenceBlock)]
     known = [tools[name] for name in named if name in tools]
     unknown = [name for name in named if name not in tools]
     for loaded in (_functions_text(known), _unknown_text(unknown)):
         if loaded:
-            text += f"{chr(10) if text else ''}{loaded}"
-    return text
+            parts.append({"type": "text", "text": f"{chr(10) if text else ''}{loaded}"})
+            text += parts[-1]["text"]
+    if all(p["type"] == "text" for p in parts):
+        return text
+    return parts
 
 
 def _functions_text(found: list[Function]) -> str:
@@ -204,13 +256,11 @@ def to_chat(
                     {
                         "role": "tool",
                         "tool_call_id": block.tool_use_id,
-                        "content": _result_text(block, tools or {}),
+                        "content": _result_content(block, tools or {}),
                     }
                 )
-            elif isinstance(block, TextBlock):
-                parts.append({"type": "text", "text": block.text})
-            elif isinstance(block, ImageBlock):
-                parts.append(_image_part(block))
+            else:
+                parts += _content_parts(block)
         if parts:
             if all(p["type"] == "text" for p in parts):
                 out.append({"role": "user", "content": "".join(p["text"] for p in parts)})

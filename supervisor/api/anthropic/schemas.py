@@ -38,6 +38,29 @@ class ImageBlock(Struct, tag="image", tag_field="type"):
     source: Base64Source | URLSource
 
 
+class PlainTextSource(Struct, tag="text", tag_field="type"):
+    """A document sent as text (``media_type`` ``text/plain``)."""
+
+    data: str
+    media_type: str = "text/plain"
+
+
+class ContentSource(Struct, tag="content", tag_field="type"):
+    """A document made of content blocks (text and images)."""
+
+    content: str | list[TextBlock | ImageBlock]
+
+
+class DocumentBlock(Struct, tag="document", tag_field="type"):
+    """A document: a PDF or plain text (``base64``), text, content blocks, or a URL
+    the gateway fetches. ``citations`` is accepted; answers carry no citations."""
+
+    source: Base64Source | PlainTextSource | ContentSource | URLSource
+    title: str | None = None
+    context: str | None = None
+    citations: Any = None
+
+
 class ToolUseBlock(Struct, tag="tool_use", tag_field="type"):
     id: str
     name: str
@@ -52,7 +75,7 @@ class ToolReferenceBlock(Struct, tag="tool_reference", tag_field="type"):
 
 class ToolResultBlock(Struct, tag="tool_result", tag_field="type"):
     tool_use_id: str
-    content: str | list[TextBlock | ImageBlock | ToolReferenceBlock] = ""
+    content: str | list[TextBlock | ImageBlock | DocumentBlock | ToolReferenceBlock] = ""
     is_error: bool = False
 
 
@@ -106,6 +129,7 @@ class McpToolResultBlock(Struct, tag="mcp_tool_result", tag_field="type"):
 Block = (
     TextBlock
     | ImageBlock
+    | DocumentBlock
     | ToolUseBlock
     | ToolResultBlock
     | ThinkingBlock

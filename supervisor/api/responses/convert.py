@@ -3,8 +3,10 @@
 Input items become chat-completions messages: ``function_call`` items join the
 assistant message before them as ``tool_calls`` (a call in a namespace under the
 flat name the model saw, see :mod:`.tools`), ``function_call_output`` items
-become ``tool`` messages, reasoning items are dropped (templates re-render
-thinking from scratch, and most drop earlier turns' thinking anyway). A stored
+become ``tool`` messages (their images and ``input_file`` parts kept in place),
+``input_file`` parts ``file`` parts (:mod:`..engine.documents`), reasoning items
+are dropped (templates re-render thinking from scratch, and most drop earlier
+turns' thinking anyway). A stored
 response's output goes through the same conversion, so ``previous_response_id``
 continues a conversation exactly as if the client had sent all of it again.
 """
@@ -21,6 +23,7 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     ContentPart,
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputFile,
     InputImage,
     InputItem,
     InputText,
@@ -64,6 +67,14 @@ def _parts(parts: str | list[ContentPart], where: str) -> str | list[dict[str, A
                         code="invalid_video_url",
                     )
                 out.append({"type": "video_url", "video_url": {"url": url}})
+            case InputFile():
+                file = {
+                    "file_data": part.file_data,
+                    "file_url": part.file_url,
+                    "filename": part.filename,
+                    "file_id": part.file_id,
+                }
+                out.append({"type": "file", "file": {k: v for k, v in file.items() if v}})
             case InputImage():
                 raise BadRequest(
                     "Images by 'file_id' are not supported; send 'image_url' (a data: URL or "
@@ -94,11 +105,9 @@ def to_chat(items: list[InputItem], where: str = "input") -> list[dict[str, Any]
                 else:
                     messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
             case FunctionCallOutputItem(call_id=call_id, output=output):
+                # text, or its parts in order: images and files stay where they stand
                 parts = _parts(output, f"{where}[{i}].output")
-                text = (
-                    parts if isinstance(parts, str) else "".join(p.get("text", "") for p in parts)
-                )
-                messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": parts})
             case ServerToolItem(type="mcp_call" | "web_search_call"):
                 messages += _server_call(item, i)
             case ServerToolItem(type="tool_search_call"):

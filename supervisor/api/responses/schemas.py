@@ -165,11 +165,21 @@ class InputVideo(Struct, tag="input_video", tag_field="type"):
     video: str | VideoURLObject | None = None
 
 
+class InputFile(Struct, tag="input_file", tag_field="type"):
+    """A document (PDF or text): ``file_data`` (a data: URL or base64) with its
+    ``filename``, or ``file_url`` (fetched); ``file_id`` is refused (no Files API)."""
+
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+    file_id: str | None = None
+
+
 class Refusal(Struct, tag="refusal", tag_field="type"):
     refusal: str
 
 
-ContentPart = InputText | OutputText | InputImage | InputVideo | Refusal
+ContentPart = InputText | OutputText | InputImage | InputVideo | InputFile | Refusal
 
 
 class MessageItem(Struct, kw_only=True):

@@ -199,7 +199,7 @@ async def test_errors_are_anthropic_shaped(
         )
     assert "does not accept images" in str(bad.value)
 
-    unsupported = {"type": "document", "source": {"type": "text", "data": "x"}}
+    unsupported = {"type": "container_upload", "file_id": "file_1"}  # documents are read now
     r = await http.post(
         "/v1/messages",
         json={

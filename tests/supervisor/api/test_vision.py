@@ -325,3 +325,44 @@ async def test_input_audio_to_an_omni_model(sdk: openai.AsyncOpenAI) -> None:
     chunks = [chunk async for chunk in stream]
     usage = chunks[-1].usage
     assert usage is not None and usage.prompt_tokens > tone.usage.prompt_tokens
+
+
+async def test_a_tool_results_image_is_seen_in_the_tools_turn(sdk: openai.AsyncOpenAI) -> None:
+    """A screenshot a tool returned reaches the real worker through Qwen2-VL's chat
+    template as an image of the tool's turn: its image tokens count."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}
+
+    def conversation(result: Any) -> list[Any]:
+        return [
+            {"role": "user", "content": "take a screenshot"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": result},
+        ]
+
+    image = {"type": "image_url", "image_url": {"url": data_url(picture((112, 56)))}}
+    seen = await describe(sdk, conversation([{"type": "text", "text": "the screen"}, image]))
+    plain = await describe(sdk, conversation("the screen"))
+    assert seen.usage is not None and plain.usage is not None
+    assert seen.usage.prompt_tokens == plain.usage.prompt_tokens + 8 + 2  # 4x2 image tokens
+
+
+async def test_a_pdfs_pages_reach_the_worker_as_images(sdk: openai.AsyncOpenAI) -> None:
+    """A PDF for a vision model: each page rendered, its text beside it: the prompt
+    the page's picture and its text sent as parts would be, to the token."""
+    from mlx_gateway.supervisor.engine.pdf import read_pdf
+    from tests.fixtures.pdfs import b64, text_pdf
+
+    data = text_pdf("Hello page one")
+    pdf = {"type": "file", "file": {"file_data": b64(data)}}
+    read = await describe(sdk, [{"role": "user", "content": [pdf]}])
+    (page,) = read_pdf(data, render=True, max_pages=1, param="test")
+    assert page.png is not None and page.text == "Hello page one"
+    parts = [
+        {"type": "image_url", "image_url": {"url": data_url(page.png)}},
+        {"type": "text", "text": "--- Page 1 ---\nHello page one\n"},
+    ]
+    sent = await describe(sdk, [{"role": "user", "content": parts}])
+    text = await describe(sdk, [{"role": "user", "content": parts[1:]}])
+    assert read.usage is not None and sent.usage is not None and text.usage is not None
+    assert read.usage.prompt_tokens == sent.usage.prompt_tokens > text.usage.prompt_tokens + 10
+    assert read.choices[0].message.content == sent.choices[0].message.content

@@ -48,7 +48,11 @@ Per request, the last message's text (or the prompt) decides:
 * ``repeat <text>`` as the first message: every request of that conversation is
   ``<text>`` (a tool loop whose model calls a tool in every round).
 * ``tools``: says the names of the tools its chat template gets (``a b …``).
-* ``results``: says the text of the request's tool messages, word by word.
+* ``results``: says the text of the request's tool messages, word by word (text
+  parts of a list, each other part as ``<type>``).
+* ``media``: says the parts of the messages that have a list of them, as
+  ``<role>:<type>``, then ``frames=<n>`` and ``png=<n>`` (payload frames, and those
+  that are PNG files): what a vision worker would decode.
 * ``priority``: says the request's priority (``interactive`` or ``batch``).
 * ``script <a> ;; <b> ;; …`` as the first message, or as the last line of the first
   user message (after a client's own preamble, as Claude Code's system reminder): a
@@ -162,6 +166,17 @@ def text_of(msg: Generate) -> str:
     return msg.prompt or ""
 
 
+def _said(content: Any) -> str:
+    """A message's text: a list's text parts, each other part as ``<type>``."""
+    if not isinstance(content, list):
+        return str(content)
+    return " ".join(
+        str(p.get("text", "")) if p.get("type") == "text" else f"<{p.get('type')}>"
+        for p in content
+        if isinstance(p, dict)
+    )
+
+
 def overflow_error(request: Generate, text: str) -> Error:
     words = text.split()
     limit = int(words[1])
@@ -246,7 +261,7 @@ def main() -> None:
             return
         if sock.poll(int(STEP * 1000)):
             try:
-                request, _ = unpack_request(sock.recv_multipart())
+                request, frames = unpack_request(sock.recv_multipart())
             except Exception as exc:
                 print(f"malformed message ignored: {exc}", flush=True)
                 continue
@@ -323,8 +338,17 @@ def main() -> None:
                             word
                             for m in request.messages or []
                             if m.get("role") == "tool"
-                            for word in str(m.get("content", "")).split()
+                            for word in _said(m.get("content", "")).split()
                         ]
+                    if behaviour == "media":
+                        item.words = [
+                            f"{m.get('role')}:{part.get('type')}"
+                            for m in request.messages or []
+                            if isinstance(m.get("content"), list)
+                            for part in m["content"]
+                        ]
+                        pngs = sum(1 for f in frames if bytes(f).startswith(b"\x89PNG"))
+                        item.words += [f"frames={len(frames)}", f"png={pngs}"]
                     if behaviour == "say":
                         rest = text.split("say", 1)[1].lstrip()
                         if request.parse_tools:
