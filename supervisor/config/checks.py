@@ -74,8 +74,8 @@ def _check_keys(ctx: _Ctx, config: GatewayConfig) -> None:
                 "its own key (the key is how the gateway knows who calls)",
             )
         owners[app.key] = f"server.keys[{j}] ({app.name!r})"
-        _warn_unmatched(ctx, j, app.name, app.models or [], config)
-        _warn_unknown_tools(ctx, j, app.name, app.tools or [], config)
+        _warn_unmatched(ctx, j, app.name, "models", app.models or [], config)
+        _warn_unmatched(ctx, j, app.name, "tools", app.tools or [], config)
     wyoming = server.wyoming
     if wyoming is not None and wyoming.key is not None and wyoming.key not in names:
         listed = ", ".join(names) or "none"
@@ -87,43 +87,24 @@ def _check_keys(ctx: _Ctx, config: GatewayConfig) -> None:
 
 
 def _warn_unmatched(
-    ctx: _Ctx, j: int, name: str, patterns: list[str], config: GatewayConfig
+    ctx: _Ctx, j: int, name: str, field: str, patterns: list[str], config: GatewayConfig
 ) -> None:
-    """A scope entry that matches no model of the file is most likely a typo; it is
-    no error, since models pulled later (``/api/pull``) may match it."""
-    names = [alias for model in config.models for alias in model.names]
-    for k, pattern in enumerate(patterns):
-        if not in_scope([pattern], tuple(names)):
-            path: _KeyPath = ("server", "keys", j, "models", k)
-            pos = ctx.positions.get(path)
-            log.warning(
-                "%s%s: app %r: %r matches no model of this file (yet); the app cannot use "
-                "it until one is added",
-                _display(path),
-                ctx.where(pos),
-                name,
-                pattern,
-            )
-
-
-def _warn_unknown_tools(
-    ctx: _Ctx, j: int, name: str, patterns: list[str], config: GatewayConfig
-) -> None:
-    """A ``tools`` entry that names no tool the gateway runs is most likely a typo."""
-    known = (*config.tools.mcp_servers, *BUILTIN_TOOLS)
+    """A scope entry (``models`` or ``tools`` of an app) that matches nothing of the
+    file is most likely a typo; it is no error (models pulled later, ``/api/pull``,
+    may match it)."""
+    if field == "models":
+        known = tuple(alias for model in config.models for alias in model.names)
+        what = "matches no model of this file (yet); the app cannot use it until one is added"
+    else:
+        known = (*config.tools.mcp_servers, *BUILTIN_TOOLS)
+        what = (
+            f"names no tool of this gateway (its tools: {', '.join(known)}); the app cannot use it"
+        )
     for k, pattern in enumerate(patterns):
         if not in_scope([pattern], known):
-            path: _KeyPath = ("server", "keys", j, "tools", k)
-            pos = ctx.positions.get(path)
-            log.warning(
-                "%s%s: app %r: %r names no tool of this gateway (its tools: %s); the app "
-                "cannot use it",
-                _display(path),
-                ctx.where(pos),
-                name,
-                pattern,
-                ", ".join(known),
-            )
+            path: _KeyPath = ("server", "keys", j, field, k)
+            where = ctx.where(ctx.positions.get(path))
+            log.warning("%s%s: app %r: %r %s", _display(path), where, name, pattern, what)
 
 
 def _check_wyoming(ctx: _Ctx, config: GatewayConfig) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import openai
@@ -29,3 +30,29 @@ def strict_sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
         max_retries=0,
         _strict_response_validation=True,
     )
+
+
+async def realtime_text_turn(url: str, model: str, text: str, api_key: str = "unused") -> Any:
+    """One text turn of a Realtime session through the SDK's realtime client (no turn
+    detection, text out): the ``response`` of its ``response.done``."""
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=api_key)
+    async with client.realtime.connect(model=model) as conn:
+        await conn.session.update(
+            session={
+                "type": "realtime",
+                "output_modalities": ["text"],
+                "audio": {"input": {"turn_detection": None}},
+            }
+        )
+        await conn.conversation.item.create(
+            item={
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text}],
+            }
+        )
+        await conn.response.create()
+        async for event in conn:
+            if event.type == "response.done":
+                return event.response
+    raise AssertionError("the session ended before response.done")

@@ -24,7 +24,7 @@ from mlx_gateway.supervisor.config.tools import McpServerConfig, ToolsConfig
 from ..fakes import fake_command, fake_config
 from ..live import LiveGateway
 from ..tools.servers import http_server
-from .clients import asgi_client, strict_sdk
+from .clients import asgi_client, realtime_text_turn, strict_sdk
 from .lm_app import OK, hermes_call
 from .test_anthropic_api import client_for
 
@@ -201,27 +201,7 @@ async def test_a_realtime_session_runs_an_entrys_server_tools() -> None:
     config = fake_config({"model_path": TOOLED, "server_tools": ["time"], **parsers})
     config.tools = ToolsConfig(mcp_servers={"time": McpServerConfig(command=TIME_SERVER)})
     with LiveGateway(config=config) as gateway:
-        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused")
-        async with client.realtime.connect(model=TOOLED) as conn:
-            await conn.session.update(
-                session={
-                    "type": "realtime",
-                    "output_modalities": ["text"],
-                    "audio": {"input": {"turn_detection": None}},
-                }
-            )
-            await conn.conversation.item.create(
-                item={
-                    "type": "message",
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": f"say {now_call('UTC')}"}],
-                }
-            )
-            await conn.response.create()
-            async for event in conn:
-                if event.type == "response.done":
-                    done = event.response
-                    break
+        done = await realtime_text_turn(gateway.url, TOOLED, f"say {now_call('UTC')}")
     assert done.status == "completed", done
     texts = [part.text for item in done.output for part in item.content or [] if part.text]
     # the second round echoes the time server's answer (the call itself has no datetime)

@@ -23,6 +23,7 @@ from mlx_gateway.supervisor.config.tools import McpServerConfig, ToolsConfig
 
 from ..fakes import fake_command, fake_config
 from ..live import LiveGateway
+from .clients import realtime_text_turn
 from .lm_app import OK
 from .test_mcp_tools import TIME_SERVER, TOOLED, mcp_tool, now_call
 
@@ -144,27 +145,7 @@ async def test_a_realtime_session_obeys_its_apps_scope() -> None:
     )
     config.tools = ToolsConfig(mcp_servers={"time": McpServerConfig(command=TIME_SERVER)})
     with LiveGateway(config=config) as gateway:
-        client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=GUEST)
-        async with client.realtime.connect(model=TOOLED) as conn:
-            await conn.session.update(
-                session={
-                    "type": "realtime",
-                    "output_modalities": ["text"],
-                    "audio": {"input": {"turn_detection": None}},
-                }
-            )
-            await conn.conversation.item.create(
-                item={
-                    "type": "message",
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": f"say {now_call('UTC')}"}],
-                }
-            )
-            await conn.response.create()
-            async for event in conn:
-                if event.type == "response.done":
-                    done = event.response
-                    break
+        done = await realtime_text_turn(gateway.url, TOOLED, f"say {now_call('UTC')}", GUEST)
     assert done.status == "completed", done
     texts = [part.text for item in done.output for part in item.content or [] if part.text]
     assert not any("datetime" in text for text in texts), done  # the server never ran

@@ -21,6 +21,7 @@ import pytest
 
 from mlx_gateway.supervisor.cli import main
 
+from ..api.clients import realtime_text_turn
 from ..live import LiveGateway
 
 pytestmark = pytest.mark.slow
@@ -180,26 +181,7 @@ def test_a_realtime_response_and_a_tool_loop_are_counted_as_their_clients_were_t
     call += "</tool_call>"
 
     async def realtime(url: str) -> Any:
-        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused")
-        async with client.realtime.connect(model=MODEL) as conn:
-            await conn.session.update(
-                session={
-                    "type": "realtime",
-                    "output_modalities": ["text"],
-                    "audio": {"input": {"turn_detection": None}},
-                }
-            )
-            await conn.conversation.item.create(
-                item={
-                    "type": "message",
-                    "role": "user",
-                    "content": [{"type": "input_text", "text": "say hello realtime"}],
-                }
-            )
-            await conn.response.create()
-            async for event in conn:
-                if event.type == "response.done":
-                    return event.response.usage
+        return (await realtime_text_turn(url, MODEL, "say hello realtime")).usage
 
     with LiveGateway(config=config) as gw:
         said = asyncio.run(realtime(gw.url))
