@@ -21,7 +21,6 @@ from mlx_gateway.supervisor.engine.ask import (
 from mlx_gateway.supervisor.engine.server_tools import ServerTool, ServerToolSpec
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest
 from mlx_gateway.supervisor.engine.vision_input import ImageInputs
-from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.reply.server_tools import ToolMaker
 from mlx_gateway.supervisor.reply.tool_loop import ToolLoop
@@ -63,21 +62,6 @@ _NARROWED: set[tuple[str, str]] = set()
 """The (app, model) pairs whose narrowed ``server_tools`` were logged (once each)."""
 
 
-def scope_name(spec: ServerToolSpec) -> str | None:
-    """What a key's ``tools`` calls the tool ``spec`` asks for (``None``: a tool
-    search, which runs nothing but the request's own tools)."""
-    if spec.kind == "mcp":
-        return "mcp_url" if spec.server_url is not None else spec.name
-    if spec.kind == "tool_search":
-        return None
-    return spec.kind
-
-
-def in_reach(caller: Caller, spec: ServerToolSpec) -> bool:
-    name = scope_name(spec)
-    return name is None or caller.may_use(name)
-
-
 def entry_tools(
     model: TextModel, asked: list[ServerToolSpec], caller: Caller = ANONYMOUS
 ) -> list[ServerToolSpec]:
@@ -99,22 +83,6 @@ def entry_tools(
     return [ServerToolSpec("mcp", type="mcp", name=label) for label in kept]
 
 
-def check_reach(caller: Caller, asked: list[ServerToolSpec], runs: list[str]) -> None:
-    """A 400 for a tool the request names outside the caller's ``tools``, worded as
-    for a tool the gateway does not run (``runs``: the ones it runs for this caller).
-    An MCP server named by label is refused by the tool maker, as an unknown label."""
-    for spec in asked:
-        if spec.kind == "mcp" and spec.server_url is None:
-            continue
-        if not in_reach(caller, spec):
-            what = "an MCP server named by its URL" if spec.kind == "mcp" else f"'{spec.type}'"
-            raise BadRequest(
-                f"tools: {what} is a tool this gateway does not run (it runs: "
-                f"{', '.join(runs) or 'no server tools'}).",
-                param="tools",
-            )
-
-
 async def prepare(
     state: Any,
     model: TextModel,
@@ -125,19 +93,13 @@ async def prepare(
 ) -> Opening:
     """``ask`` as a turn of ``model`` ready to start: its server tools made (listed
     from their servers), then the turn's request built and checked. Only the tools in
-    the caller's scope exist for it (:func:`check_reach`, :func:`entry_tools`)."""
+    the caller's scope exist for it (:func:`entry_tools`, :class:`ToolMaker`)."""
     specs = [*ask.server_tools, *entry_tools(model, ask.server_tools, caller)]
     tools: dict[str, ServerTool] = {}
     maker = None
     rounds = 8
     if specs:
         config = state.config.tools
-        runs = [
-            name
-            for name in ("web_search", "web_fetch", "mcp_url", *config.mcp_servers)
-            if caller.may_use(name)
-        ]
-        check_reach(caller, ask.server_tools, runs)
         maker = ToolMaker(config, getattr(state, "mcp", None), caller)
         tools = await maker.make(specs, conversation(ask))
         rounds = config.max_rounds

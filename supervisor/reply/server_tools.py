@@ -71,6 +71,7 @@ class ToolMaker:
     async def make(
         self, specs: Sequence[ServerToolSpec], messages: Sequence[dict[str, Any]]
     ) -> dict[str, ServerTool]:
+        self._check_scope(specs)  # before any server is started
         tools: dict[str, ServerTool] = {}
         for spec in specs:
             if spec.kind == "web_search":
@@ -84,6 +85,26 @@ class ToolMaker:
             for tool in made:
                 tools[tool.name] = tool
         return tools
+
+    def _check_scope(self, specs: Sequence[ServerToolSpec]) -> None:
+        """A 400 for a web tool or an MCP URL outside the caller's ``tools``, worded as
+        for a tool the gateway does not run (a config server outside it is refused
+        in :meth:`_mcp` as an unknown label; a tool search runs nothing of its own)."""
+        runs = [
+            name
+            for name in ("web_search", "web_fetch", "mcp_url", *self.config.mcp_servers)
+            if self.caller.may_use(name)
+        ]
+        for spec in specs:
+            if spec.kind == "tool_search" or (spec.kind == "mcp" and spec.server_url is None):
+                continue
+            if not self.caller.may_use("mcp_url" if spec.kind == "mcp" else spec.kind):
+                what = "an MCP server named by its URL" if spec.kind == "mcp" else f"'{spec.type}'"
+                raise BadRequest(
+                    f"tools: {what} is a tool this gateway does not run (it runs: "
+                    f"{', '.join(runs) or 'no server tools'}).",
+                    param="tools",
+                )
 
     # ------------------------------------------------------------ web search
 
