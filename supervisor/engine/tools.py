@@ -99,7 +99,7 @@ class ToolSpec:
     @property
     def forced(self) -> bool:
         """The model must call a tool (``required`` or a named function)."""
-        return bool(self.functions) and self.choice not in ("auto", "none")
+        return bool(self.parsed()) and self.choice not in ("auto", "none")
 
     @property
     def active(self) -> bool:
@@ -111,10 +111,10 @@ class ToolSpec:
         return [*self.functions, *self.placed]
 
     def callable(self) -> list[Function]:
-        """The functions a forced call may name."""
+        """The functions a forced call may name (placed ones too)."""
         if self.choice in ("auto", "none", "required"):
-            return self.functions
-        return [f for f in self.functions if f.name == self.choice]
+            return self.parsed()
+        return [f for f in self.parsed() if f.name == self.choice]
 
 
 def function_of(definition: FunctionDefinition) -> Function:

@@ -204,16 +204,6 @@ def searched(messages: list[AnthropicMessage]) -> set[str]:
     return names
 
 
-def functions_of(tools: list[AnthropicTool] | None) -> dict[str, Function]:
-    """The client tools of a request by name (for the definitions a
-    ``tool_reference`` puts in place)."""
-    return {
-        tool.name: Function(tool.name, tool.input_schema, tool.description)
-        for tool in tools or []
-        if tool.input_schema is not None and tool.type in (None, "custom")
-    }
-
-
 def _reference_names(content: Any) -> list[str]:
     references = content.get("tool_references") if isinstance(content, dict) else None
     return [
@@ -443,7 +433,8 @@ def request_tools(
             mode = choice.name or ""
         parallel = not choice.disable_parallel_tool_use
     if mode == "required" and not functions and server:
-        spec = ToolSpec([], "required", parallel)  # the server tools join them in the serve
+        # the server tools join them in the serve
+        spec = ToolSpec([], "required", parallel, placed=in_place)
     else:
         spec = checked_spec([*functions, *in_place], mode, parallel, "tool_choice")
         spec = dataclasses.replace(spec, functions=functions, placed=in_place)

@@ -17,7 +17,6 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.anthropic import betas
 from mlx_gateway.supervisor.api.anthropic.convert import (
-    functions_of,
     referenced,
     request_tools,
     searched,
@@ -92,7 +91,9 @@ def messages_ask(req: MessagesRequest | CountTokensRequest, endpoint: str) -> As
         placed=referenced(req.messages),
     )
     labels: list[str] = []
-    messages = to_chat(req.system, req.messages, functions_of(req.tools), labels)
+    # a tool_reference puts the definition of the tool it names in place
+    client_tools = {f.name: f for f in tools.spec.parsed()}
+    messages = to_chat(req.system, req.messages, client_tools, labels)
     if isinstance(req, CountTokensRequest):
         thinking = thinking_of(req.thinking)
         fields = SamplingFields(model=req.model)
