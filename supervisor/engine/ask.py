@@ -23,6 +23,7 @@ from mlx_gateway.supervisor.config.text import TextModelConfig
 from mlx_gateway.supervisor.engine.adapters import adapters_for
 from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, kind_of, require_kind
+from mlx_gateway.supervisor.engine.media_walk import MediaInputs
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.sampling import sampling_params
 from mlx_gateway.supervisor.engine.server_tools import ApprovedCall, ServerTool, ServerToolSpec
@@ -33,7 +34,6 @@ from mlx_gateway.supervisor.engine.turns import (
     TurnRequest,
     template_kwargs,
 )
-from mlx_gateway.supervisor.engine.vision_input import ImageInputs
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -123,7 +123,7 @@ def conversation(ask: Ask) -> list[dict[str, Any]]:
     return for_template(ask.messages)
 
 
-def turn_request(model: TextModel, ask: Ask, inputs: ImageInputs | None = None) -> TurnRequest:
+def turn_request(model: TextModel, ask: Ask, inputs: MediaInputs | None = None) -> TurnRequest:
     """The :class:`TurnRequest` of ``ask`` for ``model`` (``inputs``: its messages with
     their images read), refused here when the model's kind cannot do it."""
     messages = inputs.messages if inputs is not None else conversation(ask)

@@ -25,74 +25,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
-from dataclasses import dataclass
 from typing import Any
 
-from mlx_gateway.supervisor.config import ModelConfig, ServerConfig
-from mlx_gateway.supervisor.config.kinds import settings_as
-from mlx_gateway.supervisor.config.kinds.vlm import VlmConfig
-from mlx_gateway.supervisor.config.text import TextModelConfig
-from mlx_gateway.supervisor.engine.image_fetch import MIB, ImagePolicy, ImageTooLarge, fetch, shown
-from mlx_gateway.supervisor.engine.media_parts import find_parts
+from mlx_gateway.supervisor.engine.media_policy import MediaPolicy
+from mlx_gateway.supervisor.engine.media_table import DOCUMENT, Found, modality_of
 from mlx_gateway.supervisor.engine.pdf import Page, read_pdf
+from mlx_gateway.supervisor.engine.url_reader import (
+    TooLarge,
+    UrlRules,
+    decode_base64,
+    fetch,
+    read_data_url,
+    shown,
+)
 from mlx_gateway.supervisor.errors import BadRequest
 
-DOCUMENT_PART = "file"
-"""The part type every surface's documents arrive as."""
 PDF = "application/pdf"
 
 
-@dataclass(frozen=True)
-class DocumentPolicy:
-    """How a model's documents are read."""
-
-    max_bytes: int
-    max_pages: int
-    fetch: ImagePolicy
-    render: bool
-    """A vision model: PDF pages as images too."""
-    model: str = ""
-    vision_models: tuple[str, ...] = ()
-    """The vision models served (named when a PDF without text goes to a text model)."""
-
-
-def document_policy(
-    config: ModelConfig, server: ServerConfig, *, render: bool, vision_models: tuple[str, ...]
-) -> DocumentPolicy:
-    """How the gateway reads the documents of ``config``'s model (``render``: a vision
-    model, which sees PDF pages as images too)."""
-    model = settings_as(config, TextModelConfig)
-    allow_private, timeout = server.allow_private_image_urls, 10.0
-    if isinstance(model, VlmConfig):
-        timeout = model.image_fetch_timeout
-        if model.allow_private_image_urls is not None:
-            allow_private = model.allow_private_image_urls
-    max_bytes = int(model.max_document_mb * MIB)
-    return DocumentPolicy(
-        max_bytes=max_bytes,
-        max_pages=model.max_document_pages,
-        fetch=ImagePolicy(max_bytes=max_bytes, timeout=timeout, allow_private=allow_private),
-        render=render,
-        model=config.served_model_name,
-        vision_models=vision_models,
-    )
-
-
-def document_parts(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Every document part with its field path (``messages[1].content[0]``), in order."""
-    return find_parts(messages, (DOCUMENT_PART,))
-
-
 async def expand_documents(
-    messages: list[dict[str, Any]], policy: DocumentPolicy
+    messages: list[dict[str, Any]], found: list[Found], policy: MediaPolicy
 ) -> list[dict[str, Any]]:
-    """``messages`` with each document part replaced by the parts the model reads
-    (all documents read concurrently). A message that is all text then has its
+    """``messages`` with each document part (``found``) replaced by the parts the model
+    reads (all documents read concurrently). A message that is all text then has its
     text as a string. Raises the first failure (a :class:`~..errors.BadRequest`)."""
-    found = document_parts(messages)
-    if not found:
-        return messages
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(read_document(part, where, policy)) for where, part in found]
@@ -102,12 +58,10 @@ async def expand_documents(
     out = []
     for message in messages:
         content = message.get("content")
-        if isinstance(content, list) and any(
-            isinstance(p, dict) and p.get("type") == DOCUMENT_PART for p in content
-        ):
+        if isinstance(content, list) and any(modality_of(p) == DOCUMENT for p in content):
             parts: list[Any] = []
             for part in content:
-                is_document = isinstance(part, dict) and part.get("type") == DOCUMENT_PART
+                is_document = modality_of(part) == DOCUMENT
                 parts += _after(parts, next(expansions)) if is_document else [part]
             message = {**message, "content": as_text_if_all_text(parts)}
         out.append(message)
@@ -132,9 +86,10 @@ def as_text_if_all_text(parts: list[Any]) -> str | list[Any]:
 
 
 async def read_document(
-    part: dict[str, Any], where: str, policy: DocumentPolicy
+    part: dict[str, Any], where: str, policy: MediaPolicy
 ) -> list[dict[str, Any]]:
     """The parts the model reads for one document part."""
+    rules = policy.of(DOCUMENT)
     file = part.get("file")
     if not isinstance(file, dict):
         raise BadRequest(
@@ -147,10 +102,10 @@ async def read_document(
     head = _heading(file)
     text = file.get("text")
     if isinstance(text, str):
-        if len(text.encode()) > policy.max_bytes:
-            raise _too_large(where, policy.max_bytes)
+        if len(text.encode()) > rules.max_bytes:
+            raise TooLarge(rules, f"in {where}", where)
         return [_text(head + _ended(text))]
-    raw, media_type, param = await _bytes(file, where, policy)
+    raw, media_type, param = await _bytes(file, where, rules)
     name = str(file.get("filename") or "")
     if media_type == PDF or raw.startswith(b"%PDF-") or name.lower().endswith(".pdf"):
         pages = await asyncio.to_thread(
@@ -193,7 +148,7 @@ def _is_text(raw: bytes) -> bool:
 
 
 def _pdf_parts(
-    head: str, pages: list[Page], param: str, policy: DocumentPolicy
+    head: str, pages: list[Page], param: str, policy: MediaPolicy
 ) -> list[dict[str, Any]]:
     if not policy.render and not any(page.text for page in pages):
         served = ", ".join(policy.vision_models) or "none is served now"
@@ -213,31 +168,21 @@ def _pdf_parts(
     return parts
 
 
-async def _bytes(
-    file: dict[str, Any], where: str, policy: DocumentPolicy
-) -> tuple[bytes, str, str]:
+async def _bytes(file: dict[str, Any], where: str, rules: UrlRules) -> tuple[bytes, str, str]:
     """The document's bytes, its declared media type ('' if none) and its field."""
     data, url = file.get("file_data"), file.get("file_url")
     declared = str(file.get("media_type") or "").lower()
     if isinstance(data, str) and data:
         param = f"{where}.file.file_data"
-        media_type = declared
         if data.startswith("data:"):
-            header, sep, data = data.partition(",")
-            media_type = header[5:].split(";", 1)[0].strip().lower() or declared
-            if not sep or not header.lower().endswith(";base64"):
-                raise BadRequest(
-                    f"The data URL '{shown(header)}' is not base64 "
-                    "(data:application/pdf;base64,…).",
-                    param=param,
-                    code="invalid_document",
-                )
-        raw = await asyncio.to_thread(_decoded, data, policy.max_bytes, param)
-        return raw, media_type, param
+            raw, media_type = await asyncio.to_thread(read_data_url, data, rules, param)
+            return raw, media_type or declared, param
+        raw = await asyncio.to_thread(decode_base64, data, rules, param, f"in {param}")
+        return raw, declared, param
     if isinstance(url, str) and url:
         param = f"{where}.file.file_url"
         if url.startswith("data:"):
-            return await _bytes({**file, "file_data": url, "file_url": None}, where, policy)
+            return await _bytes({**file, "file_data": url, "file_url": None}, where, rules)
         if not url.lower().startswith(("http://", "https://")):
             raise BadRequest(
                 f"The document URL '{shown(url)}' is not supported: use an http(s) URL or send "
@@ -245,14 +190,7 @@ async def _bytes(
                 param=param,
                 code="invalid_document",
             )
-        limits = ImagePolicy(policy.max_bytes, policy.fetch.timeout, policy.fetch.allow_private)
-        try:
-            return await fetch(url, limits, param), declared, param
-        except ImageTooLarge:
-            raise _too_large(param, policy.max_bytes) from None
-        except BadRequest as exc:  # the image fetcher's words, said of a document
-            words = exc.message.replace("The image URL", "The document URL")
-            raise BadRequest(words, param=exc.param, code=exc.code) from None
+        return await fetch(url, rules, param), declared, param
     if file.get("file_id"):
         raise BadRequest(
             f"The file part {where} names a file_id, but the gateway has no Files API: send "
@@ -264,30 +202,4 @@ async def _bytes(
         f"The file part {where} holds no file: send it in 'file_data' (a data: URL or base64).",
         param=where,
         code="invalid_document",
-    )
-
-
-def _decoded(data: str, max_bytes: int, param: str) -> bytes:
-    compact = "".join(data.split())
-    if len(compact) // 4 * 3 > max_bytes + 2:  # refuse before decoding
-        raise _too_large(param, max_bytes)
-    try:
-        raw = base64.b64decode(compact, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequest(
-            f"The document in {param} is not valid base64.", param=param, code="invalid_document"
-        ) from None
-    if not raw:
-        raise BadRequest(f"The document in {param} is empty.", param=param, code="invalid_document")
-    if len(raw) > max_bytes:
-        raise _too_large(param, max_bytes)
-    return raw
-
-
-def _too_large(param: str, limit: int) -> BadRequest:
-    return BadRequest(
-        f"The document in {param} is too large: this model reads at most {limit / MIB:g} MiB "
-        "(max_document_mb).",
-        param=param,
-        code="document_too_large",
     )

@@ -17,7 +17,6 @@ from mlx_gateway.supervisor.engine.embedding_images import (
     ImageInput,
     base64_url,
     check_image_inputs,
-    embedding_image_policy,
     read_image_inputs,
 )
 from mlx_gateway.supervisor.engine.embeddings import (
@@ -106,8 +105,10 @@ async def _embed_on(request: Request, handle: ModelHandle, ask: EmbedAsk) -> Mat
     client_lifetime(state, handle, ask.keep_alive, ask.ttl)
     files: list[bytes] = []
     if ask.images:
-        policy = embedding_image_policy(handle.config, state.registry.config.server)
-        files = await unless_disconnected(request, read_image_inputs(ask.images, policy))
+        server = state.registry.config.server
+        files = await unless_disconnected(
+            request, read_image_inputs(ask.images, handle.config, server)
+        )
     truncate = ask.truncate
     if truncate is None:
         config = handle.config

@@ -18,9 +18,9 @@ from mlx_gateway.supervisor.engine.ask import (
     turn_request,
     with_server_tools,
 )
+from mlx_gateway.supervisor.engine.media_walk import MediaInputs
 from mlx_gateway.supervisor.engine.server_tools import ServerTool, ServerToolSpec
 from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest
-from mlx_gateway.supervisor.engine.vision_input import ImageInputs
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.reply.server_tools import ToolMaker
 from mlx_gateway.supervisor.reply.tool_loop import ToolLoop
@@ -87,7 +87,7 @@ async def prepare(
     state: Any,
     model: TextModel,
     ask: Ask,
-    inputs: ImageInputs | None,
+    inputs: MediaInputs | None,
     request_id: str,
     caller: Caller = ANONYMOUS,
 ) -> Opening:

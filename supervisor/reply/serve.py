@@ -35,6 +35,7 @@ from mlx_gateway.supervisor.engine.ask import (
 )
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import CHAT_KINDS, COMPLETION_KINDS
+from mlx_gateway.supervisor.engine.media_walk import MediaInputs
 from mlx_gateway.supervisor.engine.overflow import count_tokens
 from mlx_gateway.supervisor.engine.prompt_parts import parts_of
 from mlx_gateway.supervisor.engine.server_tools import (
@@ -58,7 +59,6 @@ from mlx_gateway.supervisor.engine.turns import (
     TurnEvent,
     template_kwargs,
 )
-from mlx_gateway.supervisor.engine.vision_input import ImageInputs
 from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller, caller_of
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
@@ -224,7 +224,7 @@ def resolve(request: Request, ask: Ask, *, keep_alive: bool = True) -> TextModel
     return model
 
 
-async def read_inputs(request: Request, model: TextModel, ask: Ask) -> ImageInputs | None:
+async def read_inputs(request: Request, model: TextModel, ask: Ask) -> MediaInputs | None:
     """The ask's messages with their images and audio read (unless the client
     leaves first); ``None`` for a raw prompt."""
     if ask.prompt is not None:

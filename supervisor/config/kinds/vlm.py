@@ -2,8 +2,7 @@
 takes their images and videos and what their worker is told (how images are sized,
 how video frames are sampled, whether prompts are cached).
 
-How the gateway reads image URLs is :func:`..engine.vision_input.image_policy`,
-video URLs :func:`..engine.video_input.video_policy`.
+How the gateway reads image and video URLs is :func:`..engine.media_policy.media_policy`.
 No I/O and no MLX here.
 """
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, config_from_model_path, load_config
-from mlx_gateway.supervisor.engine.image_fetch import MIB
-from mlx_gateway.supervisor.engine.video_input import video_policy
-from mlx_gateway.supervisor.engine.vision_input import image_policy
+from mlx_gateway.supervisor.engine.media_policy import media_policy
+from mlx_gateway.supervisor.engine.media_table import IMAGE, VIDEO
+from mlx_gateway.supervisor.engine.url_reader import MIB
 from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
 VLM = "mlx-community/Qwen2-VL-2B-Instruct-4bit"
@@ -51,9 +51,9 @@ def test_vision_keys(tmp_path: Path) -> None:
     assert tuned.worker_kind == default.worker_kind == "vlm"
     assert (tuned.max_images, tuned.image_fetch_timeout) == (2, 3.0)
 
-    policy = image_policy(tuned, config.server)
+    policy = media_policy(tuned, config.server).of(IMAGE)
     assert (policy.max_bytes, policy.timeout, policy.allow_private) == (5 * MIB, 3.0, False)
-    assert image_policy(default, config.server).allow_private is True  # from server:
+    assert media_policy(default, config.server).of(IMAGE).allow_private is True  # from server:
 
     spec = spec_for(tuned, "w")
     assert spec.kind == "vlm"
@@ -74,10 +74,11 @@ def test_vision_keys(tmp_path: Path) -> None:
         "max_frames": 16,
         "max_video_seconds": 600.0,
     }
-    videos = video_policy(tuned, config.server)
-    assert (videos.max_bytes, videos.fetch.max_bytes) == (10 * MIB, 10 * MIB)
+    videos = media_policy(tuned, config.server).of(VIDEO)
+    assert (videos.max_bytes, videos.timeout, videos.allow_private) == (10 * MIB, 3.0, False)
     assert videos.local_dirs == (tmp_path.resolve(),)
-    assert video_policy(default, config.server).local_dirs == ()
+    assert media_policy(default, config.server).of(VIDEO).local_dirs == ()
+    assert media_policy(tuned, config.server).counts == {IMAGE: 2, VIDEO: 2}
 
 
 @pytest.mark.parametrize(
