@@ -100,10 +100,12 @@ def gateway(
 @contextlib.asynccontextmanager
 async def connect(gateway: Gateway, key: str) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=300) as http:
-        url = f"{gateway.base_url}/mcp"
-        async with Client(streamable_http_client(url, http_client=http)) as client:
-            yield client
+    url = f"{gateway.base_url}/mcp"
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=300) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
 
 
 def only(result: Any, kind: type[Any]) -> Any:

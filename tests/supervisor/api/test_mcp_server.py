@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,9 +44,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @contextlib.asynccontextmanager
 async def connect(gateway: LiveGateway, app: str) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {KEYS[app]}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
-        async with Client(streamable_http_client(f"{gateway.url}/mcp", http_client=http)) as c:
-            yield c
+    url = f"{gateway.url}/mcp"
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
 
 
 async def tools_of(gateway: LiveGateway, app: str) -> dict[str, dict[str, Any]]:
