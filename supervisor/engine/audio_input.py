@@ -61,7 +61,7 @@ def attach_audio(
                 if isinstance(part, dict) and part.get("type") == AUDIO_PART:
                     where = f"messages[{i}].content[{j}].input_audio"
                     audio = part[AUDIO_PART]
-                    files.append(_base64(audio.get("data", ""), f"{where}.data"))
+                    files.append(decode_base64(audio.get("data", ""), f"{where}.data"))
                     fmt = str(audio.get("format") or "wav")
                     part = {"type": "audio", "format": fmt, "payload": len(files) - 1}
                 parts.append(part)
@@ -70,16 +70,18 @@ def attach_audio(
     return rewritten, files
 
 
-def _base64(text: str, where: str) -> bytes:
+def decode_base64(text: str, where: str, what: str = "audio") -> bytes:
+    """The bytes of a file sent as base64 in the request field ``where``; a 400
+    naming it (code ``invalid_<what>``) when it is not base64 or is empty."""
     try:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise BadRequest(
-            f"{where} is not valid base64: send the audio file's bytes base64-encoded, "
+            f"{where} is not valid base64: send the {what} file's bytes base64-encoded, "
             "without a data: prefix.",
             param=where,
-            code="invalid_audio",
+            code=f"invalid_{what}",
         ) from None
     if not data:
-        raise BadRequest(f"{where} is empty.", param=where, code="invalid_audio")
+        raise BadRequest(f"{where} is empty.", param=where, code=f"invalid_{what}")
     return data

@@ -5,7 +5,6 @@ OpenAI route serves with."""
 from __future__ import annotations
 
 import base64
-import binascii
 from typing import Any, Literal
 from uuid import uuid4
 
@@ -21,6 +20,7 @@ from mlx_gateway.supervisor.api.speech.schemas import SpeechRequest
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.image import ImageConfig
 from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
+from mlx_gateway.supervisor.engine.audio_input import decode_base64
 from mlx_gateway.supervisor.engine.image_fetch import ImagePolicy, decode_data_url, read_image_url
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.multipart import MIB
@@ -111,18 +111,8 @@ def decode_file(value: str, limit: int, param: str) -> bytes:
         return decode_data_url(value, limit, param)
     if len(value) * 3 // 4 > limit:
         raise BadRequest(
-            f"'{param}' is over the model's limit of {limit // MIB} MiB.",
+            f"'{param}' is over the model's limit of {limit / MIB:g} MiB.",
             param=param,
             code="file_too_large",
         )
-    try:
-        data = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequest(
-            f"'{param}' is not valid base64 (give the file's bytes base64-encoded, or a "
-            "data: URL).",
-            param=param,
-        ) from None
-    if not data:
-        raise BadRequest(f"'{param}' is empty.", param=param)
-    return data
+    return decode_base64(value, f"'{param}'", param)

@@ -8,23 +8,20 @@ model has that model's tools alone, and every call shows in ``/v1/usage``."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import wave
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp_types import AudioContent, ImageContent, TextContent
 
 from tests.fixtures.tiny_flux2 import CONFIG_NAME, MODEL_CONFIG
 from tests.fixtures.whisper import FOX_CLIPS
+from tests.supervisor.api.clients import mcp_client
 
 from .gateway import Gateway
 
@@ -97,15 +94,8 @@ def gateway(
     gw.stop()
 
 
-@contextlib.asynccontextmanager
-async def connect(gateway: Gateway, key: str) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {key}"}
-    url = f"{gateway.base_url}/mcp"
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=300) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
-    ):
-        yield client
+def connect(gateway: Any, key: str) -> Any:
+    return mcp_client(f"{gateway.base_url}/mcp", key, timeout=300)
 
 
 def only(result: Any, kind: type[Any]) -> Any:

@@ -6,21 +6,18 @@ app (usage, limits, cancel), and bad calls are errors that say what is wrong."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
-from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
+from mcp import MCPError
 from mcp_types import TextContent
 
 from mlx_gateway.supervisor.config.apps import KeyConfig
 
 from ..live import LiveGateway
+from .clients import mcp_client
 
 OK, OTHER = "fake/ok", "fake/other"
 KEYS = {"admin": "k-admin", "guest": "k-guest", "reader": "k-reader", "once": "k-once"}
@@ -41,15 +38,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield gw
 
 
-@contextlib.asynccontextmanager
-async def connect(gateway: LiveGateway, app: str) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {KEYS[app]}"}
-    url = f"{gateway.url}/mcp"
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
-    ):
-        yield client
+def connect(gateway: Any, app: str) -> Any:
+    return mcp_client(f"{gateway.url}/mcp", KEYS[app], timeout=30)
 
 
 async def tools_of(gateway: LiveGateway, app: str) -> dict[str, dict[str, Any]]:
