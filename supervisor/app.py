@@ -18,8 +18,10 @@ from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.engine.prompt_parts import PromptHistory
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.http.log_hub import LogHub
-from mlx_gateway.supervisor.http.middleware import middleware_for
+from mlx_gateway.supervisor.http.middleware import body_limit, middleware_for
 from mlx_gateway.supervisor.http.replies import error_response
+from mlx_gateway.supervisor.mcp_server import PATH as MCP_PATH
+from mlx_gateway.supervisor.mcp_server import McpEndpoint
 from mlx_gateway.supervisor.peers.directory import PeerDirectory
 from mlx_gateway.supervisor.peers.middleware import PeerMiddleware
 from mlx_gateway.supervisor.pool.registry import Registry
@@ -69,7 +71,8 @@ def create_app(
                 wyoming = WyomingServer(server.wyoming, registry, recorder)
                 await wyoming.start()
             try:
-                yield
+                async with mcp_server.run():  # /mcp: the models as an MCP server
+                    yield
             finally:
                 if wyoming is not None:
                     await wyoming.stop()
@@ -86,8 +89,9 @@ def create_app(
     middleware = middleware_for(config, recorder)
     if config.server.peers:
         middleware.append(Middleware(PeerMiddleware, render_error=_error_reply))
+    mcp_server = McpEndpoint(body_limit(config, MCP_PATH))
     app = Starlette(
-        routes=routes,
+        routes=[*routes, mcp_server.route],
         exception_handlers=exception_handlers,
         middleware=middleware,
         lifespan=lifespan,

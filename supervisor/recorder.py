@@ -85,6 +85,9 @@ class RequestRecord:
     outcome: str | None = None
     """How the model's work ended: a finish reason (``stop``, ``length``…),
     ``error`` (failed after it started) or ``client_left``."""
+    route: str | None = None
+    """The route it counts under where that is not its HTTP route (an MCP tool
+    call's: ``mcp <tool>``)."""
 
 
 _current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
@@ -119,6 +122,13 @@ def close_record(token: contextvars.Token[RequestRecord | None]) -> None:
 
 def current() -> RequestRecord | None:
     return _current.get()
+
+
+def tokens_used() -> int:
+    """The prompt and output tokens the current request noted (0 outside one): what
+    it is charged against its app's token limits."""
+    record = _current.get()
+    return record.prompt_tokens + record.completion_tokens if record is not None else 0
 
 
 def note_model(name: str) -> None:

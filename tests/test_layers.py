@@ -78,6 +78,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # the engine knows no HTTP, the plumbing no generation; neither knows a surface
     f"{S}.engine": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.http", "starlette"),
     f"{S}.http": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.engine"),
+    # the MCP server (/mcp) is a surface over the others' cores: it may call their
+    # serves (images, audio, speech, rerank, models), never the app that mounts it
+    f"{S}.mcp_server": (f"{S}.app",),
     # the connect and service commands talk to a running gateway over HTTP only
     f"{S}.connect": (f"{S}.pool", f"{S}.engine", f"{S}.reply", f"{S}.http", f"{S}.api", f"{S}.app"),
     f"{S}.service": (f"{S}.pool", f"{S}.engine", f"{S}.reply", f"{S}.http", f"{S}.api", f"{S}.app"),
@@ -468,3 +471,17 @@ def test_the_base_class_check_sees_a_split() -> None:
         "k.user:3 A(Part)",
         "k.user:7 C(base.Part)",
     ]
+
+
+def test_only_the_app_mounts_the_mcp_server() -> None:
+    """``supervisor/mcp_server`` sits above every surface (it calls their cores): only
+    ``app.py`` imports it, so no surface can reach another through it."""
+    mcp = f"{S}.mcp_server"
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for module, path in _modules()
+        if not _under(module, mcp) and module != f"{S}.app"
+        for line, target in _imports(module, path)
+        if _under(target, mcp)
+    ]
+    assert not wrong, "only supervisor/app.py may import the MCP server:\n" + "\n".join(wrong)

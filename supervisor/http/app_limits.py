@@ -19,6 +19,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from starlette.types import Scope
+
 from mlx_gateway.supervisor.config.apps import KeyConfig
 from mlx_gateway.supervisor.errors import GatewayError
 
@@ -129,3 +131,20 @@ class AppLimits:
         self.in_flight -= 1
         self.tokens_minute.add(tokens)
         self.tokens_day.add(tokens)
+
+
+LIMITS_KEY = "app_limits"
+
+
+def set_limits(scope: Scope, limits: AppLimits) -> None:
+    """Hand ``limits`` to a path that admits its calls itself (the auth middleware,
+    for :data:`.auth.SELF_ADMITTED`)."""
+    scope.setdefault("state", {})[LIMITS_KEY] = limits
+
+
+def limits_of(scope: Scope) -> AppLimits | None:
+    """The limits of the app whose key ``scope`` carries, when it has some and the
+    path admits its calls itself (:func:`set_limits`); else ``None``."""
+    state = scope.get("state")
+    found = state.get(LIMITS_KEY) if isinstance(state, dict) else None
+    return found if isinstance(found, AppLimits) else None

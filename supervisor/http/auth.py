@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.config.apps import KeyConfig
 from mlx_gateway.supervisor.errors import GatewayError
-from mlx_gateway.supervisor.http.app_limits import AppLimitExceeded, AppLimits
+from mlx_gateway.supervisor.http.app_limits import AppLimitExceeded, AppLimits, set_limits
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, set_caller
 from mlx_gateway.supervisor.http.keyring import App, Apps, KeyRing
 from mlx_gateway.supervisor.http.replies import error_response
@@ -52,6 +52,11 @@ OPEN_PATHS = frozenset({"/health"})
 OPEN_FILES = "/v1/images/files/"
 """Generated images served for ``response_format: url``: the unguessable, expiring
 id in the path is the credential (as OpenAI's signed URLs), so a page can load them."""
+SELF_ADMITTED = frozenset({"/mcp"})
+"""Paths whose every HTTP request is not one piece of work: the MCP server's (a
+message each: a listing, a tool call) admits each tool call against the app's
+limits itself (:func:`.app_limits.limits_of`), so a refused limit is its own
+error, and a ``read-only`` app may connect and list."""
 OLLAMA_ADMIN = frozenset({"/api/pull", "/api/delete", "/api/copy", "/api/create", "/api/push"})
 UI_PAGE = "/ui"
 UI_FILES = "/ui/static/"
@@ -153,6 +158,10 @@ class AuthMiddleware:
         method = "GET" if kind == "websocket" else scope["method"]
         path = scope["path"]
         working = kind == "websocket" or generates(method, path)  # a Realtime session works
+        if path in SELF_ADMITTED:
+            working = False  # each of its calls is admitted (and refused) by its server
+            if found is not None and found.limits is not None:
+                set_limits(scope, found.limits)
         error = self.check(method, path, key, found, working=working)
         limits = found.limits if found is not None and not is_admin(method, path) else None
         if error is None and limits is not None and working:
@@ -180,9 +189,7 @@ class AuthMiddleware:
         finally:
             reset_scope(token)
             if limits is not None:
-                record = recorder.current()  # what the request noted (its tokens)
-                used = record.prompt_tokens + record.completion_tokens if record else 0
-                limits.release(used)
+                limits.release(recorder.tokens_used())
 
     def check(
         self,

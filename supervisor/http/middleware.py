@@ -27,6 +27,7 @@ FORM_OVERHEAD = 64 * 1024
 upload readers allow)."""
 TEXT_OVERHEAD = MIB
 """Room beside base64 images for a chat request's text."""
+MCP_PATH = "/mcp"
 EDIT_FILES = 5
 """Files an image edit may carry: up to 4 images and a mask (``images.MAX_EDIT_IMAGES``)."""
 
@@ -57,7 +58,18 @@ def route_limits(models: list[ModelConfig]) -> dict[str, int]:
     if vision:
         limits["/v1/chat/completions"] = int(vision * MIB * 4 / 3) + TEXT_OVERHEAD
         limits["/v1/responses"] = limits["/v1/chat/completions"]
+    # An MCP tool call carries its audio or its image to edit inline, as base64.
+    files = largest([size for size in (audio, edits) if size])
+    if files:
+        limits[MCP_PATH] = int(files * MIB * 4 / 3) + TEXT_OVERHEAD
     return limits
+
+
+def body_limit(config: GatewayConfig, path: str) -> int:
+    """The most bytes a request body to ``path`` may have (``max_body_mb``, or the
+    path's own cap from :func:`route_limits` when larger)."""
+    max_body = int(config.server.max_body_mb * MIB)
+    return max(max_body, route_limits(config.models).get(path, 0))
 
 
 def middleware_for(config: GatewayConfig, recorder: Recorder) -> list[Middleware]:

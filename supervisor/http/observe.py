@@ -56,4 +56,5 @@ class ObserveMiddleware:
             self.recorder.live.pop(id(record), None)
             close_record(token)
             record.key = caller_of(scope).name
-            self.recorder.commit(record, route_label(scope), status, time.monotonic())
+            route = record.route or route_label(scope)
+            self.recorder.commit(record, route, status, time.monotonic())

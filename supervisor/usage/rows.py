@@ -27,10 +27,17 @@ KIND_OF_ROUTE: dict[str, str] = {
     "/v1/images/edits": "images",
     "wyoming transcribe": "transcription",
     "wyoming synthesize": "speech",
+    "mcp generate_image": "images",
+    "mcp edit_image": "images",
+    "mcp transcribe": "transcription",
+    "mcp speak": "speech",
+    "mcp embed": "embeddings",
+    "mcp rerank": "rerank",
+    "mcp ask": "chat",
 }
 """The kind of request each route answers (what ``group_by=kind`` groups by; the
-Wyoming server's requests count as HTTP ones); any other route that used a model
-is named by its path."""
+Wyoming server's requests and the MCP server's tool calls count as HTTP ones);
+any other route that used a model is named by its path."""
 
 
 def kind_of_route(route: str) -> str:

@@ -15,7 +15,7 @@ from uuid import uuid4
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mlx_gateway.protocol.messages import Transcribe
+from mlx_gateway.protocol.messages import Transcribe, Transcript
 from mlx_gateway.supervisor.api.audio.formats import (
     TEXT_FORMATS,
     TextBody,
@@ -40,6 +40,7 @@ from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.multipart import MIB
 from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, ended
+from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +74,7 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
         raise BadRequest("Missing required parameter: 'file' (the audio file).", param="file")
     form = parse_form(upload.fields, form_type)
     check_options(form)
-    handle = request.app.state.registry.resolve(form.model)
-    require_kind(handle, TRANSCRIPTION_KINDS, f"/v1/audio/{ENDPOINTS[task]}")
-    config = settings_as(handle.config, WhisperConfig)
-    if not upload.file:
-        raise BadRequest("The uploaded file is empty.", param="file")
-    if len(upload.file) > config.max_upload_mb * MIB:
-        raise UploadTooLarge(config.max_upload_mb)
+    handle = speech_model(request, form.model, f"/v1/audio/{ENDPOINTS[task]}", upload.file)
     transcribing = isinstance(form, TranscriptionForm)
     msg = Transcribe(
         request_id=f"{'trsc' if transcribing else 'trsl'}-{uuid4().hex}",
@@ -90,16 +85,14 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
         temperature=form.temperature,
         word_timestamps=transcribing and "word" in form.timestamp_granularities,
     )
-    transcription = await unless_disconnected(
-        request, Transcription.start(handle, msg, upload.file)
-    )
-    upload.file = None  # the worker has decoded it; do not hold it for the response
     if transcribing and form.stream:
+        transcription = await unless_disconnected(
+            request, Transcription.start(handle, msg, upload.file)
+        )
+        upload.file = None  # the worker has decoded it; do not hold it for the response
         return EventStream(_events(transcription), transcription)
-    try:
-        transcript = await unless_disconnected(request, transcription.result())
-    finally:
-        await transcription.aclose()
+    file, upload.file = upload.file, None
+    transcript = await transcript_of(request, handle, msg, file)
     fmt = form.response_format
     if fmt == "text":
         return Response(transcript.text.strip() + "\n", media_type=TEXT_FORMATS[fmt])
@@ -112,6 +105,31 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
     if transcribing:
         return JSONResponse(TranscriptionBody(text=text, usage=usage_of(transcript)))
     return JSONResponse(TextBody(text=text))
+
+
+def speech_model(request: Request, name: str, endpoint: str, audio: bytes) -> ModelHandle:
+    """The speech-to-text model ``name`` names, checked to serve ``endpoint`` and to
+    take ``audio`` (not empty, within its ``max_upload_mb``)."""
+    handle: ModelHandle = request.app.state.registry.resolve(name)
+    require_kind(handle, TRANSCRIPTION_KINDS, endpoint)
+    config = settings_as(handle.config, WhisperConfig)
+    if not audio:
+        raise BadRequest("The uploaded file is empty.", param="file")
+    if len(audio) > config.max_upload_mb * MIB:
+        raise UploadTooLarge(config.max_upload_mb)
+    return handle
+
+
+async def transcript_of(
+    request: Request, handle: ModelHandle, msg: Transcribe, audio: bytes
+) -> Transcript:
+    """The whole transcript of ``audio`` on ``handle``'s worker (unless the client
+    leaves first)."""
+    transcription = await unless_disconnected(request, Transcription.start(handle, msg, audio))
+    try:
+        return await unless_disconnected(request, transcription.result())
+    finally:
+        await transcription.aclose()
 
 
 def _events(transcription: Transcription) -> AsyncIterator[bytes]:

@@ -65,16 +65,8 @@ fails on its model anyway, but only after the form was read)."""
 async def create_image(request: Request) -> Response:
     """Text to image."""
     req = await read_json(request, ImageGenerationRequest)
-    handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, IMAGE_KINDS, GENERATIONS)
-    if is_edit_model(handle.config):
-        raise BadRequest(
-            f"The model '{handle.name}' edits images (model_type image-edit); send it to "
-            f"{EDITS} with an 'image'.",
-            param="model",
-            code="model_not_supported",
-        )
-    msg = _message(req, handle, images=0, mask=False)
+    handle = image_model(request, req.model, edit=False)
+    msg = image_message(req, handle, images=0, mask=False)
     return await _serve(request, handle, req, msg, [], edit=False)
 
 
@@ -82,9 +74,26 @@ async def create_image_edit(request: Request) -> Response:
     """An edit of one or more input images (and a mask, for inpainting models)."""
     form = await read_edit_form(request, _upload_limit(request), MAX_EDIT_IMAGES)
     req = parse_edit_form(form.fields)
-    handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, IMAGE_KINDS, EDITS)
-    if not is_edit_model(handle.config):
+    handle = image_model(request, req.model, edit=True)
+    form.check_sizes(int(settings_as(handle.config, ImageConfig).max_image_mb * MIB))
+    msg = image_message(req, handle, images=len(form.images), mask=form.mask is not None)
+    files = [*form.images, *([form.mask] if form.mask is not None else [])]
+    return await _serve(request, handle, req, msg, files, edit=True)
+
+
+def image_model(request: Request, name: str, *, edit: bool) -> ModelHandle:
+    """The image model ``name`` names, checked to serve generations (``edit`` false)
+    or edits: a 400 naming the endpoint that serves it otherwise."""
+    handle: ModelHandle = request.app.state.registry.resolve(name)
+    require_kind(handle, IMAGE_KINDS, EDITS if edit else GENERATIONS)
+    if not edit and is_edit_model(handle.config):
+        raise BadRequest(
+            f"The model '{handle.name}' edits images (model_type image-edit); send it to "
+            f"{EDITS} with an 'image'.",
+            param="model",
+            code="model_not_supported",
+        )
+    if edit and not is_edit_model(handle.config):
         raise BadRequest(
             f"The model '{handle.name}' generates images from text (model_type "
             f"{handle.config.model_type}); use {GENERATIONS}, or a model of model_type "
@@ -92,10 +101,19 @@ async def create_image_edit(request: Request) -> Response:
             param="model",
             code="model_not_supported",
         )
-    form.check_sizes(int(settings_as(handle.config, ImageConfig).max_image_mb * MIB))
-    msg = _message(req, handle, images=len(form.images), mask=form.mask is not None)
-    files = [*form.images, *([form.mask] if form.mask is not None else [])]
-    return await _serve(request, handle, req, msg, files, edit=True)
+    return handle
+
+
+async def pictures_of(
+    request: Request, handle: ModelHandle, msg: GenerateImage, files: list[bytes]
+) -> list[Picture]:
+    """Every finished picture of ``msg`` on ``handle``'s worker (unless the client
+    leaves first)."""
+    job = await unless_disconnected(request, ImageJob.start(handle, handle.name, msg, files))
+    try:
+        return await unless_disconnected(request, job.collect())
+    finally:
+        await job.aclose()
 
 
 async def get_image_file(request: Request) -> Response:
@@ -136,7 +154,11 @@ def _upload_limit(request: Request) -> int:
     return int(max(limits, default=DEFAULT_IMAGE_MB) * MIB)
 
 
-def _message(req: ImageFields, handle: ModelHandle, *, images: int, mask: bool) -> GenerateImage:
+def image_message(
+    req: ImageFields, handle: ModelHandle, *, images: int, mask: bool
+) -> GenerateImage:
+    """The worker request for ``req`` on ``handle``, its fields checked (the size
+    against the model's ``max_output_pixels``)."""
     size = check_fields(
         req, IMAGE_SIZE_MULTIPLE, settings_as(handle.config, ImageConfig).max_output_pixels
     )
@@ -167,14 +189,11 @@ async def _serve(
     *,
     edit: bool,
 ) -> Response:
-    job = await unless_disconnected(request, ImageJob.start(handle, handle.name, msg, files))
     created = int(time.time())
     if req.stream:
+        job = await unless_disconnected(request, ImageJob.start(handle, handle.name, msg, files))
         return EventStream(_events(job, req, msg, edit), job)
-    try:
-        pictures = await unless_disconnected(request, job.collect())
-    finally:
-        await job.aclose()
+    pictures = await pictures_of(request, handle, msg, files)
     url = req.response_format == "url"
     store = image_store(request) if url else None
     data = []
@@ -237,4 +256,11 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-__all__ = ["create_image", "create_image_edit", "get_image_file"]
+__all__ = [
+    "create_image",
+    "create_image_edit",
+    "get_image_file",
+    "image_message",
+    "image_model",
+    "pictures_of",
+]

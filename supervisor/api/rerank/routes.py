@@ -46,6 +46,11 @@ ENDPOINT = "/v1/rerank"
 async def rerank(request: Request) -> Response:
     """Validate, resolve the model, score every document in one worker request."""
     req = await read_json(request, RerankRequest)
+    return JSONResponse(await ranking(request, req))
+
+
+async def ranking(request: Request, req: RerankRequest) -> RerankResponse:
+    """The documents of ``req`` ranked by its model (unless the client leaves first)."""
     try:
         handle = request.app.state.registry.resolve(req.model)
     except ModelNotFound as exc:  # a bad field of this request, as rerank APIs answer it
@@ -67,27 +72,25 @@ async def rerank(request: Request) -> Response:
         raise ModelUnavailable(
             f"The worker scored {len(scores)} of {len(texts)} documents.", code="bad_worker_reply"
         )
-    body = RerankResponse(
+    return RerankResponse(
         id=msg.request_id,
         model=handle.name,
         results=ranked(scores, texts, req.top_n, req.return_documents),
         usage=RerankUsage(prompt_tokens=tokens, total_tokens=tokens),
         meta=Meta_(billed_units=BilledUnits(search_units=1)),
     )
-    return JSONResponse(body)
 
 
-async def _by_embeddings(request: Request, req: RerankRequest) -> Response:
+async def _by_embeddings(request: Request, req: RerankRequest) -> RerankResponse:
     """An embeddings model ranks the documents by their vectors (see :mod:`.late`)."""
     scores, documents, tokens, model = await embed_and_score(request, req, ENDPOINT)
-    body = RerankResponse(
+    return RerankResponse(
         id=f"rerank-{uuid4().hex}",
         model=model,
         results=ranked(scores, documents, req.top_n, req.return_documents),
         usage=RerankUsage(prompt_tokens=tokens, total_tokens=tokens),
         meta=Meta_(billed_units=BilledUnits(search_units=1)),
     )
-    return JSONResponse(body)
 
 
 async def score(handle: ModelHandle, msg: Rerank) -> tuple[list[float], int]:

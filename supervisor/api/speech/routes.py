@@ -49,14 +49,20 @@ ENDPOINT = "/v1/audio/speech"
 async def create_speech(request: Request) -> Response:
     """Text to speech, streamed as it is synthesized."""
     req = await read_json(request, SpeechRequest)
-    handle = request.app.state.registry.resolve(req.model)
-    require_kind(handle, SPEECH_KINDS, ENDPOINT)
-    msg = synthesize_message(handle, req)
-    speech = await unless_disconnected(request, Speech.start(handle, msg))
+    speech = await speech_for(request, req)
     if req.stream_format == "sse":
         return SpeechStream(_events(speech, len(req.input)), speech, "text/event-stream")
     headers = {"X-Sample-Rate": str(speech.sample_rate)}
     return SpeechStream(_bytes(speech), speech, MEDIA_TYPES[req.response_format], headers)
+
+
+async def speech_for(request: Request, req: SpeechRequest) -> Speech:
+    """``req`` started on its model's worker, its first audio in (unless the client
+    leaves first); always ``aclose`` it."""
+    handle: ModelHandle = request.app.state.registry.resolve(req.model)
+    require_kind(handle, SPEECH_KINDS, ENDPOINT)
+    msg = synthesize_message(handle, req)
+    return await unless_disconnected(request, Speech.start(handle, msg))
 
 
 def synthesize_message(handle: ModelHandle, req: SpeechRequest) -> Synthesize:

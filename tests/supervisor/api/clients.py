@@ -7,7 +7,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import httpx2
 import openai
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from starlette.applications import Starlette
 
 
@@ -56,3 +59,15 @@ async def realtime_text_turn(url: str, model: str, text: str, api_key: str = "un
             if event.type == "response.done":
                 return event.response
     raise AssertionError("the session ended before response.done")
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(url: str, key: str, timeout: float = 30) -> AsyncIterator[Client]:
+    """The official ``mcp`` client connected to the MCP server at ``url`` (a
+    gateway's ``/mcp``) with ``key`` as its Bearer token."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
