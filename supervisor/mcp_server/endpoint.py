@@ -10,7 +10,9 @@ caller's app (:mod:`.catalog`); ``tools/call`` runs one (:mod:`.calls`).
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -102,9 +104,30 @@ class McpEndpoint:
             PATH, StreamableHTTPASGIApp(self.manager), methods=["GET", "POST", "DELETE"]
         )
 
-    def run(self) -> AbstractAsyncContextManager[None]:
-        """The session manager, for the app's lifespan."""
-        return self.manager.run()
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """The session manager, for the app's lifespan. It runs in a task of its own:
+        its task group must be left by the task that entered it, and whoever holds
+        the lifespan (a test's fixture, above all) may close it from another task."""
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def hold() -> None:
+            async with self.manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(hold(), name="mcp session manager")
+        waiting = asyncio.create_task(started.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():  # it failed to start: say why
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+            task.result()
+        try:
+            yield
+        finally:
+            stop.set()
+            await task
 
 
 def _version() -> str:
