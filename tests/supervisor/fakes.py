@@ -104,7 +104,7 @@ def alive(pid: int | None) -> bool:
         return False
 
 
-async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+async def wait_for(predicate: Any, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
