@@ -160,7 +160,8 @@ def read_data_url(url: str, rules: UrlRules, param: str) -> tuple[bytes, str]:
         )
     media_type = header[5:].split(";", 1)[0].strip().lower()
     allowed = not rules.allowed_types or media_type.startswith(rules.allowed_types)
-    if media_type and (not allowed or media_type.startswith(rules.refused_types or ("\0",))):
+    refused = bool(rules.refused_types) and media_type.startswith(rules.refused_types)
+    if media_type and (refused or not allowed):
         raise BadRequest(
             f"The data URL's media type '{media_type}' is not a{_n(rules.noun)} {rules.noun} "
             f"type ({rules.example_type.split('/')[0]}/…).",
