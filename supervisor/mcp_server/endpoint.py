@@ -34,6 +34,7 @@ from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.mcp_server.calls import call
 from mlx_gateway.supervisor.mcp_server.catalog import ToolDef, offered, schema_of
 from mlx_gateway.supervisor.mcp_server.table import TOOLS
+from mlx_gateway.supervisor.mcp_server.transport import JsonRpcTransport
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.pool.scope import scoped
 
@@ -101,7 +102,9 @@ class McpEndpoint:
             self.server, json_response=True, stateless=True, max_request_body_size=max_body
         )
         self.route = Route(
-            PATH, StreamableHTTPASGIApp(self.manager), methods=["GET", "POST", "DELETE"]
+            PATH,
+            JsonRpcTransport(StreamableHTTPASGIApp(self.manager)),
+            methods=["GET", "POST", "DELETE"],
         )
 
     @asynccontextmanager

@@ -77,8 +77,15 @@ def check_alive(gateway: LiveGateway, http: httpx.Client) -> None:
 def check_error_shape(response: httpx.Response, path: str = "") -> None:
     """A 4xx JSON answer is ``{"error": {"message", "type", "param", "code"}}`` (the
     Anthropic endpoints: ``{"type": "error", "error": {"type", "message"}}``; Ollama's
-    ``/api/…``: ``{"error": "message"}``)."""
+    ``/api/…``: ``{"error": "message"}``; the MCP server's ``/mcp``: a JSON-RPC error,
+    ``{"jsonrpc": "2.0", "id", "error": {"code", "message"}}``)."""
     assert response.status_code < 500, response.text
+    if response.status_code >= 400 and path == "/mcp":
+        body = response.json()
+        assert body["jsonrpc"] == "2.0" and "id" in body, body
+        assert isinstance(body["error"]["code"], int), body
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+        return
     if response.status_code >= 400 and path.startswith("/api/"):  # Ollama's own shape
         error = response.json()["error"]
         assert isinstance(error, str) and error, error

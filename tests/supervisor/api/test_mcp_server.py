@@ -73,6 +73,22 @@ def test_mcp_needs_a_key() -> None:
     assert answer.json()["error"]["code"] == "missing_api_key"
 
 
+def test_every_http_refusal_is_a_json_rpc_error(gateway: LiveGateway) -> None:
+    """No stream to open and no session to end (stateless): ``GET`` and ``DELETE``
+    are 405 naming POST; a body without a JSON content type is a JSON-RPC error, not
+    the SDK's plain text. The client above opened its sessions through these."""
+    auth = {"Authorization": f"Bearer {KEYS['admin']}"}
+    for method in ("GET", "DELETE"):
+        answer = httpx.request(method, f"{gateway.url}/mcp", headers=auth, timeout=10)
+        assert answer.status_code == 405 and answer.headers["allow"] == "POST"
+        assert "every message is a POST" in answer.json()["error"]["message"]
+    plain = httpx.post(f"{gateway.url}/mcp", content=b"ping", headers=auth, timeout=10)
+    assert plain.status_code == 400
+    body = plain.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None
+    assert body["error"]["code"] == -32600 and "Content-Type" in body["error"]["message"]
+
+
 async def test_a_call_is_a_request_of_the_app(gateway: LiveGateway) -> None:
     async with connect(gateway, "guest") as client:
         result = await client.call_tool("ask", {"prompt": "hello there"})
