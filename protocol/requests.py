@@ -235,10 +235,14 @@ class Ping(Message, tag="ping"):
 
 class Pause(Message, tag="pause"):
     """Interactive work is running on this machine (``hold``) or no longer is. While
-    held, a worker whose queued and running requests are all ``batch`` takes no step
-    (it waits between two steps); one with an interactive request goes on."""
+    held, a worker whose queued and running requests are all ``batch`` spends at most
+    ``duty`` of the wall time on steps (it waits between two steps; 0: it takes no
+    step); one with an interactive request goes on. The gateway holds with ``duty``
+    0 until every interactive request has its first token, then lets batch work run
+    at its duty cycle until the last one ends."""
 
     hold: bool = False
+    duty: float = 0.0
 
 
 class Limits(Message, tag="limits"):

@@ -156,13 +156,22 @@ class Admission:
                 self._seat.notify()
         self.inflight += 1
         interactive = self.interactive
+        answered = False
+
+        def first_answer() -> None:
+            nonlocal answered
+            if not answered:
+                answered = True
+                if interactive is not None:
+                    interactive.answered(priority)
+
         if interactive is not None:
             interactive.enter(priority, self._model)
         try:
-            yield Session(self.name, self._relay, self._open_worker)
+            yield Session(self.name, self._relay, self._open_worker, first_answer)
         finally:
             if interactive is not None:
-                interactive.leave(priority)
+                interactive.leave(priority, answered)
             self.inflight -= 1
             self._slots.release()
             self.used_now()
@@ -220,10 +229,20 @@ class Admission:
 class Session:
     """One request's access to a READY worker (see :meth:`Admission.session`)."""
 
-    def __init__(self, name: str, relay: Relay, open_worker: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        relay: Relay,
+        open_worker: Callable[[], str],
+        first_answer: Callable[[], None] | None = None,
+    ) -> None:
         self._name = name
         self._relay = relay
         self._open_worker = open_worker
+        self._first_answer = first_answer
+        """Told at the first answering reply of the session's calls (the first
+        token of a stream: :class:`~.interactive.InteractiveWork` lets batch work
+        go on from there)."""
 
     def generate(self, msg: Generate) -> ReplyStream:
         """Send ``msg`` and yield the worker's Started and Chunks, ending with Done.
@@ -237,4 +256,12 @@ class Session:
         to and including ``Done``; a reply that came with frames is yielded as
         :class:`~.relay.WithPayloads`. Errors and leaving early as for :meth:`generate`.
         Nothing is sent before the first iteration."""
-        return ReplyStream(self._relay, self._open_worker, msg, request_id, payloads, self._name)
+        return ReplyStream(
+            self._relay,
+            self._open_worker,
+            msg,
+            request_id,
+            payloads,
+            self._name,
+            self._first_answer,
+        )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlx_gateway.protocol.frames import Frame
-from mlx_gateway.protocol.messages import Cancel, Done, Error
+from mlx_gateway.protocol.messages import Cancel, Done, Error, Prefilled, Started
 from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed, from_reply
 from mlx_gateway.supervisor.pool.relay import Relay, RequestItem, WithPayloads, WorkerUnreachable
 
@@ -47,8 +47,12 @@ class ReplyStream:
         request_id: str,
         payloads: Sequence[Frame] = (),
         name: str = "",
+        on_answer: Callable[[], None] | None = None,
     ) -> None:
         self._relay = relay
+        self._on_answer = on_answer
+        """Called once, at the first reply that answers (not ``Started`` or a
+        ``Prefilled`` progress report): a first token, embeddings, an error…"""
         self._opener = opener
         self._msg = msg
         self._request_id = request_id
@@ -111,6 +115,9 @@ class ReplyStream:
             raise as_error(item) from None
 
     def _accept(self, item: RequestItem) -> Any:
+        if self._on_answer is not None and not isinstance(item, Started | Prefilled):
+            answered, self._on_answer = self._on_answer, None
+            answered()
         match item:
             case Done() | WithPayloads(reply=Done()):
                 self._answered = True

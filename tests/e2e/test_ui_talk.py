@@ -90,19 +90,16 @@ def test_talk_hears_the_microphone_and_plays_the_answer(browser: Any, gateway: G
     assert page.eval_on_selector_all("#talk-model option", "os => os.map(o => o.value)") == [LM]
     assert page.is_visible("#talk-voice")
     page.click("#talk-start")
-    page.wait_for_function(
+    heard = (
         "[...document.querySelectorAll('#talk-log .msg.user')]"
-        ".some(m => m.textContent.toLowerCase().includes('lazy dog'))",
-        timeout=TIMEOUT,
+        ".some(m => m.textContent.toLowerCase().includes('lazy dog'))"
     )
-    page.wait_for_function(
-        "document.querySelector('#talk-log .msg.assistant')?.textContent.trim().length > 0",
-        timeout=TIMEOUT,
-    )
+    wait_on_page(page, gateway, heard, "the transcript of the microphone's fox clip")
+    answered = "document.querySelector('#talk-log .msg.assistant')?.textContent.trim().length > 0"
+    wait_on_page(page, gateway, answered, "the assistant's answer")
     # the answer's audio arrived as deltas and the page played it to its end
-    page.wait_for_function(
-        "Number(document.querySelector('#talk-stats').dataset.playedMs) > 0", timeout=TIMEOUT
-    )
+    played = "Number(document.querySelector('#talk-stats').dataset.playedMs) > 0"
+    wait_on_page(page, gateway, played, "the answer's audio played")
     stats = page.eval_on_selector("#talk-stats", "s => ({...s.dataset})")
     assert int(stats["chunks"]) > 0
     assert int(stats["receivedMs"]) >= int(stats["playedMs"]) > 0
@@ -114,3 +111,21 @@ def test_talk_hears_the_microphone_and_plays_the_answer(browser: Any, gateway: G
     page.wait_for_function("document.querySelector('#view-talk').dataset.state === 'stopped'")
     assert page.is_enabled("#talk-start") and page.is_disabled("#talk-stop")
     page.close()
+
+
+def wait_on_page(page: Any, gateway: Gateway, condition: str, what: str) -> None:
+    """Wait for ``condition`` on the page; on a timeout, fail naming ``what`` with the
+    page's talk log, its stats, its notice and the end of the gateway's log."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(condition, timeout=TIMEOUT)
+    except PlaywrightTimeout:
+        state = page.eval_on_selector("#view-talk", "v => v.dataset.state")
+        talk_log = page.inner_text("#talk-log")
+        stats = page.eval_on_selector("#talk-stats", "s => ({...s.dataset})")
+        notice = page.inner_text("#notice")
+        raise AssertionError(
+            f"no {what} within {TIMEOUT / 1000:g} s; talk state {state!r}, log {talk_log!r}, "
+            f"stats {stats}, notice {notice!r}; the gateway's log ends:\n{gateway.log()[-4000:]}"
+        ) from None

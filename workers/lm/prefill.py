@@ -22,11 +22,13 @@ def progress(
     emit: Emit,
     cuts: bool,
     cache: PromptCache,
+    read: bool = True,
 ) -> None:
     """Report long prompts' progress (``prompts``: the generator's prompt responses
     of a step; ``by_uid``: the running requests), note the prompts it finished and
     take the checkpoints it reached (``cuts``: the model's cache can be cut at any
-    prefix, so only entries are stored, no checkpoints kept)."""
+    prefix, so only entries are stored, no checkpoints kept). ``read`` False: the
+    step read no prompt (:mod:`.fair_share`), so no progress is reported."""
     due: list[LmActive] = []
     for response in prompts:
         active = by_uid.get(response.uid)
@@ -39,7 +41,7 @@ def progress(
             continue
         if response.end_of_segment and active.prefilled in active.marks:
             due.append(active)
-        if total - done > 1:  # more slices follow
+        if total - done > 1 and read:  # more slices follow
             emit(Prefilled(active.request_id, active.prefilled, active.prompt_tokens))
     if due:
         take_checkpoints(generator, due, cuts, cache)

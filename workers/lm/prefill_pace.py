@@ -21,8 +21,15 @@ Slices below ``prefill_step_size`` alternate a little above and below the size
 aimed at (:data:`DITHER`), so that the steps always differ enough for the fit to
 tell the two parts apart.
 
+Beside an interactive request that decodes on the same model, a batch prompt's
+slices are bounded in time instead (:meth:`PrefillPace.bounded`): a step takes at
+most one pass over the weights plus :data:`BOUND_MARGIN` of one, so the person's
+next token waits for little more than one extra pass (see :mod:`.fair_share`).
+
 ``MLX_GATEWAY_TEST_PREFILL_TPS`` (tests only) caps prefill at that many tokens per
-second: each slice is stretched with a sleep, as on a slower machine.
+second: each slice is stretched with a sleep, as on a slower machine;
+``MLX_GATEWAY_TEST_PREFILL_FIXED`` adds that many seconds to every throttled step
+(a machine whose pass over the weights costs that much).
 """
 
 from __future__ import annotations
@@ -49,7 +56,12 @@ DITHER = 0.25
 WINDOW = 16
 """Recent steps the fit uses: a slow-down (a longer context, a busy machine) shows
 within a few steps."""
+BOUND_MARGIN = 0.5
+"""A bounded slice's prompt work: at most this share of the step's fixed cost."""
+SMALLEST_BOUND = 0.02
+"""Seconds of prompt work a bounded slice may take where no fixed cost was measured."""
 THROTTLE_ENV = "MLX_GATEWAY_TEST_PREFILL_TPS"
+THROTTLE_FIXED_ENV = "MLX_GATEWAY_TEST_PREFILL_FIXED"
 
 
 class PrefillPace:
@@ -68,36 +80,58 @@ class PrefillPace:
         """Which side of the aimed size the next slice takes (flips every step)."""
         throttle = os.environ.get(THROTTLE_ENV)
         self.throttle = float(throttle) if throttle else None
+        self.throttle_fixed = float(os.environ.get(THROTTLE_FIXED_ENV) or 0.0)
 
     def slice(self, rows: int = 1) -> int:
         """Tokens per prompt for the next step, when ``rows`` prompts prefill together."""
         if self.rate is None:
             return min(FIRST_SLICE, self.most)
-        budget = max(self.seconds - self.fixed, FIXED_SHARE * self.fixed)
+        return self._sized(max(self.seconds - self.fixed, FIXED_SHARE * self.fixed), rows)
+
+    def bounded(self, rows: int = 1) -> int:
+        """Tokens per prompt for a step bounded in time: one pass over the weights (the
+        fixed cost) plus at most :data:`BOUND_MARGIN` of one in prompt work."""
+        if self.rate is None:
+            return min(FIRST_SLICE, self.most)
+        return self._sized(max(BOUND_MARGIN * self.fixed, SMALLEST_BOUND), rows, under=True)
+
+    def bound_seconds(self) -> float:
+        """What a bounded step is sized to take: the fixed cost and its margin."""
+        return self.fixed + max(BOUND_MARGIN * self.fixed, SMALLEST_BOUND)
+
+    def _sized(self, budget: float, rows: int, under: bool = False) -> int:
+        """Tokens per prompt whose prompt work takes ``budget`` seconds (``under``: at
+        most that, the dither only below it)."""
+        assert self.rate is not None
         measured = max(tokens for tokens, _ in self._steps)
         size = min(self.rate * budget, GROWTH * measured) / max(rows, 1)
         if size < self.most:
-            size *= 1 + DITHER if self._above else 1 - DITHER
+            if under:
+                size *= 1.0 if self._above else 1 - 2 * DITHER
+            else:
+                size *= 1 + DITHER if self._above else 1 - DITHER
         return max(min(round(size), self.most), min(SMALLEST_SLICE, self.most))
 
-    def done(self, tokens: int, seconds: float) -> None:
+    def done(self, tokens: int, seconds: float) -> float:
         """A step prefilled ``tokens`` (all its prompts together) in ``seconds``:
-        learn from its speed."""
+        learn from its speed. Returns the seconds it took (the throttle's, where
+        one is set)."""
         if tokens <= 0:
-            return
+            return 0.0
         if self.throttle:  # a machine of exactly that speed: the tests' slow model
-            slower = tokens / self.throttle - seconds
-            if slower > 0:
-                time.sleep(slower)
+            slowed = self.throttle_fixed + tokens / self.throttle
+            if slowed > seconds:
+                time.sleep(slowed - seconds)
             # what the step would have taken there, also when this machine was slower
             # (a first step's compile under load), so the measured speed is the throttle's
-            seconds = tokens / self.throttle
+            seconds = slowed
         if seconds <= 0:
-            return
+            return 0.0
         self._steps.append((tokens, seconds))
         self._above = not self._above
         self.fixed, per_token = fit(self._steps)
         self.rate = 1.0 / per_token
+        return seconds
 
     def tokens_per_second(self) -> float:
         """The measured prefill speed of a long prompt, read in slices of

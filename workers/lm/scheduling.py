@@ -5,7 +5,8 @@ with a draft model), and moves into the shared ``BatchGenerator``, cache and all
 soon as another request arrives. Requests are admitted in arrival order (interactive
 ahead of ``batch``, whose prefill yields to theirs: :mod:`.yielding`), grouped by
 adapter set, against the KV cache the budget leaves (:mod:`..common.kv`); long prompts
-are read in slices sized by :mod:`.prefill_pace`, with ``Prefilled`` progress; a
+are read in slices sized by :mod:`.prefill_pace` (bounded in time beside a person's
+answer: :mod:`.fair_share`), with ``Prefilled`` progress; a
 request whose prefix another is prefilling waits for it (:mod:`.shared_prefix`). A
 request's state is an :class:`~.active.LmActive`. The :class:`Scheduler` is made at
 load by :mod:`.backend`, which checks each request and hands it over; it owns the
@@ -40,6 +41,7 @@ from mlx_gateway.workers.lm import checkpoints as cp
 from mlx_gateway.workers.lm import prefill, yielding
 from mlx_gateway.workers.lm.active import LmActive, drop_solo, step_label
 from mlx_gateway.workers.lm.adapters import Adapters
+from mlx_gateway.workers.lm.fair_share import FairShare
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
 from mlx_gateway.workers.lm.prompt_cache import Hit, PromptCache
 from mlx_gateway.workers.lm.shared_prefix import awaits_prefix
@@ -102,6 +104,8 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         """Tokens between two interval checkpoints of a long prefill (see :mod:`.checkpoints`)."""
         self.pace = PrefillPace(prefill_step_size)
         """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
+        self.fair = FairShare(self.pace)
+        """Bounds batch slices beside a person's answer (see :mod:`.fair_share`)."""
         self._solo: LmActive | None = None
         self._out = Coalescer(self._emit_batch, stream_interval)
         self._generator = self._new_generator()
@@ -183,13 +187,13 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         prefilling = sum(1 for a in self._by_uid.values() if not a.decoding)
         if prefilling:
             rows = min(prefilling, generator.prefill_batch_size)
-            generator.prefill_step_size = self.pace.slice(rows)
+            size = self.fair.slice(rows, self._by_uid.values())
+            generator.prefill_step_size = size  # 0: the batch decodes, no prompt is read
             with generator.stats() as stats:  # its prompt time leaves the decoding out
                 prompts, responses = generator.next()
-            prefill.progress(
-                prompts, self._by_uid, generator, self._emit, self.cuts, self.prompt_cache
-            )
-            self.pace.done(stats.prompt_tokens, stats.prompt_time)
+            cache, by_uid = self.prompt_cache, self._by_uid
+            prefill.progress(prompts, by_uid, generator, self._emit, self.cuts, cache, size > 0)
+            self.fair.done(stats.prompt_tokens, stats.prompt_time)
         else:
             _, responses = generator.next()
         chunks: list[Chunk] = []

@@ -49,6 +49,7 @@ from mlx_gateway.workers.runtime.contract import (
     LoadError,
     RequestError,
 )
+from mlx_gateway.workers.runtime.duty_cycle import DutyCycle
 from mlx_gateway.workers.runtime.extras import create_backend
 from mlx_gateway.workers.runtime.memory import measure_memory
 from mlx_gateway.workers.runtime.prefetch import Prefetch, start_prefetch
@@ -250,19 +251,28 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
     ``clock`` (the heartbeats' :class:`StepClock`) marks each step and each
     request's checks, so a step that never returns shows in the heartbeats.
 
-    ``Pause(hold=True)``: interactive work runs elsewhere on the machine; while every
-    request here is ``batch`` (:meth:`Backend.runs_interactive` False) no step runs
-    and the loop waits on the inbox (a new request, a cancel, ``Pause(hold=False)``).
+    ``Pause(hold=True, duty=d)``: interactive work runs elsewhere on the machine;
+    while every request here is ``batch`` (:meth:`Backend.runs_interactive` False)
+    the steps take at most ``d`` of the wall time (:mod:`.duty_cycle`; 0: no step
+    runs) and between them the loop waits on the inbox (a new request, a cancel,
+    another ``Pause``).
     """
     clock = clock if clock is not None else StepClock()
     backend.watch_inbox(inbox)
     interval = backend.idle_interval
     drain_until: float | None = None
-    held = False
+    held: DutyCycle | None = None
+    """While held: the duty cycle this worker's batch steps keep."""
     while True:
-        paused = held and drain_until is None and _batch_only(backend)
-        block = drain_until is None and (paused or not backend.has_work())
-        items = _take(inbox, block, interval)
+        resting = held is not None and drain_until is None and _batch_only(backend)
+        timeout = interval
+        if held is not None and resting:
+            rest = held.wait()  # None: no step while held; 0.0: one may run now
+            resting = rest != 0.0
+            if rest:
+                timeout = rest if interval is None else min(rest, interval)
+        block = drain_until is None and (resting or not backend.has_work())
+        items = _take(inbox, block, timeout)
         if block and not items and interval is not None:
             backend.idle_tick()
             continue
@@ -282,7 +292,7 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
             elif isinstance(request, Limits):
                 backend.set_limits(request)
             elif isinstance(request, Pause):
-                held = request.hold
+                held = _held(held, request)
             elif drain_until is not None:
                 request_id = getattr(request, "request_id", "")
                 emit(
@@ -297,9 +307,11 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
         if drain_until is not None and (not backend.has_work() or time.monotonic() >= drain_until):
             backend.cancel_all()
             return EXIT_OK
-        if held and drain_until is None and _batch_only(backend):
-            continue  # batch work waits while interactive work runs elsewhere
+        paced = held if held is not None and drain_until is None and _batch_only(backend) else None
+        if paced is not None and not paced.ready():
+            continue  # batch work rests while interactive work runs elsewhere
         if backend.has_work():
+            started = paced.now() if paced is not None else 0.0
             clock.begin(_label(backend))
             try:
                 backend.step()
@@ -309,6 +321,18 @@ def serve(backend: Backend, inbox: Inbox, emit: Emit, clock: StepClock | None = 
                 repair_random_state()
             finally:
                 clock.end()
+                if paced is not None:
+                    paced.took(started, paced.now())
+
+
+def _held(held: DutyCycle | None, pause: Pause) -> DutyCycle | None:
+    """The duty cycle after ``pause``: none when released, the one kept when its share
+    is unchanged, else a new one (whose first step may run at once)."""
+    if not pause.hold:
+        return None
+    if held is not None and held.share == min(max(pause.duty, 0.0), 1.0):
+        return held
+    return DutyCycle(pause.duty)
 
 
 def _batch_only(backend: Backend) -> bool:

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from mlx_gateway.protocol.messages import BATCH, INTERACTIVE, Embed, Priority
+from mlx_gateway.protocol.messages import BATCH, INTERACTIVE, Batch, Chunk, Embed, Priority
 from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
 from mlx_gateway.supervisor.engine.embeddings import embed
 from mlx_gateway.supervisor.pool.handle import WorkerHandle
+from mlx_gateway.supervisor.pool.interactive import BATCH_DUTY
 from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.spawn import worker_command
 
@@ -134,3 +135,37 @@ async def test_batch_work_takes_no_step_while_interactive_work_runs_elsewhere(
     assert flood_tokens == tokens
     assert await steps_after_heartbeats(bert, beats=1) >= later + 30  # 60 inputs, ≤ 2 per step
     assert time.monotonic() - started < 30
+
+
+async def first_token(handle: WorkerHandle, request_id: str, got: asyncio.Event) -> None:
+    """A ``drip`` request (one chunk, then nothing): ``got`` is set at its first chunk,
+    and the request is held until cancelled, as a person reading a long answer."""
+    async with handle.session(INTERACTIVE) as session:
+        async for reply in session.generate(chat("drip", request_id=request_id)):
+            if isinstance(reply, Chunk | Batch):
+                got.set()
+
+
+@pytest.mark.slow
+async def test_batch_work_goes_on_at_its_duty_once_the_person_has_a_first_token(
+    pair: Registry,
+) -> None:
+    bert, lm = pair.resolve("bert"), pair.resolve("chat")
+    await asyncio.gather(bert.ensure_ready(), lm.ensure_ready())
+    texts = [f"input number {i} of the flood" for i in range(30)]
+    got = asyncio.Event()
+    person = asyncio.create_task(first_token(lm, "person", got))
+    await asyncio.wait_for(got.wait(), timeout=10)
+    assert pair.interactive.running == 1 and pair.interactive.starting == 0
+
+    flood = asyncio.create_task(embed(bert, Embed(request_id="flood", texts=texts, priority=BATCH)))
+    await wait_for(lambda: pair.interactive.held)
+    assert pair.interactive.current_duty == BATCH_DUTY
+    # The person's request still runs, and the flood ends meanwhile: held at its duty,
+    # not to the person's last token.
+    _, _, tokens = await asyncio.wait_for(flood, timeout=60)
+    assert tokens > 0
+    assert not person.done() and pair.interactive.held is False  # no batch work left
+    assert pair.interactive.running == 1
+    await release(person)
+    assert pair.interactive.running == 0

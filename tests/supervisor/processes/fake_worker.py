@@ -31,6 +31,8 @@ Per request, the last message's text (or the prompt) decides:
 * ``die <seconds>``: nothing for ``<seconds>`` after Started, then the process kills
   itself with SIGKILL: a request that kills every worker it runs on.
 * ``hang``: never answers (a cancel still ends it).
+* ``drip``: one chunk, then nothing more (a cancel still ends it): a person's
+  answer that has its first token and streams on.
 * ``stuck``: as a model whose forward pass blocks: after Started nothing more
   happens on any request (cancels included), while the heartbeats go on and report
   the step ``decode of N requests`` stalled since then.
@@ -425,7 +427,7 @@ def main() -> None:
         if active and stuck_since is None:
             steps += 1
         for item in active.values() if stuck_since is None else ():
-            if item.behaviour == "hang":
+            if item.behaviour == "hang" or (item.behaviour == "drip" and item.sent):
                 continue
             if item.halfway is not None and time.monotonic() >= item.halfway:
                 item.halfway = None
@@ -448,7 +450,7 @@ def main() -> None:
             chunks.append(chunk)
             if item.max_tokens is not None and item.sent >= item.max_tokens:
                 ended.append((item, "length"))
-            elif item.behaviour != "crash" and item.sent >= len(item.words):
+            elif item.behaviour not in ("crash", "drip") and item.sent >= len(item.words):
                 ended.append((item, "stop"))
         if chunks:
             send(Batch(chunks=chunks))
