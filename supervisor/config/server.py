@@ -150,6 +150,11 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     back by a later request with the same token prefix; ``None``: no disk tier."""
     prompt_cache_disk_bytes: str | int = "8GiB"
     """Most bytes the whole ``prompt_cache_dir`` holds; the least recently used files go."""
+    batch_duty: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    """The share of the time batch work (``priority: batch``, ``service_tier: flex``)
+    on other models may take once every interactive request has its first token
+    (before that it takes none); ``0`` holds it until the last interactive request
+    ends, ``1`` lets it run freely after the first token."""
     spare_workers: bool = False
     """Keep one pre-started worker per kind in use (its backend imported, no model
     loaded, counted in the memory budget) and hand it the next model to load."""

@@ -4,7 +4,8 @@ The machine's workers share its GPU (or CPU): a batch app's prefill on one model
 slows a person's request on another. While at least one interactive request holds a
 session on any model (:mod:`.admission`) and batch work is in flight, every running
 worker is told ``Pause(hold=True)``: with ``duty`` 0 while an interactive request
-still waits for its first answer (its first token), then with :data:`BATCH_DUTY`
+still waits for its first answer (its first token), then with ``server.batch_duty``
+(:data:`BATCH_DUTY` by default)
 once every one has it, so that batch work goes on at a bounded share of the time
 while the person reads the answer stream in; when the last interactive one ends,
 the workers told get ``Pause(hold=False)`` (without batch work nothing is sent). A

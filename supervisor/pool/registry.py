@@ -51,7 +51,7 @@ class Registry:
         self._placed: list[WorkerHandle] = []
         self._retired: set[WorkerHandle] = set()
         self.placement = Placement(self._placed, config.server)
-        self.interactive = InteractiveWork(self._placed)
+        self.interactive = InteractiveWork(self._placed, duty=config.server.batch_duty)
         """Interactive sessions on every model: batch work is held meanwhile."""
         self.spares: SparePool | None = None
         if config.server.spare_workers:
