@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.gateway import gateway_of
+from mlx_gateway.supervisor.gateway import started as gateway_started
 from mlx_gateway.supervisor.shutdown import graceful_timeout, shutdown_trigger
 
 from .fakes import fake_command, fake_config
@@ -106,7 +107,7 @@ class LiveGateway:
 
         async def started() -> None:
             # Hypercorn runs the lifespan before it accepts: wait for the registry.
-            while started(self.app) is None:
+            while gateway_started(self.app) is None:
                 await asyncio.sleep(0.01)
             self._ready.set()
 
