@@ -1,4 +1,5 @@
-"""The Starlette application; its lifespan owns the registry (and so every worker)."""
+"""The Starlette application; its lifespan owns the registry (and so every worker)
+and builds the :class:`~.gateway.Gateway`, the app's services."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import Response
+from starlette.types import Scope
 
 from mlx_gateway.supervisor.api import exception_handlers, routes
-from mlx_gateway.supervisor.api.anthropic.diagnostics import MessageDigests
 from mlx_gateway.supervisor.api.anthropic.routes import anthropic_error
 from mlx_gateway.supervisor.api.ollama.replies import ollama_error
 from mlx_gateway.supervisor.config import GatewayConfig
-from mlx_gateway.supervisor.engine.prompt_parts import PromptHistory
 from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.gateway import Gateway, gateway_of, install
 from mlx_gateway.supervisor.http.log_hub import LogHub
 from mlx_gateway.supervisor.http.middleware import body_limit, middleware_for
 from mlx_gateway.supervisor.http.replies import error_response
@@ -45,7 +46,6 @@ def create_app(
         hub = LogHub()
         root = logging.getLogger()
         root.addHandler(hub)
-        app.state.log_hub = hub
         registry = Registry(config, command=command, worker_env=worker_env)
         server = config.server
         peers = PeerDirectory(
@@ -53,17 +53,15 @@ def create_app(
         )
         wyoming = None
         mcp = McpServers(config.tools)  # connects to a server on its first use
-        app.state.mcp = mcp
         usage = None
         if server.usage:
             usage = UsageStore(usage_path(server.usage_path), server.usage_retention_days)
             usage.start()  # its thread opens the file
-            recorder.usage = app.state.usage = usage
+            recorder.usage = usage
         try:
             await registry.start()
             await peers.start()
-            app.state.registry = registry
-            app.state.peers = peers
+            install(app, Gateway(config, registry, recorder, peers, mcp, hub))
             if server.wyoming is not None:
                 # imported only when configured: the wyoming package is not small
                 from mlx_gateway.supervisor.api.wyoming.server import WyomingServer
@@ -79,7 +77,7 @@ def create_app(
                 await registry.close()
         finally:
             if usage is not None:
-                recorder.usage = app.state.usage = None
+                recorder.usage = None
                 await usage.close()  # what is queued is written
             await mcp.close()  # stdio servers' processes stop
             await peers.close()
@@ -88,20 +86,19 @@ def create_app(
     recorder = Recorder()
     middleware = middleware_for(config, recorder)
     if config.server.peers:
-        middleware.append(Middleware(PeerMiddleware, render_error=_error_reply))
+        middleware.append(Middleware(PeerMiddleware, render_error=_error_reply, here=_here))
     mcp_server = McpEndpoint(body_limit(config, MCP_PATH))
-    app = Starlette(
+    return Starlette(
         routes=[*routes, mcp_server.route],
         exception_handlers=exception_handlers,
         middleware=middleware,
         lifespan=lifespan,
     )
-    app.state.config = config
-    app.state.metrics = recorder
-    app.state.prompt_history = PromptHistory()
-    app.state.message_digests = MessageDigests()
-    app.state.http_port = config.server.port
-    return app
+
+
+def _here(scope: Scope) -> Gateway:
+    """This gateway, as the peer middleware sees it."""
+    return gateway_of(scope["app"])
 
 
 def _error_reply(path: str, exc: GatewayError) -> Response:

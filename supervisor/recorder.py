@@ -22,10 +22,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from mlx_gateway.supervisor.metrics import Counter, Histogram
 from mlx_gateway.supervisor.usage.rows import UsageRow, kind_of_route
+from mlx_gateway.supervisor.usage.store import UsageStore
 
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 logger = logging.getLogger(__name__)
@@ -352,9 +353,10 @@ class Recorder:
         """HTTP requests being served now (streams included)."""
         self.live: dict[int, RequestRecord] = {}
         """Those requests' records (``GET /v1/requests``), by ``id()``."""
-        self.usage: UsageSink | None = None
-        """Where each answered request's :class:`UsageRow` goes (the usage
-        database, set by the app's lifespan; ``None``: usage is not kept)."""
+        self.usage: UsageStore | None = None
+        """The usage database: where each answered request's :class:`UsageRow`
+        goes, read by ``/v1/usage`` (set by the app's lifespan; ``None``: usage is
+        not kept)."""
 
     def commit(self, record: RequestRecord, route: str, status: int, ended: float) -> None:
         code = str(status)
@@ -422,10 +424,6 @@ class Recorder:
         finally:
             close_record(token)
             self.commit(record, route, record.status, time.monotonic())
-
-
-class UsageSink(Protocol):
-    def add(self, row: UsageRow) -> None: ...
 
 
 def usage_row(record: RequestRecord, kind: str, status: int, duration: float) -> UsageRow:

@@ -11,15 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Any
+
+from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.config import ConfigError, load_config
+from mlx_gateway.supervisor.gateway import started
 from mlx_gateway.supervisor.pool.placement import check_fits
 
 log = logging.getLogger("mlx_gateway.reload")
 
 
-async def reload_from(path: str, app: Any) -> dict[str, list[str]] | None:
+async def reload_from(path: str, app: Starlette) -> dict[str, list[str]] | None:
     """Load ``path`` and apply it to the running registry; ``None`` when rejected."""
     try:
         new = load_config(path)
@@ -27,10 +29,11 @@ async def reload_from(path: str, app: Any) -> dict[str, list[str]] | None:
     except ConfigError as exc:
         log.error("config reload rejected, the running config stays: %s", exc)
         return None
-    registry = getattr(app.state, "registry", None)
-    if registry is None:
+    gateway = started(app)
+    if gateway is None:
         log.warning("config reload ignored: the gateway is not started yet")
         return None
+    registry = gateway.registry
     if new.server != registry.config.server:
         log.warning("config reload: the server section changed; restart the gateway to apply it")
     return await registry.reload(new)
@@ -43,7 +46,7 @@ def _mtime(path: str) -> float | None:
         return None
 
 
-async def watch_file(path: str, app: Any, interval: float = 1.0) -> None:
+async def watch_file(path: str, app: Starlette, interval: float = 1.0) -> None:
     """Reload whenever the file's modification time changes."""
     last = _mtime(path)
     while True:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from mlx_gateway.supervisor.config import ServerConfig
+from mlx_gateway.supervisor.gateway import started
 from mlx_gateway.supervisor.pool.process import KILL_WAIT
 
 if TYPE_CHECKING:
@@ -40,11 +41,9 @@ def shutdown_trigger(app: Starlette, stop: asyncio.Event) -> Callable[[], Awaita
 
     async def trigger() -> None:
         await stop.wait()
-        registry = getattr(app.state, "registry", None)
-        if registry is not None:
-            registry.begin_shutdown()
-        hub = getattr(app.state, "log_hub", None)
-        if hub is not None:  # the web UI's live log streams end now
-            hub.close()
+        gateway = started(app)
+        if gateway is not None:
+            gateway.registry.begin_shutdown()
+            gateway.log_hub.close()  # the web UI's live log streams end now
 
     return trigger

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from mlx_gateway.protocol.kinds import KINDS, MODEL_TYPES
+from tests.class_splits import split_classes
+from tests.gateway_uses import state_uses
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
@@ -60,6 +62,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         f"{S}.api",
         f"{S}.app",
         f"{S}.tools",
+        f"{S}.gateway",
     ),
     # the tools the gateway runs (MCP servers) know the config, not the request's way:
     # reply/ runs the tool loop over them
@@ -70,14 +73,26 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         f"{S}.engine",
         f"{S}.pool",
         f"{S}.http",
+        f"{S}.gateway",
     ),
-    # worker processes know nothing of HTTP or of the APIs
-    f"{S}.pool": (f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app"),
+    # the gateway's services (supervisor/gateway.py) are built from the floors below
+    # the surfaces: no surface, no reply path, not the app that builds them
+    f"{S}.gateway": (f"{S}.api", f"{S}.reply", f"{S}.mcp_server", f"{S}.app"),
+    # worker processes know nothing of HTTP or of the APIs; the floors below the
+    # reply path take the services they use, never the gateway that holds them all
+    f"{S}.pool": (f"{S}.engine", f"{S}.http", f"{S}.api", f"{S}.app", f"{S}.gateway"),
     # the reply path joins the engine and the plumbing for every surface
     f"{S}.reply": (f"{S}.api", f"{S}.app"),
     # the engine knows no HTTP, the plumbing no generation; neither knows a surface
-    f"{S}.engine": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.http", "starlette"),
-    f"{S}.http": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.engine"),
+    f"{S}.engine": (
+        f"{S}.api",
+        f"{S}.app",
+        f"{S}.reply",
+        f"{S}.http",
+        f"{S}.gateway",
+        "starlette",
+    ),
+    f"{S}.http": (f"{S}.api", f"{S}.app", f"{S}.reply", f"{S}.engine", f"{S}.gateway"),
     # the MCP server (/mcp) is a surface over the others' cores: it may call their
     # serves (images, audio, speech, rerank, models), never the app that mounts it
     f"{S}.mcp_server": (f"{S}.app",),
@@ -85,7 +100,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     f"{S}.connect": (f"{S}.pool", f"{S}.engine", f"{S}.reply", f"{S}.http", f"{S}.api", f"{S}.app"),
     f"{S}.service": (f"{S}.pool", f"{S}.engine", f"{S}.reply", f"{S}.http", f"{S}.api", f"{S}.app"),
     # peer gateways are reached over HTTP: no workers, no engine, no API surface
-    f"{S}.peers": (f"{S}.api", f"{S}.app", f"{S}.engine", f"{S}.pool"),
+    f"{S}.peers": (f"{S}.api", f"{S}.app", f"{S}.engine", f"{S}.pool", f"{S}.gateway"),
     # the process runtime knows kinds only by name (protocol/kinds.py)
     f"{W}.runtime": (f"{W}.common", *KIND_PACKAGES),
     # what several kinds share belongs to none of them
@@ -385,55 +400,6 @@ def test_no_source_file_is_over_500_lines() -> None:
     assert not long, f"over {MAX_LINES} lines:\n" + "\n".join(long)
 
 
-def _is_interface(node: ast.ClassDef) -> bool:
-    """A Protocol, an exception, or an ABC whose methods are all abstract (its body
-    only annotations, docstrings and ``@abstractmethod`` stubs): a contract, no state."""
-    bases = {ast.unparse(base).split("[")[0].rpartition(".")[2] for base in node.bases}
-    if bases & {"Protocol", "Exception", "ValueError", "RuntimeError"}:
-        return True
-    if "ABC" not in bases:
-        return False
-    for item in node.body:
-        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
-            if not any(ast.unparse(d).endswith("abstractmethod") for d in item.decorator_list):
-                return False
-        elif not isinstance(item, ast.AnnAssign | ast.Expr | ast.Pass):
-            return False
-    return True
-
-
-def _split_classes(sources: dict[str, str]) -> list[str]:
-    """Classes of ``sources`` (module name → source, the modules of one kind) whose
-    base is a class of another of these modules, unless that base is an interface;
-    each as ``module:line Class(base)``."""
-    trees = {module: ast.parse(source) for module, source in sources.items()}
-    classes = {
-        (module, node.name): node
-        for module, tree in trees.items()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ClassDef)
-    }
-    wrong = []
-    for module, tree in trees.items():
-        names: dict[str, str] = {}  # a local name → the dotted name it stands for
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
-            elif isinstance(node, ast.Import):
-                names |= {a.asname or a.name: a.name for a in node.names if a.asname}
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.ClassDef):
-                continue
-            for base in node.bases:
-                spelled = ast.unparse(base).split("[")[0]
-                head, dot, rest = spelled.partition(".")
-                owner, _, name = (names.get(head, head) + dot + rest).rpartition(".")
-                defined = classes.get((owner, name))
-                if owner != module and defined is not None and not _is_interface(defined):
-                    wrong.append(f"{module}:{node.lineno} {node.name}({spelled})")
-    return wrong
-
-
 def test_no_base_class_split_inside_a_worker_kind() -> None:
     """A worker kind's classes are composed, not cut in two across modules: no class in
     ``workers/<kind>/`` derives from a class defined in another module of that kind (the
@@ -451,7 +417,7 @@ def test_no_base_class_split_inside_a_worker_kind() -> None:
             for module, path in _modules()
             if _under(module, f"{W}.{kind}")
         }
-        wrong += _split_classes(sources)
+        wrong += split_classes(sources)
     assert not wrong, "classes deriving from another module of their kind:\n" + "\n".join(wrong)
 
 
@@ -467,7 +433,7 @@ def test_the_base_class_check_sees_a_split() -> None:
         "class A(Part):\n    pass\nclass B(Shape):\n    pass\nclass C(base.Part):\n    pass\n"
         "class D(A):\n    pass\n"
     )
-    assert _split_classes({"k.base": base, "k.user": user}) == [
+    assert split_classes({"k.base": base, "k.user": user}) == [
         "k.user:3 A(Part)",
         "k.user:7 C(base.Part)",
     ]
@@ -485,3 +451,45 @@ def test_only_the_app_mounts_the_mcp_server() -> None:
         if _under(target, mcp)
     ]
     assert not wrong, "only supervisor/app.py may import the MCP server:\n" + "\n".join(wrong)
+
+
+GATEWAY = ROOT / "supervisor" / "gateway.py"
+"""The one module that puts the gateway's services on the app and reads them back."""
+
+
+def test_the_services_are_one_typed_gateway() -> None:
+    """The gateway's services (registry, recorder, MCP servers, stores, peers …) are
+    one :class:`~mlx_gateway.supervisor.gateway.Gateway`, built once by the app's
+    lifespan and reached with ``gateway_of``: under supervisor/ no ``state: Any``
+    parameter, no ``getattr`` probe on a state, and no ``app.state`` outside
+    supervisor/gateway.py (neither a service read from the bag nor one parked on it)."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} {what}"
+        for module, path in _modules()
+        if _under(module, S)
+        for line, what in state_uses(path.read_text(encoding="utf-8"))
+        if path != GATEWAY
+    ]
+    assert not wrong, "the untyped app state, not the Gateway:\n" + "\n".join(wrong)
+
+
+def test_the_state_check_sees_each_use() -> None:
+    source = (
+        "def f(state: Any, app_state: Any | None = None, other: Any = None): ...\n"
+        "lock = getattr(state, 'models_lock', None)\n"
+        "peers = getattr(request.app.state, 'peers', None)\n"
+        "request.app.state.image_store = store\n"
+        "registry = scope['app'].state.registry\n"
+        "status = handle.state.public\n"
+        "class M:\n    app_state: Any = None\n"
+    )
+    assert state_uses(source) == [
+        (1, "app_state: Any"),
+        (1, "state: Any"),
+        (2, "getattr(state, …)"),
+        (3, "getattr(request.app.state, …)"),
+        (3, "request.app.state"),
+        (4, "request.app.state"),
+        (5, "scope['app'].state"),
+        (8, "app_state: Any"),
+    ]

@@ -1,7 +1,7 @@
 """The OpenAI HTTP API of the gateway (language models for now).
 
 ``routes`` and ``exception_handlers`` plug into ``Starlette(...)``; handlers find
-the model registry at ``request.app.state.registry``.
+the gateway's services with ``gateway_of(request)`` (:mod:`...gateway`).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
+from mlx_gateway.supervisor.config import ServerConfig
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.pool.keep_alive import request_lifetime
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -62,21 +62,21 @@ def _invalid(value: object, param: str) -> BadRequest:
 
 
 def apply_keep_alive(
-    state: Any, handle: ModelHandle, value: float | str | None, param: str = "keep_alive"
+    server: ServerConfig, handle: ModelHandle, value: float | str | None, param: str = "keep_alive"
 ) -> float | None:
     """Parse a request's ``keep_alive`` (or ``ttl``) and record it for ``handle``'s
     model under the server's policy (see :mod:`...pool.keep_alive`)."""
     seconds = parse_keep_alive(value, param)
-    request_lifetime(handle, seconds, state.config.server)
+    request_lifetime(handle, seconds, server)
     return seconds
 
 
 def client_lifetime(
-    state: Any, handle: ModelHandle, keep_alive: float | str | None, ttl: float | None
+    server: ServerConfig, handle: ModelHandle, keep_alive: float | str | None, ttl: float | None
 ) -> None:
     """The extension fields of the OpenAI and Anthropic routes: ``keep_alive`` (as
     Ollama's) or LM Studio's ``ttl`` (seconds); ``keep_alive`` wins."""
     if keep_alive is not None:
-        apply_keep_alive(state, handle, keep_alive, "keep_alive")
+        apply_keep_alive(server, handle, keep_alive, "keep_alive")
     elif ttl is not None:
-        apply_keep_alive(state, handle, ttl, "ttl")
+        apply_keep_alive(server, handle, ttl, "ttl")

@@ -28,6 +28,8 @@ from typing import Any
 
 from starlette.types import Send
 
+from mlx_gateway.supervisor.config import ServerConfig
+
 DEFAULT_INTERVAL = 2.0
 """Seconds of silence before a keep-alive (``server.stream_keepalive``)."""
 
@@ -69,12 +71,9 @@ class KeepAlive:
     alive_every: float = 30.0
 
 
-def keepalive_for(app_state: Any, *, anthropic: bool = False) -> KeepAlive:
-    """The keep-alive of a stream served by the app whose ``state`` this is."""
-    config = getattr(app_state, "config", None)
-    server = getattr(config, "server", None)
-    interval = getattr(server, "stream_keepalive", DEFAULT_INTERVAL)
-    return KeepAlive(interval, ping_event if anthropic else comment_event)
+def keepalive_for(server: ServerConfig, *, anthropic: bool = False) -> KeepAlive:
+    """The keep-alive of a stream served under ``server``'s settings."""
+    return KeepAlive(server.stream_keepalive, ping_event if anthropic else comment_event)
 
 
 def _body(chunk: bytes) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +174,20 @@ def build(
             "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
         }
     return document
+
+
+class DocumentCache:
+    """The last document built, kept with the key it was built for (the served
+    names and the keys): :meth:`get` builds again only when the key changed."""
+
+    def __init__(self) -> None:
+        self._key: object = None
+        self._document: dict[str, Any] | None = None
+
+    def get(self, key: object, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if self._document is None or self._key != key:
+            self._key, self._document = key, make()
+        return self._document
 
 
 def _restrict_model(components: dict[str, Any], names: list[str]) -> None:

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from mlx_gateway.supervisor import recorder
 from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.app_limits import limits_of
 from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
@@ -43,7 +44,7 @@ async def call(request: Request, tool: ToolDef, arguments: dict[str, Any] | None
     try:
         with scoped(caller.models):
             args = decode(arguments, tool.args)
-            registry = request.app.state.registry
+            registry = gateway_of(request).registry
             name = getattr(args, "model", None)
             model = (
                 model_for(tool, name, registry.visible(), registry) if tool.serves or name else ""

@@ -24,6 +24,7 @@ from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.caller import Caller
 from mlx_gateway.supervisor.mcp_server.args import input_schema
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.pool.registry import Registry
 
 Run = Callable[[Request, Any, str], Awaitable[list[ContentBlock]]]
 """A tool's work: the request, its decoded arguments and the model's name (empty
@@ -64,7 +65,7 @@ def may_manage(caller: Caller, server: ServerConfig) -> bool:
 
 
 def offered(
-    tools: Sequence[ToolDef], caller: Caller, server: ServerConfig, handles: list[ModelHandle]
+    tools: Sequence[ToolDef], caller: Caller, server: ServerConfig, handles: Sequence[ModelHandle]
 ) -> list[ToolDef]:
     """The tools ``caller`` has, given the models in its scope (``handles``)."""
     found = []
@@ -79,7 +80,7 @@ def offered(
     return found
 
 
-def schema_of(tool: ToolDef, handles: list[ModelHandle]) -> dict[str, Any]:
+def schema_of(tool: ToolDef, handles: Sequence[ModelHandle]) -> dict[str, Any]:
     """The tool's ``inputSchema``, its ``model`` naming the models it runs on."""
     models = tool.models(handles)
     if tool.preferred is not None and (first := [h for h in models if tool.preferred(h)]):
@@ -87,7 +88,9 @@ def schema_of(tool: ToolDef, handles: list[ModelHandle]) -> dict[str, Any]:
     return input_schema(tool.args, [h.name for h in models])
 
 
-def model_for(tool: ToolDef, name: str | None, handles: list[ModelHandle], registry: Any) -> str:
+def model_for(
+    tool: ToolDef, name: str | None, handles: Sequence[ModelHandle], registry: Registry
+) -> str:
     """The model a call of ``tool`` runs on: ``name`` (checked to serve it; a route
     is left to the tool's serve), else the only one in scope that serves it."""
     models = tool.models(handles)

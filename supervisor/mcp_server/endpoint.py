@@ -11,7 +11,7 @@ caller's app (:mod:`.catalog`); ``tools/call`` runs one (:mod:`.calls`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -30,6 +30,7 @@ from mcp_types import (
 from starlette.requests import Request
 from starlette.routing import Route
 
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.mcp_server.calls import call
 from mlx_gateway.supervisor.mcp_server.catalog import ToolDef, offered, schema_of
@@ -54,9 +55,9 @@ def _request(ctx: Any) -> Request:
     return request
 
 
-def _scope_tools(request: Request) -> tuple[list[ToolDef], list[ModelHandle]]:
+def _scope_tools(request: Request) -> tuple[list[ToolDef], Sequence[ModelHandle]]:
     """The caller's tools and the models in its scope."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     caller = caller_of(request.scope)
     with scoped(caller.models):
         handles = registry.visible()

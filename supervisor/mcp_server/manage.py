@@ -11,6 +11,7 @@ from mcp_types import ContentBlock, TextContent
 from starlette.requests import Request
 
 from mlx_gateway.supervisor.api.models.routes import model_object
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.mcp_server.args import ModelArgs, NoArgs, UnloadArgs
 
 
@@ -19,13 +20,13 @@ def _text(value: Any) -> list[ContentBlock]:
 
 
 async def list_models(request: Request, args: NoArgs, model: str) -> list[ContentBlock]:
-    return _text([model_object(handle) for handle in request.app.state.registry.visible()])
+    return _text([model_object(handle) for handle in gateway_of(request).registry.visible()])
 
 
 async def load_model(request: Request, args: ModelArgs, model: str) -> list[ContentBlock]:
-    return _text(model_object(await request.app.state.registry.load(model)))
+    return _text(model_object(await gateway_of(request).registry.load(model)))
 
 
 async def unload_model(request: Request, args: UnloadArgs, model: str) -> list[ContentBlock]:
-    handle = await request.app.state.registry.unload(model, force=args.force)
+    handle = await gateway_of(request).registry.unload(model, force=args.force)
     return _text(model_object(handle))

@@ -29,6 +29,7 @@ from mlx_gateway.supervisor.engine.url_reader import (
     read_url,
 )
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.mcp_server.args import EditArgs, ImageArgs, SpeakArgs, TranscribeArgs
 
 AUDIO_FETCH_TIMEOUT = 30.0
@@ -74,7 +75,7 @@ async def transcribe(request: Request, args: TranscribeArgs, model: str) -> list
         audio = decode_file(args.audio, rules, "audio")
     else:
         assert args.url is not None
-        server = request.app.state.registry.config.server
+        server = gateway_of(request).registry.config.server
         fetched = replace(
             rules, timeout=AUDIO_FETCH_TIMEOUT, allow_private=server.allow_private_image_urls
         )
@@ -87,7 +88,7 @@ async def transcribe(request: Request, args: TranscribeArgs, model: str) -> list
 
 def _upload_limit(request: Request, model: str) -> float:
     """The model's ``max_upload_mb`` (the largest any model takes for a route)."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     found = registry.lookup(model)
     if found is not None:
         return settings_as(found.handle.config, WhisperConfig).max_upload_mb

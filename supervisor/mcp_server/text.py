@@ -15,6 +15,7 @@ from mlx_gateway.supervisor.api.rerank.schemas import RerankRequest
 from mlx_gateway.supervisor.engine.ask import Ask, TextModel
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.turns import TextDelta, Turn
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.mcp_server.args import AskArgs, EmbedArgs, RerankArgs
 from mlx_gateway.supervisor.reply.embed import (
@@ -71,13 +72,13 @@ async def ask(request: Request, args: AskArgs, model: str) -> list[ContentBlock]
     fields = SamplingFields(model=model, max_tokens=args.max_tokens)
     turn = Ask(model=model, endpoint=ASK, sampling=fields, messages=messages, id_prefix="mcp-")
     turn.priority = priority_of(request)
-    state = request.app.state
+    gateway = gateway_of(request)
     caller = caller_of(request.scope)
 
     async def attempt(lm: TextModel, i: int) -> Turn:
-        return await open_turn(state, lm, turn, caller)
+        return await open_turn(gateway.mcp, lm, turn, caller)
 
-    _, running = await first_started(choose(state, turn), lambda m: m.name, attempt)
+    _, running = await first_started(choose(gateway.registry, turn), lambda m: m.name, attempt)
     try:
         text = "".join([e.text async for e in running.choice(0) if isinstance(e, TextDelta)])
     finally:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import httpx
 from starlette.requests import ClientDisconnect
@@ -50,6 +50,44 @@ ErrorRenderer = Callable[[str, GatewayError], Response]
 """The error response for a path (Anthropic-shaped on ``/v1/messages``)."""
 
 
+class LocalModel(Protocol):
+    """A model this gateway serves, as a replica: its load."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def inflight(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+
+
+class LocalModels(Protocol):
+    """This gateway's models (its registry): a name's model, or its route."""
+
+    def resolve(self, name: str) -> LocalModel: ...
+    def route(self, name: str) -> object | None: ...
+
+
+class StoredResponses(Protocol):
+    def get(self, key: str) -> object | None: ...
+
+
+class Here(Protocol):
+    """What the middleware reads of this gateway (its services: the app's
+    :class:`~...gateway.Gateway`)."""
+
+    @property
+    def peers(self) -> PeerDirectory: ...
+    @property
+    def registry(self) -> LocalModels: ...
+    @property
+    def responses(self) -> StoredResponses: ...
+
+
+HereOf = Callable[[Scope], Here]
+"""This gateway's services, for a request's scope."""
+
+
 @dataclass
 class _Local:
     """This gateway as a replica."""
@@ -59,26 +97,27 @@ class _Local:
 
 
 class PeerMiddleware:
-    def __init__(self, app: ASGIApp, *, render_error: ErrorRenderer) -> None:
+    def __init__(self, app: ASGIApp, *, render_error: ErrorRenderer, here: HereOf) -> None:
         self.app = app
         self.render_error = render_error
+        self.here = here
         self._local_inflight: Counter[str] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or _came_from_peer(scope):
             await self.app(scope, receive, send)
             return
-        state = scope["app"].state
-        directory: PeerDirectory | None = getattr(state, "peers", None)
+        here = self.here(scope)
+        directory = here.peers
         method, path = scope["method"], scope["path"]
-        if directory is None or not directory.peers:
+        if not directory.peers:
             await self.app(scope, receive, send)
         elif method == "POST" and (
             (path.startswith("/v1/") and not path.startswith("/v1/models")) or path in MODEL_PATHS
         ):
-            await self._by_model(scope, receive, send, directory, state.registry)
+            await self._by_model(scope, receive, send, here)
         elif method == "POST" and (name := _admin_target(path)) is not None:
-            await self._admin_action(scope, receive, send, directory, state.registry, name)
+            await self._admin_action(scope, receive, send, here, name)
         elif (method in ("GET", "DELETE") and path.startswith("/v1/responses/")) or (
             method == "GET" and path.startswith("/v1/images/files/")
         ):
@@ -88,9 +127,8 @@ class PeerMiddleware:
 
     # ----------------------------------------------------------- by model
 
-    async def _by_model(
-        self, scope: Scope, receive: Receive, send: Send, directory: PeerDirectory, registry: Any
-    ) -> None:
+    async def _by_model(self, scope: Scope, receive: Receive, send: Send, here: Here) -> None:
+        directory, registry = here.peers, here.registry
         body = await _read_body(receive)
         if body is None:
             return  # the client left while sending
@@ -125,7 +163,7 @@ class PeerMiddleware:
         replicas.sort(key=lambda r: (r.load if isinstance(r, _Local) else r.inflight, _rank(r)))
         if scope["path"] in RESPONSES_PATHS and (previous := previous_response_of(body)):
             # A conversation goes on where its stored response is.
-            owner = await _holder(directory, scope["app"].state, replicas, previous)
+            owner = await _holder(directory, here.responses, replicas, previous)
             if owner is not None:
                 replicas.remove(owner)
                 replicas.insert(0, owner)
@@ -158,14 +196,14 @@ class PeerMiddleware:
         scope: Scope,
         receive: Receive,
         send: Send,
-        directory: PeerDirectory,
-        registry: Any,
+        here: Here,
         name: str,
     ) -> None:
         """``load``/``unload``/``pin`` of a model served only at peers: at the first
         peer serving it (with that peer's key, which must be an admin key there)."""
+        directory = here.peers
         peers = directory.serving(name)
-        if _local_handle(registry, name) is not None or not peers:
+        if _local_handle(here.registry, name) is not None or not peers:
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive)
@@ -240,12 +278,15 @@ async def _at_peer(
 
 
 async def _holder(
-    directory: PeerDirectory, state: Any, replicas: list[_Local | Peer], response_id: str
+    directory: PeerDirectory,
+    store: StoredResponses,
+    replicas: list[_Local | Peer],
+    response_id: str,
 ) -> _Local | Peer | None:
-    """The replica that stores the response ``response_id`` (this gateway first, then
-    the peers, asked with ``GET /v1/responses/{id}``); ``None`` when none does."""
-    store = getattr(state, "response_store", None)
-    if store is not None and store.get(response_id) is not None:
+    """The replica that stores the response ``response_id`` (this gateway's
+    ``store`` first, then the peers, asked with ``GET /v1/responses/{id}``); ``None``
+    when none does."""
+    if store.get(response_id) is not None:
         return next((r for r in replicas if isinstance(r, _Local)), None)
     for replica in replicas:
         if isinstance(replica, Peer):
@@ -311,7 +352,7 @@ def _admin_target(path: str) -> str | None:
     return None
 
 
-def _local_handle(registry: Any, name: str | None) -> Any:
+def _local_handle(registry: LocalModels, name: str | None) -> LocalModel | None:
     if name is None:
         return None
     try:

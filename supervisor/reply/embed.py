@@ -30,6 +30,7 @@ from mlx_gateway.supervisor.engine.embeddings import (
 )
 from mlx_gateway.supervisor.engine.keep_alive import client_lifetime
 from mlx_gateway.supervisor.engine.kinds import EMBEDDING_KINDS
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.priority import priority_of
@@ -89,8 +90,9 @@ class Matrix:
 async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
     """Run ``ask`` on its model's worker (unless the client leaves first); a
     route's on the first of its models that starts (:mod:`.routed`)."""
-    state = request.app.state
-    choice = candidates(state, ask.model, EMBEDDING_KINDS, ask.endpoint, None)
+    choice = candidates(
+        gateway_of(request).registry, ask.model, EMBEDDING_KINDS, ask.endpoint, None
+    )
 
     async def attempt(handle: ModelHandle, i: int) -> Matrix:
         return await _embed_on(request, handle, ask)
@@ -100,12 +102,12 @@ async def embed_for(request: Request, ask: EmbedAsk) -> Matrix:
 
 
 async def _embed_on(request: Request, handle: ModelHandle, ask: EmbedAsk) -> Matrix:
-    state = request.app.state
+    gateway = gateway_of(request)
     check_image_inputs(handle, ask.images)
-    client_lifetime(state, handle, ask.keep_alive, ask.ttl)
+    client_lifetime(gateway.config.server, handle, ask.keep_alive, ask.ttl)
     files: list[bytes] = []
     if ask.images:
-        server = state.registry.config.server
+        server = gateway.registry.config.server
         files = await unless_disconnected(
             request, read_image_inputs(ask.images, handle.config, server)
         )

@@ -20,6 +20,7 @@ from mlx_gateway.supervisor.engine.media_policy import media_policy
 from mlx_gateway.supervisor.engine.media_table import DOCUMENT, IMAGE, find_media
 from mlx_gateway.supervisor.engine.media_walk import MediaInputs, read_media
 from mlx_gateway.supervisor.engine.vision_input import tool_images_as_notes
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -45,7 +46,7 @@ async def prepare_images(
             )
             recorder.note_left_out(left)
             found = find_media(messages)
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     vision_models: tuple[str, ...] = ()
     if found.of(DOCUMENT):
         vision_models = tuple(h.name for h in registry.visible() if serves(h, IMAGE_INPUT))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
 
 from mlx_gateway.supervisor.engine.ask import (
     Ask,
@@ -24,6 +23,7 @@ from mlx_gateway.supervisor.engine.turns import Turn, TurnRequest
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.reply.server_tools import ToolMaker
 from mlx_gateway.supervisor.reply.tool_loop import ToolLoop
+from mlx_gateway.supervisor.tools import McpServers
 
 
 @dataclass
@@ -84,7 +84,7 @@ def entry_tools(
 
 
 async def prepare(
-    state: Any,
+    mcp: McpServers,
     model: TextModel,
     ask: Ask,
     inputs: MediaInputs | None,
@@ -93,16 +93,16 @@ async def prepare(
 ) -> Opening:
     """``ask`` as a turn of ``model`` ready to start: its server tools made (listed
     from their servers), then the turn's request built and checked. Only the tools in
-    the caller's scope exist for it (:func:`entry_tools`, :class:`ToolMaker`)."""
+    the caller's scope exist for it (:func:`entry_tools`, :class:`ToolMaker`); the
+    MCP servers ``mcp`` are the config's (with its ``tools`` settings)."""
     specs = [*ask.server_tools, *entry_tools(model, ask.server_tools, caller)]
     tools: dict[str, ServerTool] = {}
     maker = None
     rounds = 8
     if specs:
-        config = state.config.tools
-        maker = ToolMaker(config, getattr(state, "mcp", None), caller)
+        maker = ToolMaker(mcp, caller)
         tools = await maker.make(specs, conversation(ask))
-        rounds = config.max_rounds
+        rounds = mcp.config.max_rounds
         if tools:
             ask = with_server_tools(ask, tools)
     turn = turn_request(model, ask, inputs)

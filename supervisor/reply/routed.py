@@ -20,6 +20,7 @@ from mlx_gateway.supervisor.engine.ask import Ask, TextModel, text_model
 from mlx_gateway.supervisor.engine.kinds import require_kind
 from mlx_gateway.supervisor.errors import GatewayError
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.pool.registry import Registry
 from mlx_gateway.supervisor.pool.routes import Route
 from mlx_gateway.supervisor.reply.opening import Opening
 
@@ -50,18 +51,17 @@ def session_of(ask: Ask) -> str | None:
 
 
 def candidates(
-    state: Any, name: str, kinds: tuple[str, ...], endpoint: str, session: str | None
+    registry: Registry, name: str, kinds: tuple[str, ...], endpoint: str, session: str | None
 ) -> Choice[ModelHandle]:
     """The handles that may answer ``name`` at ``endpoint`` (serving one of
     ``kinds``): a route's models in its strategy's order, those of another kind left
     out; a 400 (or 404) as for a model when none can."""
-    registry = state.registry
     route = registry.route(name)
     if route is None:
         handle: ModelHandle = registry.resolve(name)
         require_kind(handle, kinds, endpoint)
         return Choice([handle])
-    ordered: list[ModelHandle] = route.order(session)
+    ordered: Sequence[ModelHandle] = route.order(session)
     usable = [h for h in ordered if _serves(h, kinds, endpoint)]
     if not usable:
         require_kind(ordered[0], kinds, endpoint)  # raises: worded as for a model
@@ -76,9 +76,9 @@ def _serves(handle: ModelHandle, kinds: tuple[str, ...], endpoint: str) -> bool:
     return True
 
 
-def choose(state: Any, ask: Ask) -> Choice[TextModel]:
+def choose(registry: Registry, ask: Ask) -> Choice[TextModel]:
     """The text models that may answer ``ask`` (see :func:`candidates`)."""
-    found = candidates(state, ask.model, ask.kinds, ask.endpoint, session_of(ask))
+    found = candidates(registry, ask.model, ask.kinds, ask.endpoint, session_of(ask))
     models = [text_model(h, ask.kinds, ask.endpoint) for h in found.models]
     return Choice(models, found.route, found.session)
 

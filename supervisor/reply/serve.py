@@ -60,6 +60,7 @@ from mlx_gateway.supervisor.engine.turns import (
     template_kwargs,
 )
 from mlx_gateway.supervisor.errors import GatewayError, WorkerCrashed
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller, caller_of
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.error_body import openai_error_body
@@ -73,6 +74,7 @@ from mlx_gateway.supervisor.reply.opening import Opening, prepare
 from mlx_gateway.supervisor.reply.priority import priority_of
 from mlx_gateway.supervisor.reply.routed import Routed, choose
 from mlx_gateway.supervisor.reply.streaming import relay
+from mlx_gateway.supervisor.tools import McpServers
 
 __all__ = [  # what a dialect is written against, besides the serve itself
     "CHAT_KINDS",
@@ -218,9 +220,10 @@ def resolve(request: Request, ask: Ask, *, keep_alive: bool = True) -> TextModel
     """The model ``ask`` names (a route's first, in its strategy's order), checked to
     serve its endpoint; its ``keep_alive`` (or ``ttl``) recorded unless told
     otherwise (counting tokens keeps nothing)."""
-    model = choose(request.app.state, ask).models[0]
+    gateway = gateway_of(request)
+    model = choose(gateway.registry, ask).models[0]
     if keep_alive:
-        client_lifetime(request.app.state, model.handle, ask.keep_alive, ask.ttl)
+        client_lifetime(gateway.config.server, model.handle, ask.keep_alive, ask.ttl)
     return model
 
 
@@ -236,20 +239,20 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
     """Answer ``ask`` as ``reply`` writes it: a stream, or one body. A route's
     request starts on the first of its models that starts (:mod:`.routed`)."""
     ask.priority = priority_of(request, ask.sampling.service_tier)
-    state = request.app.state
-    choice = choose(state, ask)
+    gateway = gateway_of(request)
+    choice = choose(gateway.registry, ask)
     request_id = recorder.name_request(ask.id_prefix)
     caller = caller_of(request.scope)  # the app: its tools, its server-tool call log
 
     async def open_on(model: TextModel) -> Opening:
-        client_lifetime(state, model.handle, ask.keep_alive, ask.ttl)
+        client_lifetime(gateway.config.server, model.handle, ask.keep_alive, ask.ttl)
         inputs = await read_inputs(request, model, ask)
-        return await prepare(state, model, ask, inputs, request_id, caller)
+        return await prepare(gateway.mcp, model, ask, inputs, request_id, caller)
 
     model = choice.models[0]
     if ask.prompt is None:
         parts = parts_of(ask.messages, ask.tools.functions, ask.part_labels)
-        recorder.note_cache_parts(state.prompt_history.note(model.name, parts))
+        recorder.note_cache_parts(gateway.prompt_history.note(model.name, parts))
     opening = await open_on(model)
     reply.begin(model, request_id)
     routed = Routed(choice, opening, open_on, lambda served: reply.begin(served, request_id))
@@ -265,7 +268,7 @@ async def serve(request: Request, ask: Ask, reply: Reply, *, stream: bool) -> Re
     if not reply.padded:
         body = await _unpadded(request, reply.whole(running), again)
         return routed.name_on(JSONResponse(body))
-    interval = keepalive_for(request.app.state).interval
+    interval = keepalive_for(gateway.config.server).interval
     answer = await json_answer(request, reply.whole(running), interval, again, reply.error_body)
     return routed.name_on(answer)
 
@@ -290,7 +293,7 @@ async def _stream(
         running = await starting
         return StreamingResponse(_closing(reply.events(running), running), media_type=NDJSON)
     keepalive = dataclasses.replace(
-        keepalive_for(request.app.state),
+        keepalive_for(gateway_of(request).config.server),
         event=ping_event if reply.ping else comment_event,
         alive=reply.alive,
         alive_every=API_EVENT_SECONDS,
@@ -342,10 +345,12 @@ async def warm(request: Request, ask: Ask) -> str:
     return "load"
 
 
-async def open_turn(state: Any, model: TextModel, ask: Ask, caller: Caller = ANONYMOUS) -> Turn:
+async def open_turn(
+    mcp: McpServers, model: TextModel, ask: Ask, caller: Caller = ANONYMOUS
+) -> Turn:
     """``ask`` started on ``model`` outside of an HTTP request (a Realtime session's
-    response), as the serve starts it: built, checked, with the server tools in the
-    ``caller``'s scope."""
+    response, the MCP server's ``ask``), as the serve starts it: built, checked, with
+    the server tools in the ``caller``'s scope (run on the config's servers ``mcp``)."""
     request_id = f"{ask.id_prefix}{uuid4().hex}"
-    opening = await prepare(state, model, ask, None, request_id, caller)
+    opening = await prepare(mcp, model, ask, None, request_id, caller)
     return await opening.start()

@@ -32,6 +32,7 @@ from mlx_gateway.supervisor.engine.tool_search import NAME as TOOL_SEARCH
 from mlx_gateway.supervisor.engine.tool_search import found_text, is_regex, matching, spec_function
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
+from mlx_gateway.supervisor.tools import McpServer, McpServers, McpTool
 from mlx_gateway.supervisor.tools.safety import check_url
 from mlx_gateway.supervisor.tools.web_fetch import fetch, is_listed, urls_in
 from mlx_gateway.supervisor.tools.web_search import SearchFailed, search
@@ -59,13 +60,13 @@ def _texts(messages: Sequence[dict[str, Any]]) -> list[str]:
 class ToolMaker:
     """Makes the runnable tools of one request."""
 
-    def __init__(self, config: ToolsConfig, mcp: Any, caller: Caller = ANONYMOUS) -> None:
-        self.config = config
+    def __init__(self, mcp: McpServers, caller: Caller = ANONYMOUS) -> None:
+        self.config: ToolsConfig = mcp.config
         self.mcp = mcp
         self.caller = caller
         self.key_name = caller.name
         self.listed: list[ServerToolsListed] = []
-        self.adhoc: list[Any] = []
+        self.adhoc: list[McpServer] = []
         """The servers this request named by URL: closed when it ends (:meth:`aclose`)."""
 
     async def make(
@@ -223,16 +224,16 @@ class ToolMaker:
             self.adhoc.append(server)
         else:
             reachable = self.caller.may_use(label)  # outside its scope: no such server
-            server = self.mcp.get(label) if self.mcp is not None and reachable else None
-            if server is None:
-                labels = self.mcp.labels if self.mcp is not None else []
-                mine = [name for name in labels if self.caller.may_use(name)]
+            found = self.mcp.get(label) if reachable else None
+            if found is None:
+                mine = [name for name in self.mcp.labels if self.caller.may_use(name)]
                 served = ", ".join(sorted(mine)) or "none"
                 raise BadRequest(
                     f"No MCP server labelled '{label}' in the config's tools.mcp_servers "
                     f"(labels: {served}); name one, or give its server_url.",
                     param="tools",
                 )
+            server = found
         try:
             offered = await server.list_tools()
         except BadRequest:
@@ -249,7 +250,7 @@ class ToolMaker:
         self.listed.append(ServerToolsListed(label, made))
         return made
 
-    def _mcp_tool(self, spec: ServerToolSpec, server: Any, tool: Any) -> ServerTool:
+    def _mcp_tool(self, spec: ServerToolSpec, server: McpServer, tool: McpTool) -> ServerTool:
         label = spec.name
 
         async def run(arguments: dict[str, Any]) -> ToolOutcome:

@@ -4,7 +4,7 @@ follow (:mod:`.safety`), and MCP servers.
 
 :mod:`.mcp` reaches MCP servers through the official ``mcp`` SDK (2.x): the
 config's servers by label (:class:`McpServers`, made at start and closed at
-shutdown, ``app.state.mcp``) and a request's own by URL (:meth:`McpServers.adhoc`).
+shutdown, the gateway's ``mcp``) and a request's own by URL (:meth:`McpServers.adhoc`).
 Their tools come back as :class:`McpTool`, a call's result as :class:`ToolOutput`,
 an error one when anything went wrong: a tool call never raises for what a server
 did. The SDK is imported once a server is used, not with the gateway.

@@ -2,7 +2,7 @@
 
 :class:`LiveGateway` runs the app on its own event loop in a thread, so a test can
 talk to it with any HTTP client (sync or async, the OpenAI SDK, schemathesis) and
-still read the app's state (``gateway.app.state.registry``) directly.
+still read the app's services (``gateway_of(gateway.app).registry``) directly.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig
+from mlx_gateway.supervisor.gateway import gateway_of
+from mlx_gateway.supervisor.gateway import started as gateway_started
 from mlx_gateway.supervisor.shutdown import graceful_timeout, shutdown_trigger
 
 from .fakes import fake_command, fake_config
@@ -76,7 +78,7 @@ class LiveGateway:
 
     @property
     def registry(self) -> Any:
-        return self.app.state.registry
+        return gateway_of(self.app).registry
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         """Run ``coro`` on the gateway's loop (e.g. to read or poke a handle)."""
@@ -105,7 +107,7 @@ class LiveGateway:
 
         async def started() -> None:
             # Hypercorn runs the lifespan before it accepts: wait for the registry.
-            while not hasattr(self.app.state, "registry"):
+            while gateway_started(self.app) is None:
                 await asyncio.sleep(0.01)
             self._ready.set()
 

@@ -19,12 +19,12 @@ streamed): ``null`` when it read what that message's request left in the cache, 
 
 ``cache_missed_input_tokens``: that request's prompt tokens that this one did not
 read from the cache. Each answered message is remembered by id as digests of its
-request's parts (:class:`MessageDigests`, bounded, in memory).
+request's parts (:class:`~...engine.message_digests.MessageDigests`, bounded,
+in memory).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,26 +32,12 @@ import msgspec
 
 from mlx_gateway.supervisor.api.anthropic.convert import system_text
 from mlx_gateway.supervisor.api.anthropic.schemas import MessagesRequest
+from mlx_gateway.supervisor.engine.message_digests import (
+    AnsweredMessage,
+    MessageDigests,
+    RequestDigest,
+)
 from mlx_gateway.supervisor.engine.prompt_parts import digest
-
-REMEMBERED = 4096
-"""Messages whose requests are remembered (a few hours of a busy agent's turns)."""
-
-
-@dataclass(frozen=True)
-class RequestDigest:
-    """A Messages request as digests of its parts."""
-
-    model: str
-    system: bytes
-    tools: bytes
-    messages: tuple[bytes, ...]
-
-
-@dataclass(frozen=True)
-class AnsweredMessage:
-    request: RequestDigest
-    prompt_tokens: int
 
 
 def request_digest(req: MessagesRequest) -> RequestDigest:
@@ -61,23 +47,6 @@ def request_digest(req: MessagesRequest) -> RequestDigest:
         tools=digest(msgspec.to_builtins(req.tools or [])),
         messages=tuple(digest(msgspec.to_builtins(m)) for m in req.messages),
     )
-
-
-class MessageDigests:
-    """The requests of the messages answered lately, by message id (LRU)."""
-
-    def __init__(self, size: int = REMEMBERED) -> None:
-        self.size = size
-        self._by_id: OrderedDict[str, AnsweredMessage] = OrderedDict()
-
-    def remember(self, message_id: str, request: RequestDigest, prompt_tokens: int) -> None:
-        self._by_id[message_id] = AnsweredMessage(request, prompt_tokens)
-        self._by_id.move_to_end(message_id)
-        while len(self._by_id) > self.size:
-            self._by_id.popitem(last=False)
-
-    def get(self, message_id: str) -> AnsweredMessage | None:
-        return self._by_id.get(message_id)
 
 
 def miss_reason(

@@ -28,6 +28,7 @@ from mlx_gateway.supervisor.api.anthropic.events import MessageBuilder
 from mlx_gateway.supervisor.api.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http import (
     JSONResponse,
     anthropic_error_body,
@@ -186,7 +187,7 @@ async def create_message(request: Request) -> Response:
     ask = messages_ask(req, "/v1/messages")
     asked = req.diagnostics
     diagnosis = Diagnosis(
-        request.app.state.message_digests,
+        gateway_of(request).message_digests,
         request_digest(req),
         asked=asked is not None,
         previous_id=asked.previous_message_id if asked is not None else None,

@@ -36,6 +36,7 @@ from mlx_gateway.supervisor.config.kinds.whisper import WhisperConfig
 from mlx_gateway.supervisor.engine.kinds import TRANSCRIPTION_KINDS, require_kind
 from mlx_gateway.supervisor.engine.transcription import Transcription
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.multipart import MIB
@@ -63,7 +64,7 @@ async def create_translation(request: Request) -> Response:
 def _upload_limit(request: Request) -> float:
     """The largest upload (MiB) any speech model accepts: the model is named inside
     the form, so the body is bounded by this before the model is known."""
-    configs = [handle.config for handle in request.app.state.registry.handles]
+    configs = [handle.config for handle in gateway_of(request).registry.handles]
     limits = [config.max_upload_mb for config in configs if isinstance(config, WhisperConfig)]
     return max(limits, default=DEFAULT_LIMIT_MB)
 
@@ -110,7 +111,7 @@ async def _serve(request: Request, task: str, form_type: type[TranslationForm]) 
 def speech_model(request: Request, name: str, endpoint: str, audio: bytes) -> ModelHandle:
     """The speech-to-text model ``name`` names, checked to serve ``endpoint`` and to
     take ``audio`` (not empty, within its ``max_upload_mb``)."""
-    handle: ModelHandle = request.app.state.registry.resolve(name)
+    handle: ModelHandle = gateway_of(request).registry.resolve(name)
     require_kind(handle, TRANSCRIPTION_KINDS, endpoint)
     config = settings_as(handle.config, WhisperConfig)
     if not audio:

@@ -38,16 +38,17 @@ from mlx_gateway.supervisor.api.images.schemas import (
     event_types,
     parse_edit_form,
 )
-from mlx_gateway.supervisor.api.images.store import ImageStore
 from mlx_gateway.supervisor.config.kinds import settings_as
 from mlx_gateway.supervisor.config.kinds.image import ImageConfig, is_edit_model
 from mlx_gateway.supervisor.config.schema import IMAGE_SIZE_MULTIPLE
 from mlx_gateway.supervisor.engine.image_jobs import ImageJob, Picture
 from mlx_gateway.supervisor.engine.kinds import IMAGE_KINDS, require_kind
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
+from mlx_gateway.supervisor.http.image_store import ImageStore
 from mlx_gateway.supervisor.http.replies import EventStream, JSONResponse, ended
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -84,7 +85,7 @@ async def create_image_edit(request: Request) -> Response:
 def image_model(request: Request, name: str, *, edit: bool) -> ModelHandle:
     """The image model ``name`` names, checked to serve generations (``edit`` false)
     or edits: a 400 naming the endpoint that serves it otherwise."""
-    handle: ModelHandle = request.app.state.registry.resolve(name)
+    handle: ModelHandle = gateway_of(request).registry.resolve(name)
     require_kind(handle, IMAGE_KINDS, EDITS if edit else GENERATIONS)
     if not edit and is_edit_model(handle.config):
         raise BadRequest(
@@ -136,20 +137,14 @@ async def get_image_file(request: Request) -> Response:
 
 
 def image_store(request: Request) -> ImageStore:
-    """The app's image store, made on first use from the server settings."""
-    state = request.app.state
-    store = getattr(state, "image_store", None)
-    if store is None:
-        server = state.registry.config.server
-        store = ImageStore(int(server.image_store_mb * MIB), server.image_url_ttl)
-        state.image_store = store
-    return store
+    """The app's image store (sized by the server settings)."""
+    return gateway_of(request).images
 
 
 def _upload_limit(request: Request) -> int:
     """The largest file any edit model accepts: the model is named inside the form,
     so the body is bounded by this before the model is known."""
-    configs = [handle.config for handle in request.app.state.registry.handles]
+    configs = [handle.config for handle in gateway_of(request).registry.handles]
     limits = [c.max_image_mb for c in configs if isinstance(c, ImageConfig) and c.edits]
     return int(max(limits, default=DEFAULT_IMAGE_MB) * MIB)
 

@@ -28,6 +28,7 @@ from mlx_gateway.supervisor.config.kinds.lm import (
 )
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.adapters import Mounted
@@ -61,7 +62,7 @@ def adapter_object(handle: ModelHandle, mounted: Mounted) -> dict[str, Any]:
 
 async def list_adapters(request: Request) -> Response:
     """Every model's adapters, optionally of one model (``?model=``)."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     wanted = request.query_params.get("model")
     handles = [registry.resolve(wanted)] if wanted else list(registry.handles)
     data = [adapter_object(h, m) for h in handles for m in h.adapters]
@@ -69,7 +70,7 @@ async def list_adapters(request: Request) -> Response:
 
 
 def _language_model(request: Request, name: str) -> ModelHandle:
-    handle: ModelHandle = request.app.state.registry.resolve(name)
+    handle: ModelHandle = gateway_of(request).registry.resolve(name)
     if not serves(handle, ADAPTERS):
         raise BadRequest(
             f"LoRA adapters are served for language models (model_type lm); "

@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.models.routes import model_object
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 
@@ -40,7 +41,7 @@ class UnloadAllOptions(msgspec.Struct):
 async def load_model(request: Request) -> Response:
     force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
     force = force or (await _options(request, LoadOptions, "force")).force
-    handle = await request.app.state.registry.load(request.path_params["model_id"], force=force)
+    handle = await gateway_of(request).registry.load(request.path_params["model_id"], force=force)
     return JSONResponse(model_object(handle))
 
 
@@ -66,7 +67,7 @@ async def _options(request: Request, type_: type[T], param: str) -> T:
 async def unload_model(request: Request) -> Response:
     force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
     force = force or (await _options(request, UnloadOptions, "force")).force
-    handle = await request.app.state.registry.unload(request.path_params["model_id"], force=force)
+    handle = await gateway_of(request).registry.unload(request.path_params["model_id"], force=force)
     return JSONResponse(model_object(handle))
 
 
@@ -74,7 +75,7 @@ async def unload_all(request: Request) -> Response:
     """``POST /unload`` (mlx-vlm's server): stop every idle ready model; busy ones
     keep running. ``{"unloaded": [names], "busy": [names]}``."""
     await _options(request, UnloadAllOptions, "body")
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     stopped = await registry.unload_idle()
     busy = [h.name for h in registry.handles if not h.idle]
     return JSONResponse({"status": "ok", "unloaded": [h.name for h in stopped], "busy": busy})
@@ -84,6 +85,6 @@ async def pin_model(request: Request) -> Response:
     """``{"pinned": true|false}`` (default true): a pinned model is never evicted for
     another one. Lasts until the gateway restarts or a reload replaces the entry."""
     options = await _options(request, PinOptions, "pinned")
-    handle = request.app.state.registry.resolve(request.path_params["model_id"])
+    handle = gateway_of(request).registry.resolve(request.path_params["model_id"])
     handle.pin(options.pinned)
     return JSONResponse(model_object(handle))

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.openapi import OpenApi, build
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
@@ -23,15 +24,15 @@ def openapi_route(declared: OpenApi) -> Callable[[Request], Awaitable[Response]]
 
     async def openapi(request: Request) -> Response:
         """The OpenAPI 3.1 description of this gateway."""
-        state = request.app.state
-        server = state.config.server
+        gateway = gateway_of(request)
+        server = gateway.config.server
         # the models this key may see (a scoped key's document names only its own)
-        names = [name for handle in state.registry.visible() for name in handle.config.names]
+        names = [name for handle in gateway.registry.visible() for name in handle.config.names]
         keys = (*server.api_keys, *server.admin_keys, *(app.key for app in server.keys))
         key = (tuple(names), keys)
-        cached = getattr(state, "openapi", None)
-        if cached is None or cached[0] != key:
-            cached = state.openapi = (key, build(server, names, request.app.routes, declared))
-        return JSONResponse(cached[1])
+        routes = request.app.routes
+        return JSONResponse(
+            gateway.openapi.get(key, lambda: build(server, names, routes, declared))
+        )
 
     return openapi

@@ -12,12 +12,13 @@ from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.models.routes import retrieve_model
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.fit import assess
 
 
 async def model_fit(request: Request) -> Response:
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     name = request.path_params["model_id"]
     try:
         handle = registry.resolve(name)

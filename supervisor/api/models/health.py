@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.models.routes import memory_summary
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.blas import find_openblas
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
@@ -28,7 +30,7 @@ async def health(request: Request) -> Response:
     ready model used last (``null`` when none is ready) and the folder of the LoRA
     adapter its latest request ran with (``null``: the base model; stacked adapters'
     folders joined with ``+``)."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     handles = registry.handles
     body: dict[str, Any] = {
         "status": "ok",
@@ -39,8 +41,8 @@ async def health(request: Request) -> Response:
     }
     if (spares := getattr(registry, "spares", None)) is not None:
         body["spares"] = spares.status()
-    directory = getattr(request.app.state, "peers", None)
-    if directory is not None and directory.peers:
+    directory = gateway_of(request).peers
+    if directory.peers:
         body["peers"] = directory.status()
     return JSONResponse(body)
 
@@ -50,7 +52,7 @@ def _gateway_blas(registry: Any) -> dict[str, Any]:
     return {"preload_openblas": preload, "openblas": find_openblas() if preload else None}
 
 
-def _loaded(handles: list[ModelHandle]) -> dict[str, Any]:
+def _loaded(handles: Sequence[ModelHandle]) -> dict[str, Any]:
     """mlx-vlm's fields: the ``model_path`` of the ready model used last (``None``
     when none is ready), and the adapter folder(s) of its latest request."""
     ready = [(h, h.status()) for h in handles]

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.supervisor.api.models.routes import memory_summary
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.metrics import CONTENT_TYPE, counter_of, gauge
 from mlx_gateway.supervisor.peers.directory import Peer
 from mlx_gateway.supervisor.pool.state import WorkerState
@@ -243,14 +244,12 @@ def render(
 
 async def metrics(request: Request) -> Response:
     """Every metric in Prometheus text format (an admin endpoint)."""
-    state = request.app.state
-    port = getattr(state, "http_port", None)
-    directory = getattr(state, "peers", None)
+    gateway = gateway_of(request)
     body = render(
-        state.metrics,
-        state.registry.handles,
-        port,
-        memory_summary(state.registry),
-        directory.peers if directory is not None else (),
+        gateway.recorder,
+        gateway.registry.handles,
+        gateway.config.server.port,
+        memory_summary(gateway.registry),
+        gateway.peers.peers,
     )
     return Response(body, media_type=CONTENT_TYPE)

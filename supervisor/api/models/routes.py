@@ -13,6 +13,7 @@ from mlx_gateway.protocol.kinds import ADAPTERS, PROGRESS
 from mlx_gateway.supervisor.engine.image_jobs import progress_of
 from mlx_gateway.supervisor.engine.kinds import serves
 from mlx_gateway.supervisor.errors import ModelNotFound
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.pool.fit import assess
 from mlx_gateway.supervisor.pool.keep_alive import client_set, expires_at
@@ -86,9 +87,7 @@ def peer_model_object(model_id: str, peers: list[Any]) -> dict[str, Any]:
 
 
 def _peer_entries(request: Request, local: set[str]) -> list[dict[str, Any]]:
-    directory = getattr(request.app.state, "peers", None)
-    if directory is None:
-        return []
+    directory = gateway_of(request).peers
     entries: list[dict[str, Any]] = []
     seen: set[str] = set()
     for peer in directory.peers:
@@ -103,8 +102,8 @@ def _peer_entries(request: Request, local: set[str]) -> list[dict[str, Any]]:
 
 def _with_peers(request: Request, entry: dict[str, Any]) -> dict[str, Any]:
     """A local model also served by peers lists them in ``peers``."""
-    directory = getattr(request.app.state, "peers", None)
-    if directory is not None and not request.headers.get("x-mlx-gateway-via"):
+    directory = gateway_of(request).peers
+    if not request.headers.get("x-mlx-gateway-via"):
         also = [p.name for p in directory.serving(entry["id"])]
         if also:
             entry["peers"] = also
@@ -131,7 +130,7 @@ async def list_models(request: Request) -> Response:
     """Every served model, in configuration order, the routes, then the models of peer gateways
     (not listed to a peer's own health check, so two gateways peering each other
     list only their own models to each other), and the memory budget."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     handles = registry.visible()
     data = [_with_peers(request, _with_fit(registry, h, model_object(h))) for h in handles]
     data += [route_object(route) for route in registry.visible_routes()]
@@ -147,14 +146,14 @@ async def retrieve_model(request: Request) -> Response:
     """One model by served name or alias (here, else at a peer that is up); 404
     listing the served names otherwise."""
     name = request.path_params["model_id"]
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     if (route := registry.route(name)) is not None:
         return JSONResponse(route_object(route))
     try:
         handle = registry.resolve(name)
     except ModelNotFound:
-        directory = getattr(request.app.state, "peers", None)
-        peers = directory.serving(name) if directory is not None and allows_name(name) else []
+        directory = gateway_of(request).peers
+        peers = directory.serving(name) if allows_name(name) else []
         if not peers:
             raise
         model_id = peers[0].names[name]

@@ -24,6 +24,7 @@ from mlx_gateway.supervisor.engine.model_facts import (
     idle_until,
     model_files,
 )
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 
@@ -80,7 +81,7 @@ def tag_entry(handle: ModelHandle, name: str) -> dict[str, Any]:
 async def tags(request: Request) -> Response:
     """``GET /api/tags``: every served name and alias, then every route's name,
     each as ``name:latest``."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     models = [
         tag_entry(handle, name) for handle in registry.visible() for name in handle.config.names
     ]
@@ -93,7 +94,7 @@ async def tags(request: Request) -> Response:
 async def show(request: Request) -> Response:
     """``POST /api/show``."""
     req = await read_json(request, ModelRequest)
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     route = registry.route(req.target) if req.target else None
     # A route (listed by /api/tags) shows its first model, as the tags list it.
     handle = route.members[0] if route is not None else resolve(registry, req.target)
@@ -129,7 +130,7 @@ async def ps(request: Request) -> Response:
     """``GET /api/ps``: the loaded models; ``size`` and ``size_vram`` are the
     memory its worker measured (unified memory: the same), ``expires_at`` when it
     will be unloaded if no request comes (far in the future when never)."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     models = []
     for handle in registry.visible():
         status = handle.status()

@@ -43,6 +43,7 @@ from mlx_gateway.supervisor.api.ollama.schemas import CopyRequest, ModelRequest
 from mlx_gateway.supervisor.config import GatewayConfig
 from mlx_gateway.supervisor.config.pulled import PulledModels, kind_of_snapshot, with_pulled
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http import JSONResponse, read_json
 from mlx_gateway.supervisor.pool.memory import hub_cache_dir
 from mlx_gateway.supervisor.pull import is_local
@@ -54,17 +55,13 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 def _lock(request: Request) -> asyncio.Lock:
     """One change of the served models at a time."""
-    state = request.app.state
-    lock = getattr(state, "models_lock", None)
-    if lock is None:
-        lock = state.models_lock = asyncio.Lock()
-    return lock
+    return gateway_of(request).models_lock
 
 
 async def _apply(request: Request, pulled: PulledModels, models: list[Any] | None = None) -> None:
     """Write ``pulled`` and serve what it says (the registry adds, replaces or
     retires entries as a config reload does)."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     pulled.write()
     base = (
         registry.config
@@ -78,7 +75,7 @@ def _repo_of(request: Request, name: str) -> tuple[str, bool]:
     """The repo (or ``ollama:`` name) a pull fetches, and whether the name is served
     already."""
     try:
-        handle = resolve(request.app.state.registry, name)
+        handle = resolve(gateway_of(request).registry, name)
     except ModelNotFound:
         pass
     else:
@@ -173,7 +170,7 @@ async def _nothing_to_pull() -> AsyncIterator[dict[str, Any]]:
 def _configured(request: Request, pulled: PulledModels) -> list[Any]:
     """The entries of the config file (not added by a pull or a copy)."""
     out = []
-    for model in request.app.state.registry.config.models:
+    for model in gateway_of(request).registry.config.models:
         if model.source == "pulled":
             continue
         own = [a for a in model.aliases if a not in pulled.copies]
@@ -188,7 +185,7 @@ async def delete(request: Request) -> Response:
     name = req.target
     async with _lock(request):
         pulled = PulledModels.read()
-        found = request.app.state.registry.lookup(name)  # the copy's own name, any case
+        found = gateway_of(request).registry.lookup(name)  # the copy's own name, any case
         named = (name, bare(name), *((found.name,) if found is not None else ()))
         copy = next((n for n in named if n in pulled.copies), None)
         kept = _configured(request, pulled)  # before pulled changes: it names what is ours
@@ -196,7 +193,7 @@ async def delete(request: Request) -> Response:
             del pulled.copies[copy]
             await _apply(request, pulled, kept)
             return JSONResponse({})
-        handle = resolve(request.app.state.registry, name)
+        handle = resolve(gateway_of(request).registry, name)
         repo = handle.config.model_path
         if repo not in pulled.models:
             raise BadRequest(
@@ -237,7 +234,7 @@ def _delete_files(repo: str) -> None:
 async def copy(request: Request) -> Response:
     """``POST /api/copy``: ``destination`` becomes another name of ``source``."""
     req = await read_json(request, CopyRequest)
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     handle = resolve(registry, req.source)
     new = bare(req.destination)
     if not new:

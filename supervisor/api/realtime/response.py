@@ -55,6 +55,7 @@ from mlx_gateway.supervisor.reply.serve import (
     ToolCallMade,
     open_turn,
 )
+from mlx_gateway.supervisor.tools import McpServers
 
 
 @dataclass
@@ -153,7 +154,8 @@ class ResponseRun:
     lm: TextModel
     tts: ModelHandle | None
     plan: Plan
-    app_state: Any = None
+    mcp: McpServers
+    """The config's MCP servers, which the server tools in the caller's scope run on."""
     caller: Caller = ANONYMOUS
     """The session's app: the server tools in its scope run in responses."""
     id: str = field(default_factory=lambda: new_id("resp"))
@@ -253,7 +255,7 @@ class ResponseRun:
         messages = await source.messages(plan.instructions)
         self.clock.mark("transcribed")
         ask = response_ask(self.lm, plan, messages)
-        running = await open_turn(self.app_state, self.lm, ask, self.caller)
+        running = await open_turn(self.mcp, self.lm, ask, self.caller)
         buffer = SentenceBuffer()
         finish = "stop"
         try:

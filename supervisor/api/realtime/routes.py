@@ -15,6 +15,7 @@ start (an unknown model) is told why in an ``error`` event before the socket clo
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from starlette.websockets import WebSocket
 
@@ -30,6 +31,7 @@ from mlx_gateway.supervisor.engine.kinds import (
     require_kind,
 )
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError, ModelNotFound
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.serve import text_model
@@ -64,9 +66,10 @@ async def realtime(websocket: WebSocket) -> None:
 
 
 def _start(websocket: WebSocket) -> tuple[Settings, Models]:
-    registry = websocket.app.state.registry
-    handles: list[ModelHandle] = registry.visible()
-    chosen: RealtimeConfig = websocket.app.state.config.realtime
+    gateway = gateway_of(websocket)
+    registry = gateway.registry
+    handles: Sequence[ModelHandle] = registry.visible()
+    chosen: RealtimeConfig = gateway.config.realtime
     query = websocket.query_params
     intent = query.get("intent") or "conversation"
     if intent not in ("conversation", "transcription"):
@@ -105,7 +108,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         settings.kind = "transcription"
         settings.transcription = Transcription(model=name or whisper(None).name)
         whisper(settings.transcription.model)
-        return settings, Models(None, whisper, None)
+        return settings, Models(None, whisper, None, gateway.mcp, gateway.recorder)
     if not name:
         raise BadRequest(
             "Missing required parameter: 'model' (?model=<a language model>).", param="model"
@@ -113,10 +116,10 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     lm = text_model(registry.resolve(name), CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
     caller = caller_of(websocket.scope)
-    return settings, Models(lm, whisper, tts, websocket.app.state, caller)
+    return settings, Models(lm, whisper, tts, gateway.mcp, gateway.recorder, caller)
 
 
-def _unserved(model: str, handles: list[ModelHandle]) -> GatewayError:
+def _unserved(model: str, handles: Sequence[ModelHandle]) -> GatewayError:
     """An unknown transcription model: which whisper models are served, and the alias
     that would serve it."""
     found = [h.name for h in handles if kind_of(h) in TRANSCRIPTION_KINDS]

@@ -54,7 +54,9 @@ from mlx_gateway.supervisor.api.realtime.vad import SpeechPaused, SpeechResumed,
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
+from mlx_gateway.supervisor.recorder import Recorder
 from mlx_gateway.supervisor.reply.serve import TextModel
+from mlx_gateway.supervisor.tools import McpServers
 
 log = logging.getLogger("mlx_gateway.realtime")
 
@@ -67,8 +69,10 @@ class Models:
     whisper: Callable[[str | None], ModelHandle]
     """The whisper model a transcription names (``None``: the default one)."""
     tts: ModelHandle | None
-    app_state: Any = None
-    """The app's state: its tools (a model entry's ``server_tools`` run in responses)."""
+    mcp: McpServers
+    """The config's MCP servers (a model entry's ``server_tools`` run in responses)."""
+    recorder: Recorder
+    """Where each response is counted (``/metrics``, its usage row)."""
     caller: Caller = ANONYMOUS
     """The app whose key opened the session (its usage rows, its tools' scope)."""
 
@@ -394,7 +398,7 @@ class RealtimeSession:
             models.lm,
             models.tts,
             plan,
-            models.app_state,
+            models.mcp,
             models.caller,
         )
         run.clock, self._turn = self._turn, TurnClock()  # the first answer of a turn
@@ -411,11 +415,7 @@ class RealtimeSession:
 
     async def _recorded(self, run: ResponseRun) -> None:
         """Run ``run``, counted in ``/metrics`` and a usage row as a request would be."""
-        recorder = getattr(self.models.app_state, "metrics", None)
-        if recorder is None:
-            await run.run()
-            return
-        with recorder.recording("/v1/realtime", self.models.caller.name) as record:
+        with self.models.recorder.recording("/v1/realtime", self.models.caller.name) as record:
             try:
                 await run.run()
             finally:

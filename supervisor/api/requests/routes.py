@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.supervisor.errors import GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.recorder import RequestRecord
 
@@ -58,14 +59,16 @@ def _cache_miss(record: RequestRecord) -> dict[str, Any] | None:
 def _live(request: Request) -> list[RequestRecord]:
     """The running requests, these admin calls themselves left out."""
     return [
-        r for r in request.app.state.metrics.live.values() if not r.path.startswith("/v1/requests")
+        r
+        for r in gateway_of(request).recorder.live.values()
+        if not r.path.startswith("/v1/requests")
     ]
 
 
 async def list_requests(request: Request) -> Response:
     """``{"object": "list", "data": [...]}``: the requests in flight or queued,
     oldest first."""
-    states = {h.name: h.status().state for h in request.app.state.registry.handles}
+    states = {h.name: h.status().state for h in gateway_of(request).registry.handles}
     now = time.monotonic()
     records = sorted(_live(request), key=lambda r: r.started)
     return JSONResponse({"object": "list", "data": [describe(r, now, states) for r in records]})

@@ -34,6 +34,7 @@ from mlx_gateway.supervisor.engine.kinds import (
     require_kind,
 )
 from mlx_gateway.supervisor.errors import BadRequest, ModelNotFound, ModelUnavailable
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
@@ -52,7 +53,7 @@ async def rerank(request: Request) -> Response:
 async def ranking(request: Request, req: RerankRequest) -> RerankResponse:
     """The documents of ``req`` ranked by its model (unless the client leaves first)."""
     try:
-        handle = request.app.state.registry.resolve(req.model)
+        handle = gateway_of(request).registry.resolve(req.model)
     except ModelNotFound as exc:  # a bad field of this request, as rerank APIs answer it
         raise BadRequest(exc.message, param="model", code="model_not_found") from None
     require_kind(handle, RERANK_KINDS + EMBEDDING_KINDS, ENDPOINT)

@@ -18,12 +18,12 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     TextFormatJsonSchema,
     input_items,
 )
-from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.api.responses.tools import RequestTools, flat_name, request_tools
 from mlx_gateway.supervisor.engine.requests import SamplingFields
 from mlx_gateway.supervisor.engine.thinking import from_effort
 from mlx_gateway.supervisor.engine.tools import OutputSpec, ToolSpec, checked_spec
 from mlx_gateway.supervisor.errors import BadRequest
+from mlx_gateway.supervisor.http.response_store import ResponseStore
 from mlx_gateway.supervisor.reply.serve import SEPARATOR, ApprovedCall, Ask
 
 

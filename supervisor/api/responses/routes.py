@@ -26,9 +26,10 @@ from mlx_gateway.supervisor.api.responses.schemas import (
     ResponsesRequest,
     TextFormatJsonSchema,
 )
-from mlx_gateway.supervisor.api.responses.store import ResponseStore
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http import JSONResponse, read_json
+from mlx_gateway.supervisor.http.response_store import ResponseStore
 from mlx_gateway.supervisor.reply.serve import (
     ChoiceReply,
     TextModel,
@@ -46,14 +47,8 @@ class NotFound(GatewayError):
 
 
 def response_store(request: Request) -> ResponseStore:
-    """The app's store, made on first use from the server settings."""
-    state = request.app.state
-    store = getattr(state, "response_store", None)
-    if store is None:
-        server = state.config.server
-        store = ResponseStore(server.response_store_ttl, int(server.response_store_mb * 1024**2))
-        state.response_store = store
-    return store
+    """The app's store of responses (sized by the server settings)."""
+    return gateway_of(request).responses
 
 
 def _skeleton(req: ResponsesRequest, id: str, name: str, tools: list[Any]) -> dict[str, Any]:

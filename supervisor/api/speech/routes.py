@@ -35,6 +35,7 @@ from mlx_gateway.supervisor.config.kinds.tts import TtsConfig
 from mlx_gateway.supervisor.engine.kinds import SPEECH_KINDS, kind_of, require_kind
 from mlx_gateway.supervisor.engine.synthesis import Speech
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http import sse
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
@@ -59,7 +60,7 @@ async def create_speech(request: Request) -> Response:
 async def speech_for(request: Request, req: SpeechRequest) -> Speech:
     """``req`` started on its model's worker, its first audio in (unless the client
     leaves first); always ``aclose`` it."""
-    handle: ModelHandle = request.app.state.registry.resolve(req.model)
+    handle: ModelHandle = gateway_of(request).registry.resolve(req.model)
     require_kind(handle, SPEECH_KINDS, ENDPOINT)
     msg = synthesize_message(handle, req)
     return await unless_disconnected(request, Speech.start(handle, msg))
@@ -138,7 +139,7 @@ class SpeechStream(StreamingResponse):
 async def list_voices(request: Request) -> Response:
     """The voices of the tts models: ``?model=`` names one (started if needed, to ask
     its worker); without it, those of the models loaded now."""
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     name = request.query_params.get("model")
     if name:
         handle = registry.resolve(name)

@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.engine.conversation import for_template
 from mlx_gateway.supervisor.engine.kinds import TOKENIZE_KINDS, require_kind
 from mlx_gateway.supervisor.engine.requests import Message, messages_to_builtins
 from mlx_gateway.supervisor.errors import BadRequest, ModelUnavailable
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.body import read_json
 from mlx_gateway.supervisor.http.disconnect import unless_disconnected
 from mlx_gateway.supervisor.http.replies import JSONResponse
@@ -55,7 +56,7 @@ class DetokenizeRequest(Struct, kw_only=True):
 
 
 def _handle(request: Request, model: str | None, endpoint: str) -> ModelHandle:
-    registry = request.app.state.registry
+    registry = gateway_of(request).registry
     if model is None:
         names = registry.served_names()
         if len(names) != 1:

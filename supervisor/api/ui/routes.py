@@ -20,7 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from mlx_gateway.supervisor.errors import GatewayError
-from mlx_gateway.supervisor.http.log_hub import LogHub, writing
+from mlx_gateway.supervisor.gateway import gateway_of
+from mlx_gateway.supervisor.http.log_hub import writing
 from mlx_gateway.supervisor.http.replies import JSONResponse
 
 STATIC = resources.files(__package__).joinpath("static")
@@ -64,7 +65,7 @@ async def static_file(request: Request) -> Response:
 async def stats(request: Request) -> Response:
     """Each model's request and token counters since the gateway started, and the
     gateway's clock: the page turns two samples into rates."""
-    recorder = request.app.state.metrics
+    recorder = gateway_of(request).recorder
     models: dict[str, dict[str, float]] = {}
     for (model, _status), value in recorder.requests.values.items():
         models.setdefault(model, {}).setdefault("requests", 0.0)
@@ -88,9 +89,7 @@ def _event(entry: dict[str, Any]) -> bytes:
 async def logs(request: Request) -> Response:
     """The recent log lines (``?model=`` keeps one model's), then new ones as they
     come, as ``data: {json}`` SSE events; ``: keep-alive`` comments when quiet."""
-    hub: LogHub | None = getattr(request.app.state, "log_hub", None)
-    if hub is None:
-        raise NotFound("this gateway keeps no log lines (it was not started by `launch`)")
+    hub = gateway_of(request).log_hub
     model = request.query_params.get("model") or None
 
     def wanted(entry: dict[str, Any]) -> bool:

@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.http.caller import caller_of
 from mlx_gateway.supervisor.http.replies import JSONResponse
 from mlx_gateway.supervisor.usage.query import GROUPS, UsageQuery, summarize
-from mlx_gateway.supervisor.usage.store import UsageStore
 from mlx_gateway.supervisor.usage.times import DAY, parse_time
 
 DEFAULT_DAYS = 30
@@ -32,7 +32,7 @@ class UsageOff(GatewayError):
 
 
 async def get_usage(request: Request) -> Response:
-    store: UsageStore | None = getattr(request.app.state, "usage", None)
+    store = gateway_of(request).recorder.usage
     if store is None:
         raise UsageOff(
             "Usage is not recorded on this gateway: set server.usage: true in its config.",
@@ -55,7 +55,7 @@ def is_admin(request: Request) -> bool:
     """Whether the caller reads every app's usage: an admin key, or no keys at all."""
     if caller_of(request.scope).role == "admin":
         return True
-    server = request.app.state.config.server
+    server = gateway_of(request).config.server
     return not (server.api_keys or server.admin_keys or getattr(server, "keys", None))
 
 

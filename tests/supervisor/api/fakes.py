@@ -13,15 +13,18 @@ from starlette.applications import Starlette
 
 from mlx_gateway.protocol.messages import Chunk, Done, Generate, ModelFacts, Started, Usage
 from mlx_gateway.supervisor.api import exception_handlers, routes
-from mlx_gateway.supervisor.api.anthropic.diagnostics import MessageDigests
 from mlx_gateway.supervisor.config import GatewayConfig, ModelConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
-from mlx_gateway.supervisor.engine.prompt_parts import PromptHistory
 from mlx_gateway.supervisor.errors import GatewayError, ModelNotFound, WorkerCrashed
+from mlx_gateway.supervisor.gateway import Gateway, install
+from mlx_gateway.supervisor.http.log_hub import LogHub
+from mlx_gateway.supervisor.peers.directory import PeerDirectory
 from mlx_gateway.supervisor.pool.adapters import AdapterSet
 from mlx_gateway.supervisor.pool.names import Match, NameIndex
 from mlx_gateway.supervisor.pool.routes import Route, RouteTable
 from mlx_gateway.supervisor.pool.status import ModelStatus
+from mlx_gateway.supervisor.recorder import Recorder
+from mlx_gateway.supervisor.tools import McpServers
 
 
 def defaults(**values: Any) -> ModelConfig:
@@ -143,10 +146,23 @@ class FakeRegistry:
         return [h.name for h in self.handles]
 
 
-def make_app(*handles: FakeHandle) -> Starlette:
+def gateway_around(registry: Any) -> Gateway:
+    """The services of a gateway whose models are ``registry`` (a real one, or a
+    :class:`FakeRegistry`), as the lifespan of create_app builds them: no peers, the
+    config's MCP servers (none started), a log hub, empty stores."""
+    config = registry.config
+    return Gateway(
+        config, registry, Recorder(), PeerDirectory([]), McpServers(config.tools), LogHub()
+    )
+
+
+def routes_app(registry: Any) -> Starlette:
+    """The gateway's routes over ``registry``, without create_app's middleware and
+    lifespan: its services built as the lifespan builds them."""
     app = Starlette(routes=routes, exception_handlers=exception_handlers)
-    app.state.registry = FakeRegistry(*handles)
-    # what create_app gives every app beside its registry
-    app.state.prompt_history = PromptHistory()
-    app.state.message_digests = MessageDigests()
+    install(app, gateway_around(registry))
     return app
+
+
+def make_app(*handles: FakeHandle) -> Starlette:
+    return routes_app(FakeRegistry(*handles))

@@ -11,6 +11,7 @@ import pytest
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.gateway import gateway_of
 
 from ..fakes import fake_command, fake_config
 
@@ -50,7 +51,7 @@ async def test_unload_refuses_a_busy_model_unless_forced(
 ) -> None:
     app, client = http
     busy = asyncio.create_task(client.post("/v1/chat/completions", json=chat("hang")))
-    handle = app.state.registry.resolve(M)
+    handle = gateway_of(app).registry.resolve(M)
     while handle.inflight == 0:
         await asyncio.sleep(0.05)
     r = await client.post(f"/v1/models/{M}/unload")

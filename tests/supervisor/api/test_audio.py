@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.gateway import gateway_of
 from tests.fixtures.whisper import FOX_CLIPS
 
 # One gateway (and so one worker process) for the whole module.
@@ -48,7 +49,7 @@ async def app(tiny_whisper_path: Path) -> AsyncIterator[Starlette]:
 
 
 def status(app: Starlette, name: str = WHISPER) -> dict[str, Any]:
-    return app.state.registry.resolve(name).status().public()
+    return gateway_of(app).registry.resolve(name).status().public()
 
 
 # A fixed temperature: one decode per window (0 lets the random model retry six times).

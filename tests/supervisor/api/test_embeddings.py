@@ -22,6 +22,7 @@ from mlx_gateway.supervisor.api.embeddings import routes as embeddings_api
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.pool.spawn import worker_command
 
 from ..fakes import fake_command
@@ -123,7 +124,7 @@ async def test_sdk_default_base64_matches_in_process(
     np.testing.assert_allclose(vectors, reference(local, SENTENCES), atol=1e-5)
     expected_tokens = sum(len(tokens(local, s)) for s in SENTENCES)
     assert reply.usage.prompt_tokens == reply.usage.total_tokens == expected_tokens
-    assert app.state.registry.resolve(BERT).status().inflight == 0
+    assert gateway_of(app).registry.resolve(BERT).status().inflight == 0
 
     strict = await sdk.embeddings.create(model=BERT, input=SENTENCES, encoding_format="float")
     assert [d.embedding for d in strict.data] == [d.embedding for d in reply.data]
@@ -206,7 +207,7 @@ async def test_too_long_input_names_its_index(http: httpx.AsyncClient, app: Star
     # The worker is still serving.
     r = await http.post("/v1/embeddings", json={"model": BERT, "input": "ok"})
     assert r.status_code == 200
-    assert app.state.registry.resolve(BERT).status().state == "ready"
+    assert gateway_of(app).registry.resolve(BERT).status().state == "ready"
 
 
 async def test_truncate_model_cuts_long_inputs(sdk: openai.AsyncOpenAI, local: Any) -> None:
@@ -229,7 +230,7 @@ async def test_endpoints_check_the_model_kind(
         await sdk.embeddings.create(model=LM, input="x")
     assert info.value.param == "model"
     assert "/v1/chat/completions" in info.value.message
-    assert app.state.registry.resolve(LM).status().state == "unloaded"
+    assert gateway_of(app).registry.resolve(LM).status().state == "unloaded"
     with pytest.raises(openai.NotFoundError) as missing:
         await sdk.embeddings.create(model="text-embedding-3-small", input="x")
     assert BERT in missing.value.message
@@ -244,7 +245,7 @@ async def test_concurrent_requests(sdk_b64: openai.AsyncOpenAI, app: Starlette, 
         np.testing.assert_allclose(
             [d.embedding for d in reply.data], reference(local, [text, SENTENCES[0]]), atol=1e-5
         )
-    assert app.state.registry.resolve(BERT).status().inflight == 0
+    assert gateway_of(app).registry.resolve(BERT).status().inflight == 0
 
 
 async def test_model_entry_reports_the_limit(http: httpx.AsyncClient) -> None:

@@ -15,6 +15,7 @@ import pytest
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
+from mlx_gateway.supervisor.gateway import gateway_of
 
 from ..fakes import fake_command, fake_config
 from .clients import asgi_client, strict_sdk
@@ -53,7 +54,7 @@ def sdk(http: httpx.AsyncClient) -> openai.AsyncOpenAI:
 
 
 def status(app: Starlette, name: str = OK) -> dict[str, Any]:
-    return app.state.registry.resolve(name).status().public()
+    return gateway_of(app).registry.resolve(name).status().public()
 
 
 async def test_chat(sdk: openai.AsyncOpenAI, app: Starlette) -> None:

@@ -13,6 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.errors import ModelUnavailable
+from mlx_gateway.supervisor.gateway import gateway_of
 
 from .fakes import FakeHandle, FakeRegistry, defaults, make_app
 
@@ -357,7 +358,7 @@ async def test_unexpected_exception_is_an_openai_shaped_500(
         def resolve(self, name: str) -> FakeHandle:
             raise RuntimeError("secret detail")
 
-    app.state.registry = Broken()
+    gateway_of(app).registry = Broken()  # type: ignore[assignment]
     r = await http.post("/v1/chat/completions", json={"model": "a", "messages": USER})
     assert r.status_code == 500
     error = r.json()["error"]

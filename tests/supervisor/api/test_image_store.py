@@ -14,9 +14,9 @@ from mlx_gateway.supervisor.api.images.schemas import (
     check_fields,
     parse_edit_form,
 )
-from mlx_gateway.supervisor.api.images.store import ImageStore
 from mlx_gateway.supervisor.errors import BadRequest
 from mlx_gateway.supervisor.http.auth import AuthMiddleware
+from mlx_gateway.supervisor.http.image_store import ImageStore
 
 
 class Clock:

@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.gateway import gateway_of
 from tests.fixtures.tiny_flux2 import CONFIG_NAME, MODEL_CONFIG
 
 # One gateway (and so one image worker) for the whole module.
@@ -64,7 +65,7 @@ async def app(tiny_flux2_path: Path) -> AsyncIterator[Starlette]:
 
 
 def state(app: Starlette, name: str = FLUX) -> str:
-    return str(app.state.registry.resolve(name).status().state)
+    return str(gateway_of(app).registry.resolve(name).status().state)
 
 
 def decode(b64: str) -> Image.Image:
@@ -167,7 +168,7 @@ async def test_b64_pictures_decode_at_the_requested_size(
     assert pictures[0].tobytes() != pictures[1].tobytes()
     assert [item.model_extra for item in result.data] == [{"seed": 11}, {"seed": 12}]
     assert state(app) == "ready"
-    assert app.state.registry.resolve(FLUX).status().inflight == 0
+    assert gateway_of(app).registry.resolve(FLUX).status().inflight == 0
 
 
 async def test_url_format_serves_the_file_until_it_expires(

@@ -14,6 +14,7 @@ from starlette.applications import Starlette
 
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.metrics import Counter, Histogram, escape_label, format_value
 
 from ...waiting import until
@@ -99,7 +100,7 @@ async def test_metrics_after_traffic(http: httpx.AsyncClient, app: Starlette) ->
     assert 0 < ttft < duration
     assert value(got, "mlx_gateway_request_duration_seconds_bucket", model=OK, le="+Inf") == 2
     # Memory is what the worker last reported (in Ready or a heartbeat).
-    memory = app.state.registry.resolve(OK).memory
+    memory = gateway_of(app).registry.resolve(OK).memory
     if memory is not None:
         assert value(got, "mlx_gateway_model_memory_bytes", model=OK, kind="rss") == memory.rss
         assert value(got, "mlx_gateway_model_memory_bytes", model=OK, kind="mlx_active") == (
@@ -119,7 +120,7 @@ async def test_disconnect_and_crash_outcomes(http: httpx.AsyncClient, app: Starl
     # Streamed before the crash: 3 chunks of one token each.
     assert value(got, "mlx_gateway_completion_tokens_total", model=OK) == 3
 
-    handle = app.state.registry.resolve(OK)
+    handle = gateway_of(app).registry.resolve(OK)
     hanging = sum(line.startswith("hanging ") for line in worker_output(handle))
     task = asyncio.create_task(
         http.post("/v1/chat/completions", json=chat("hang here", stream=True))

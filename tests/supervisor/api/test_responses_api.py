@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from mlx_gateway.supervisor.api.responses import tools as responses_tools
 from mlx_gateway.supervisor.api.responses.convert import to_chat
 from mlx_gateway.supervisor.api.responses.schemas import input_items
-from mlx_gateway.supervisor.api.responses.store import ResponseStore
+from mlx_gateway.supervisor.http.response_store import ResponseStore
 
 from .lm_app import OK, PNG_1PX, REASONER, VISION, WEATHER_TOOL, app, hermes_call, http, sdk
 

@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config.apps import KeyConfig
 from mlx_gateway.supervisor.config.tools import McpServerConfig, ToolsConfig
+from mlx_gateway.supervisor.gateway import gateway_of
 
 from ..fakes import fake_command, fake_config
 from ..live import LiveGateway
@@ -64,7 +65,7 @@ def anthropic_for(app: Starlette, key: str) -> anthropic.AsyncAnthropic:
 
 
 async def test_a_config_mcp_server_outside_the_scope_does_not_exist(app: Starlette) -> None:
-    mcp = app.state.mcp
+    mcp = gateway_of(app).mcp
     for key in (GUEST, SEARCHER):
         with pytest.raises(openai.BadRequestError) as refused:
             await openai_for(app, key).responses.create(
@@ -123,7 +124,7 @@ async def test_an_entrys_server_tools_are_narrowed_to_the_scope(
         # No tool ran: the model's call came back to the client as text or a call.
         content = guest.choices[0].message
         assert "datetime" not in (content.content or ""), content
-    assert not app.state.mcp["time"].running
+    assert not gateway_of(app).mcp["time"].running
     narrowed = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert narrowed == [
         f"app guest on {TOOLED}: server_tools time left out (not in the app's tools)"

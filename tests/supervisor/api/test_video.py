@@ -19,6 +19,7 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.pool.spawn import worker_command
 from tests.fixtures.image_server import ImageServer
 from tests.fixtures.tiny_video import make_video
@@ -157,7 +158,7 @@ async def test_bad_and_oversized_videos_are_400s_and_the_worker_stays_up(
     http: httpx.AsyncClient, sdk: openai.AsyncOpenAI, app: Starlette, clips: Path
 ) -> None:
     await prompt_tokens(sdk, with_video(data_url(make_video(2))))
-    handle = app.state.registry.resolve(VL)
+    handle = gateway_of(app).registry.resolve(VL)
     pid = handle.pid
 
     status, error = await error_of(http, with_video(data_url(b"no video in here")))
@@ -201,7 +202,7 @@ async def test_videos_need_a_vision_model(http: httpx.AsyncClient, app: Starlett
     status, error = await error_of(http, with_video(data_url(make_video(2))), model=LM)
     assert (status, error["code"]) == (400, "videos_not_supported")
     assert error["param"] == "messages[0].content[0]" and f"'{LM}'" in error["message"]
-    assert app.state.registry.resolve(LM).status().state == "unloaded"
+    assert gateway_of(app).registry.resolve(LM).status().state == "unloaded"
 
 
 async def test_the_frames_count_before_the_turn_and_in_the_context_check(

@@ -23,6 +23,7 @@ from mlx_gateway.protocol.spec import WorkerSpec
 from mlx_gateway.supervisor.app import create_app
 from mlx_gateway.supervisor.config import GatewayConfig, ServerConfig
 from mlx_gateway.supervisor.config.kinds import model_entry
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.pool.spawn import worker_command
 from tests.fixtures.image_server import ImageServer
 
@@ -226,7 +227,7 @@ async def test_images_need_a_vision_model(http: httpx.AsyncClient, app: Starlett
     assert status == 400
     assert error["code"] == "images_not_supported"
     assert error["param"] == "messages[0].content[0]"
-    assert app.state.registry.resolve(LM).status().state == "unloaded"
+    assert gateway_of(app).registry.resolve(LM).status().state == "unloaded"
 
 
 async def test_request_shape_checks(http: httpx.AsyncClient) -> None:
@@ -288,7 +289,7 @@ async def test_input_audio_to_a_model_without_audio_is_400_naming_it(
     error = caught.value.body
     assert isinstance(error, dict)
     assert f"The model '{LM}'" in error["message"] and "does not accept audio" in error["message"]
-    assert app.state.registry.resolve(LM).status().state == "unloaded"
+    assert gateway_of(app).registry.resolve(LM).status().state == "unloaded"
 
 
 async def test_input_audio_that_is_not_base64_is_400(http: httpx.AsyncClient) -> None:

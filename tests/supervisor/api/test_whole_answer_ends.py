@@ -32,6 +32,7 @@ import ollama
 import openai
 import pytest
 
+from mlx_gateway.supervisor.gateway import gateway_of
 from tests.supervisor.fakes import fake_config
 from tests.supervisor.live import LiveGateway
 
@@ -175,7 +176,7 @@ def send(gw: LiveGateway, surface: str, mode: str, text: str) -> Callable[[], Ou
         assert not thread.is_alive(), "no answer within 60 s"
         got: Outcome = out["outcome"]
         assert not (got.error or "").startswith("raised"), got
-        requests = gw.app.state.metrics.http_requests
+        requests = gateway_of(gw.app).recorder.http_requests
         path = SURFACES[surface].path
         deadline = time.monotonic() + 5
         while not (seen := sum(v for k, v in requests.values.items() if k[0] == path)):

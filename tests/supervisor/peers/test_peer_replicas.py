@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from mlx_gateway.supervisor.config.schema import PeerConfig
+from mlx_gateway.supervisor.gateway import gateway_of
 
 from ..live import LiveGateway
 from .gateways import LONG, alpha, chat, pair, sdk, wait_until
@@ -60,7 +61,7 @@ def test_each_request_goes_to_the_least_loaded_replica() -> None:
         # 1st: here (a tie goes to this gateway); 2nd: the idle peer; 3rd: a tie again
         assert where == [None, "b", None]
         assert b.registry.resolve("alpha").status().state == "ready"  # it served the 2nd
-        assert a.app.state.peers.peers[0].inflight == 0
+        assert gateway_of(a.app).peers.peers[0].inflight == 0
         assert chat(a, "alpha", "after").headers.get("x-mlx-gateway-peer") is None
 
 
@@ -95,7 +96,7 @@ def test_a_conversation_goes_on_at_the_replica_that_stores_it() -> None:
         assert second.previous_response_id == first.id
         # Made at a: it stays at a even with b idle.
         here = sdk(a).responses.create(model="alpha", input="local turn")
-        assert b.app.state.registry.resolve("alpha").status().inflight == 0
+        assert gateway_of(b.app).registry.resolve("alpha").status().inflight == 0
         again = sdk(a).responses.with_raw_response.create(
             model="alpha", input="next", previous_response_id=here.id
         )
@@ -185,7 +186,7 @@ def test_a_peer_that_comes_back_is_used_again() -> None:
     with LiveGateway(alpha()) as b:
         peers = [PeerConfig(url=b.url, name="b")]
         with LiveGateway({"model_path": "fake/ok"}, peers=peers, peer_check_interval=0.2) as a:
-            directory = a.app.state.peers
+            directory = gateway_of(a.app).peers
             directory.mark_down(directory.peers[0], "test: pretend it went away")
             wait_until(lambda: directory.peers[0].up, 5)
             assert chat(a, "alpha", "back").headers["x-mlx-gateway-peer"] == "b"

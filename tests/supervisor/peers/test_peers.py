@@ -21,6 +21,7 @@ import pytest
 
 from mlx_gateway.supervisor.config import ConfigError, load_config
 from mlx_gateway.supervisor.config.schema import PeerConfig
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.peers.target import model_of
 
 from ..live import LiveGateway
@@ -103,8 +104,8 @@ def test_two_gateways_peering_each_other_do_not_loop() -> None:
         with LiveGateway(
             {"model_path": "fake/ok", "served_model_name": "on-b"}, peers=peers_b
         ) as b:
-            a.app.state.peers.peers[0].config.url = b.url
-            a.run(a.app.state.peers.check_all())
+            gateway_of(a.app).peers.peers[0].config.url = b.url
+            a.run(gateway_of(a.app).peers.check_all())
             for gw, other in ((a, "on-b"), (b, "on-a")):
                 ids = [m["id"] for m in httpx.get(f"{gw.url}/v1/models").json()["data"]]
                 assert sorted(ids) == sorted({"on-a", "on-b"}) and ids.count(other) == 1
@@ -228,7 +229,7 @@ def test_a_client_that_leaves_stops_the_generation_at_the_peer() -> None:
         wait_until(lambda: handle.inflight == 0, 15)
         # the peer stopped it: the whole answer would take 40 s
         assert time.monotonic() - left < 15
-        assert a.app.state.peers.peers[0].inflight == 0
+        assert gateway_of(a.app).peers.peers[0].inflight == 0
 
 
 # --------------------------------------------------------------------------- config

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from mlx_gateway.supervisor.gateway import gateway_of
+
 from ..live import LiveGateway
 
 pytestmark = pytest.mark.slow
@@ -262,7 +264,7 @@ def test_a_log_stream_whose_client_left_ends() -> None:
     import socket
 
     with LiveGateway({"model_path": M}) as gw:
-        hub = gw.app.state.log_hub
+        hub = gateway_of(gw.app).log_hub
         sock = socket.create_connection(("127.0.0.1", gw.port))
         sock.sendall(b"GET /ui/logs HTTP/1.1\r\nHost: gateway\r\n\r\n")
         assert b"200" in sock.recv(4096)

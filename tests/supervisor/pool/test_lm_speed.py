@@ -12,15 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
 from mlx_gateway.protocol.messages import Chunk, Done, Started
 from mlx_gateway.protocol.spec import WorkerSpec
-from mlx_gateway.supervisor.api import exception_handlers, routes
 from mlx_gateway.supervisor.config import ConfigError, load_config
 from mlx_gateway.supervisor.pool.blas import find_openblas, openblas_for, with_preload
 from mlx_gateway.supervisor.pool.worker_spec import spec_for
 
+from ..api.fakes import routes_app
 from ..fakes import chat, fake_config, start_with_probe
 
 HF_ID = "mlx-community/Qwen3-0.6B-4bit"
@@ -170,8 +169,7 @@ async def test_workers_start_with_openblas_preloaded(
 
 async def test_health_tells_the_blas(make_registry: Any) -> None:
     registry = await make_registry({"model_path": "fake/ok"})
-    app = Starlette(routes=routes, exception_handlers=exception_handlers)
-    app.state.registry = registry
+    app = routes_app(registry)
     transport = httpx.ASGITransport(app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
         body = (await http.get("/health")).json()

@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from mlx_gateway.supervisor.gateway import gateway_of
 from mlx_gateway.supervisor.usage.query import UsageQuery, summarize
 from mlx_gateway.supervisor.usage.rows import UsageRow
 from mlx_gateway.supervisor.usage.store import UsageStore, connect
@@ -95,7 +96,7 @@ def test_a_gateway_answers_while_its_usage_file_is_locked(tmp_path: Path) -> Non
     free, they are."""
     path = tmp_path / "usage.sqlite3"
     with LiveGateway({"model_path": "fake/ok"}, usage_path=str(path)) as gw:
-        store = gw.app.state.usage
+        store = gateway_of(gw.app).recorder.usage
         url = f"{gw.url}/v1"
         with openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=60) as sdk:
             messages = [{"role": "user", "content": "say first"}]

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from mlx_gateway.supervisor.http import TtlStore
+from mlx_gateway.supervisor.http.ttl_store import TtlStore
 
 logger = logging.getLogger(__name__)
 
