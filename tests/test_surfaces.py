@@ -15,6 +15,9 @@ TEXT_SURFACES = ("chat", "completions", "responses", "anthropic", "ollama", "rea
 """The surfaces that speak to language models: each a dialect over the one serve."""
 SURFACE_BUDGET = 14
 TEXT_SURFACES_BUDGET = 60
+GATEWAY = f"{S}.gateway"
+"""The app's services and their accessor (``gateway_of``): what every route reaches
+its registry and stores by, not a module below it (left out of the counts)."""
 
 
 def surface_imports(surface: str) -> set[str]:
@@ -34,7 +37,7 @@ def surface_imports(surface: str) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if _under(target, S) and not _under(target, own):
+            if _under(target, S) and not _under(target, own) and target != GATEWAY:
                 named.add(target)
     return named
 

@@ -86,6 +86,7 @@ __all__ = [  # what a dialect is written against, besides the serve itself
     "ChoiceReply",
     "ChoiceResult",
     "Finished",
+    "McpServers",
     "ReasoningDelta",
     "Reply",
     "ServerToolApproval",

@@ -50,12 +50,12 @@ from mlx_gateway.supervisor.pool.model_handle import ModelHandle
 from mlx_gateway.supervisor.reply.serve import (
     Ask,
     Finished,
+    McpServers,
     TextDelta,
     TextModel,
     ToolCallMade,
     open_turn,
 )
-from mlx_gateway.supervisor.tools import McpServers
 
 
 @dataclass

@@ -108,7 +108,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
         settings.kind = "transcription"
         settings.transcription = Transcription(model=name or whisper(None).name)
         whisper(settings.transcription.model)
-        return settings, Models(None, whisper, None, gateway.mcp, gateway.recorder)
+        return settings, Models(None, whisper, None, gateway)
     if not name:
         raise BadRequest(
             "Missing required parameter: 'model' (?model=<a language model>).", param="model"
@@ -116,7 +116,7 @@ def _start(websocket: WebSocket) -> tuple[Settings, Models]:
     lm = text_model(registry.resolve(name), CHAT_KINDS, ENDPOINT)
     settings.model = lm.name
     caller = caller_of(websocket.scope)
-    return settings, Models(lm, whisper, tts, gateway.mcp, gateway.recorder, caller)
+    return settings, Models(lm, whisper, tts, gateway, caller)
 
 
 def _unserved(model: str, handles: Sequence[ModelHandle]) -> GatewayError:

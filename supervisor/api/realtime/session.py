@@ -52,11 +52,10 @@ from mlx_gateway.supervisor.api.realtime.settings import Settings, Transcription
 from mlx_gateway.supervisor.api.realtime.truncate import truncate_audio
 from mlx_gateway.supervisor.api.realtime.vad import SpeechPaused, SpeechResumed, SpeechStarted
 from mlx_gateway.supervisor.errors import BadRequest, GatewayError
+from mlx_gateway.supervisor.gateway import Gateway
 from mlx_gateway.supervisor.http.caller import ANONYMOUS, Caller
 from mlx_gateway.supervisor.pool.model_handle import ModelHandle
-from mlx_gateway.supervisor.recorder import Recorder
 from mlx_gateway.supervisor.reply.serve import TextModel
-from mlx_gateway.supervisor.tools import McpServers
 
 log = logging.getLogger("mlx_gateway.realtime")
 
@@ -69,10 +68,9 @@ class Models:
     whisper: Callable[[str | None], ModelHandle]
     """The whisper model a transcription names (``None``: the default one)."""
     tts: ModelHandle | None
-    mcp: McpServers
-    """The config's MCP servers (a model entry's ``server_tools`` run in responses)."""
-    recorder: Recorder
-    """Where each response is counted (``/metrics``, its usage row)."""
+    gateway: Gateway
+    """The gateway's services: its MCP servers (a model entry's ``server_tools`` run in
+    responses), its recorder (each response is counted as a request)."""
     caller: Caller = ANONYMOUS
     """The app whose key opened the session (its usage rows, its tools' scope)."""
 
@@ -398,7 +396,7 @@ class RealtimeSession:
             models.lm,
             models.tts,
             plan,
-            models.mcp,
+            models.gateway.mcp,
             models.caller,
         )
         run.clock, self._turn = self._turn, TurnClock()  # the first answer of a turn
@@ -415,7 +413,8 @@ class RealtimeSession:
 
     async def _recorded(self, run: ResponseRun) -> None:
         """Run ``run``, counted in ``/metrics`` and a usage row as a request would be."""
-        with self.models.recorder.recording("/v1/realtime", self.models.caller.name) as record:
+        recorder = self.models.gateway.recorder
+        with recorder.recording("/v1/realtime", self.models.caller.name) as record:
             try:
                 await run.run()
             finally:
