@@ -95,10 +95,6 @@ class PrefillPace:
             return min(FIRST_SLICE, self.most)
         return self._sized(max(BOUND_MARGIN * self.fixed, SMALLEST_BOUND), rows, under=True)
 
-    def bound_seconds(self) -> float:
-        """What a bounded step is sized to take: the fixed cost and its margin."""
-        return self.fixed + max(BOUND_MARGIN * self.fixed, SMALLEST_BOUND)
-
     def _sized(self, budget: float, rows: int, under: bool = False) -> int:
         """Tokens per prompt whose prompt work takes ``budget`` seconds (``under``: at
         most that, the dither only below it)."""

@@ -27,7 +27,7 @@ class DutyCycle:
     """When the next batch step may start, given the ones already taken."""
 
     def __init__(self, share: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.share = min(max(share, 0.0), 1.0)
+        self.share = clamped(share)
         self._clock = clock
         self._next = 0.0
         """The clock's time before which no step may start."""
@@ -63,3 +63,8 @@ def rest_after(seconds: float, share: float) -> float:
     if share <= 0.0:
         return float("inf")
     return seconds * (1.0 - share) / share
+
+
+def clamped(share: float) -> float:
+    """``share`` within 0 and 1 (what a :class:`DutyCycle` keeps of it)."""
+    return min(max(share, 0.0), 1.0)

@@ -49,7 +49,7 @@ from mlx_gateway.workers.runtime.contract import (
     LoadError,
     RequestError,
 )
-from mlx_gateway.workers.runtime.duty_cycle import DutyCycle
+from mlx_gateway.workers.runtime.duty_cycle import DutyCycle, clamped
 from mlx_gateway.workers.runtime.extras import create_backend
 from mlx_gateway.workers.runtime.memory import measure_memory
 from mlx_gateway.workers.runtime.prefetch import Prefetch, start_prefetch
@@ -330,7 +330,7 @@ def _held(held: DutyCycle | None, pause: Pause) -> DutyCycle | None:
     is unchanged, else a new one (whose first step may run at once)."""
     if not pause.hold:
         return None
-    if held is not None and held.share == min(max(pause.duty, 0.0), 1.0):
+    if held is not None and held.share == clamped(pause.duty):
         return held
     return DutyCycle(pause.duty)
 
