@@ -99,9 +99,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="the embeddings model's max_batch_tokens: how long one of its steps is, "
         "which a paused worker finishes first (default 512)",
     )
+    parser.add_argument(
+        "--linger",
+        type=float,
+        default=0.0,
+        help="the language model's batch_slice_linger: seconds its batch prompt's slices "
+        "stay bounded after a person's answer (default 0)",
+    )
+    parser.add_argument(
+        "--cases",
+        default=",".join(KINDS),
+        help=f"the cases to run, of {','.join(KINDS)} (default all)",
+    )
     parser.add_argument("--work", type=Path, default=Path.home() / ".cache" / "mlx-gateway-bench")
     parser.add_argument("--json", type=Path, help="write the figures here too")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.cases = [case.strip() for case in args.cases.split(",") if case.strip()]
+    if unknown := [case for case in args.cases if case not in KINDS]:
+        parser.error(f"--cases: unknown {', '.join(unknown)}; choose of {', '.join(KINDS)}")
+    return args
 
 
 @dataclass
@@ -284,7 +300,7 @@ async def measure(
         lm_pass, embed_step = await bench.one_pass()
         passes = {"prefill": lm_pass, "embeddings": embed_step, "both": lm_pass + embed_step}
         phases = {"interactive alone": await bench.phase(None, True)}
-        for kind in KINDS:
+        for kind in args.cases:
             print(f"phase: {LABELS[kind]}", file=sys.stderr)
             phases[f"{kind} alone"] = await bench.phase(kind, False)
             phases[f"{kind} beside"] = await bench.phase(kind, True)
@@ -318,7 +334,8 @@ def report(
         f"mlx {info['mlx']}, mlx-lm {info['mlx-lm']}; BLAS: {info['blas']}; "
         f"load average at start {info['load_average']}",
         f"phases of {args.phase:g} s; interactive: one request every {args.every:g} s, "
-        f"{args.chat_tokens} tokens; batch prompts of about {args.long_tokens} tokens",
+        f"{args.chat_tokens} tokens; batch prompts of about {args.long_tokens} tokens; "
+        f"batch_slice_linger {args.linger:g} s",
         f"one pass alone: the language model {passes['prefill'] * ms:.0f} ms (a decode step), "
         f"the embeddings model {passes['embeddings'] * ms:.0f} ms (a full step)",
         "",
@@ -329,7 +346,7 @@ def report(
         f"| {base_tbt * ms:.0f} ms | {p95(alone.tbt) * ms:.0f} ms | 1.00 | - | - |",
     ]
     verdicts = []
-    for kind in KINDS:
+    for kind in args.cases:
         beside, solo = phases[f"{kind} beside"], phases[f"{kind} alone"]
         ttft, tbt = median(beside.ttft), median(beside.tbt)
         floor = base + passes[kind]
@@ -377,7 +394,12 @@ def main(argv: list[str] | None = None) -> None:
     lm, embed = smollm2_f32(args.work), minilm()
     prompts = long_prompts(lm, args.long_tokens)
     entries: list[dict[str, Any]] = [
-        {"served_model_name": LM_SERVED, "model_path": str(lm), "model_type": "lm"},
+        {
+            "served_model_name": LM_SERVED,
+            "model_path": str(lm),
+            "model_type": "lm",
+            "batch_slice_linger": args.linger,
+        },
         {
             "served_model_name": EMBED_SERVED,
             "model_path": str(embed),

@@ -86,6 +86,7 @@ from mlx_gateway.workers.lm.adapters import Adapters, read_adapter
 from mlx_gateway.workers.lm.chat_format import opens_thinking, template_facts
 from mlx_gateway.workers.lm.checkpoints import checkpoint_settings
 from mlx_gateway.workers.lm.detokenize import Detokenizers
+from mlx_gateway.workers.lm.fair_share import linger_option
 from mlx_gateway.workers.lm.gguf.model import gguf_model
 from mlx_gateway.workers.lm.grammar import Grammars
 from mlx_gateway.workers.lm.loading import (
@@ -241,6 +242,7 @@ class LmBackend(Backend):
             cuts=cuts,
             checkpoint_every=checkpoint_every,
             stream_interval=interval_option(spec.options),
+            linger=linger_option(spec.options),
         )
         extra = {
             "vocab_size": str(config.get("vocab_size", "")),

@@ -10,8 +10,12 @@ time (:meth:`~.prefill_pace.PrefillPace.bounded`: one pass over the weights and 
 small margin) and lets slices take at most :data:`SHARE` of the wall time
 (:class:`~..runtime.duty_cycle.DutyCycle`); in the steps between, the batch decodes
 without prefilling. Once no interactive request decodes, slices are back to their
-efficient size at once. The slice under way when a person's request arrives still
-finishes.
+efficient size at once, or after ``linger`` seconds (the model's
+``batch_slice_linger``): the slice under way when a person's request arrives still
+finishes, so a person who comes while slices are efficient waits for most of one
+(several passes), and one who comes within the linger for at most one bounded slice.
+A linger trades the batch prompt's throughput for that wait: a bounded slice reads
+about a third of its time's worth of prompt, an efficient one about three quarters.
 
 Each step's choice is recorded (:attr:`FairShare.slices`), so tests read the
 schedule that was kept.
@@ -20,12 +24,15 @@ schedule that was kept.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from mlx_gateway.workers.lm.active import LmActive
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
+from mlx_gateway.workers.runtime.contract import LoadError
 from mlx_gateway.workers.runtime.duty_cycle import DutyCycle
 
 SHARE = 1 / 3
@@ -39,13 +46,22 @@ RECORDED = 512
 @dataclasses.dataclass(slots=True)
 class Slice:
     """One step's prefill as scheduled: ``tokens`` per prompt (0: skipped, the batch
-    only decoded), whether it was ``bounded`` beside a person's answer, when it was
+    only decoded), whether it was ``bounded`` (beside a person's answer, or in the
+    linger after one), when it was
     chosen (``at``, on the share's clock) and the ``seconds`` its prompt work took."""
 
     tokens: int
     bounded: bool
     at: float
     seconds: float = 0.0
+
+
+def linger_option(options: Mapping[str, Any]) -> float:
+    """The ``batch_slice_linger`` of a worker's ``WorkerSpec.options`` (seconds)."""
+    value = options.get("batch_slice_linger", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise LoadError(f"option batch_slice_linger must be seconds ≥ 0, got {value!r}")
+    return float(value)
 
 
 def beside_a_person(running: Iterable[LmActive]) -> bool:
@@ -61,11 +77,16 @@ class FairShare:
         self,
         pace: PrefillPace,
         share: float = SHARE,
+        linger: float = 0.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.pace = pace
         self.share = share
+        self.linger = linger
+        """Seconds after a person's answer ends that slices stay bounded (at full duty)."""
         self._clock = clock
+        self._person_at = -math.inf
+        """When a step last ran beside a person's answer."""
         self.cycle: DutyCycle | None = None
         """The duty cycle kept while a person's answer decodes (``None``: none does)."""
         self.slices: deque[Slice] = deque(maxlen=RECORDED)
@@ -73,15 +94,20 @@ class FairShare:
     def slice(self, rows: int, running: Iterable[LmActive]) -> int:
         """Tokens per prompt for this step's prefill of ``rows`` prompts; 0: this step
         decodes only."""
-        if not beside_a_person(running):
-            self.cycle = None
-            size, bounded = self.pace.slice(rows), False
-        else:
+        now = self._clock()
+        if beside_a_person(running):
+            self._person_at = now
             if self.cycle is None:
                 self.cycle = DutyCycle(self.share, self._clock)
             size = self.pace.bounded(rows) if self.cycle.ready() else 0
             bounded = True
-        self.slices.append(Slice(size, bounded, self._clock()))
+        else:
+            self.cycle = None
+            if now - self._person_at < self.linger:  # the next person may come soon
+                size, bounded = self.pace.bounded(rows), True
+            else:
+                size, bounded = self.pace.slice(rows), False
+        self.slices.append(Slice(size, bounded, now))
         return size
 
     def done(self, tokens: int, seconds: float) -> None:

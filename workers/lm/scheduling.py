@@ -79,6 +79,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         cuts: bool,
         checkpoint_every: int,
         stream_interval: float,
+        linger: float = 0.0,
     ) -> None:
         super().__init__()
         self.model = model
@@ -104,7 +105,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         """Tokens between two interval checkpoints of a long prefill (see :mod:`.checkpoints`)."""
         self.pace = PrefillPace(prefill_step_size)
         """Sizes the prefill slices (see :mod:`.prefill_pace`)."""
-        self.fair = FairShare(self.pace)
+        self.fair = FairShare(self.pace, linger=linger)
         """Bounds batch slices beside a person's answer (see :mod:`.fair_share`)."""
         self._solo: LmActive | None = None
         self._out = Coalescer(self._emit_batch, stream_interval)

@@ -59,6 +59,11 @@ class LmConfig(TextModelConfig, kw_only=True, tag="lm"):
     """With ``draft_model_path``: tokens the draft proposes a round."""
     distributed: DistributedConfig | None = None
     """Shard the model over several ranks started by ``mlx.launch``."""
+    batch_slice_linger: Annotated[float, msgspec.Meta(ge=0, le=600)] = 0.0
+    """Seconds after a person's answer on this model ends during which a batch
+    prompt's prefill slices stay bounded (about one pass over the weights), so the
+    next person's first token waits for at most one such slice; 0: back to efficient
+    slices at once (a batch prompt reads fastest)."""
 
     def check(self, ctx: _Ctx, here: _KeyPath) -> None:
         super().check(ctx, here)
@@ -182,6 +187,7 @@ class LmConfig(TextModelConfig, kw_only=True, tag="lm"):
             "prompt_cache_bytes": parse_size(self.prompt_cache_bytes),
             "prompt_cache_entries": self.prompt_cache_entries,
             "stream_interval": self.stream_interval,
+            "batch_slice_linger": self.batch_slice_linger,
             **kv_options(self),
             **draft_options(self),
         }

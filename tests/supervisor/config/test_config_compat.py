@@ -107,6 +107,15 @@ def test_a_draft_model_reaches_the_worker(tmp_path: Path) -> None:
     )
 
 
+def test_a_batch_slice_linger_reaches_the_lm_worker(tmp_path: Path) -> None:
+    entry = "models:\n  - model_path: org/m\n"
+    assert load(tmp_path, entry).models[0].worker_options()["batch_slice_linger"] == 0.0
+    config = load(tmp_path, entry + "    batch_slice_linger: 2.5\n")
+    assert config.models[0].worker_options()["batch_slice_linger"] == 2.5
+    with pytest.raises(ConfigError, match=r"batch_slice_linger at .*config.yaml:3 .*>= 0"):
+        load(tmp_path, entry + "    batch_slice_linger: -1\n")
+
+
 def adapter_folder(tmp_path: Path, name: str) -> Path:
     folder = tmp_path / name
     folder.mkdir()

@@ -120,3 +120,33 @@ def test_batch_slices_are_bounded_and_spaced_while_a_person_reads(tiny_lm_path: 
         assert recorder.tokens["batch"] == expected  # the skipped slices lost nothing
     finally:
         recorder.close()
+
+
+@pytest.mark.slow
+def test_slices_stay_bounded_in_the_linger_after_an_answer(tiny_lm_path: Path) -> None:
+    recorder = Recorder(
+        tiny_lm_path,
+        solo=False,
+        prefill_step_size=MOST,
+        stream_interval=0,
+        batch_slice_linger=600.0,  # longer than the test: every later slice is in it
+    )
+    try:
+        assert recorder.backend.scheduler.fair.linger == 600.0
+        generate(recorder, "batch", LONG, 6, priority=BATCH)
+        while sum(s.tokens for s in slices(recorder)) < 600:
+            recorder.step()
+        assert not any(s.bounded for s in slices(recorder)), "nobody came yet: efficient"
+        generate(recorder, "chat", [5, 6, 7, 8, 9, 10, 11, 12], 24)
+        while not any(isinstance(r, Done) and r.request_id == "chat" for r in recorder.replies):
+            recorder.step()
+        chat_at = len(slices(recorder))
+        recorder.run()
+        after = [s for s in slices(recorder)[chat_at:] if s.tokens > 0]
+        assert after, "the batch prompt must still have been reading after the answer"
+        assert all(s.bounded and s.tokens <= BOUNDED_MOST for s in after), after
+        # nobody's answer to keep apart: no step of the linger skips its slice
+        assert all(s.tokens > 0 for s in slices(recorder)[chat_at:] if s.bounded), after
+        assert recorder.done("batch").finish_reason == "length"
+    finally:
+        recorder.close()
