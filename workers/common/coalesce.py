@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mlx_gateway.protocol.messages import Batch, Chunk
-from mlx_gateway.workers.runtime.contract import LoadError
+from mlx_gateway.workers.common.options import seconds_option
 
 DEFAULT_INTERVAL = 0.02
 """Seconds between two messages of one worker when its steps come faster (the
@@ -34,10 +34,7 @@ streamed text arrive together, below what a reader can see."""
 
 def interval_option(options: Mapping[str, Any]) -> float:
     """The ``stream_interval`` of a worker's ``WorkerSpec.options``."""
-    value = options.get("stream_interval", DEFAULT_INTERVAL)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise LoadError(f"option stream_interval must be a number of seconds ≥ 0, got {value!r}")
-    return float(value)
+    return seconds_option(options, "stream_interval", DEFAULT_INTERVAL)
 
 
 class Coalescer:

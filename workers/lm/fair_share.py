@@ -30,9 +30,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from mlx_gateway.workers.common.options import seconds_option
 from mlx_gateway.workers.lm.active import LmActive
 from mlx_gateway.workers.lm.prefill_pace import PrefillPace
-from mlx_gateway.workers.runtime.contract import LoadError
 from mlx_gateway.workers.runtime.duty_cycle import DutyCycle
 
 SHARE = 1 / 3
@@ -58,10 +58,7 @@ class Slice:
 
 def linger_option(options: Mapping[str, Any]) -> float:
     """The ``batch_slice_linger`` of a worker's ``WorkerSpec.options`` (seconds)."""
-    value = options.get("batch_slice_linger", 0.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise LoadError(f"option batch_slice_linger must be seconds ≥ 0, got {value!r}")
-    return float(value)
+    return seconds_option(options, "batch_slice_linger", 0.0)
 
 
 def beside_a_person(running: Iterable[LmActive]) -> bool:

@@ -58,7 +58,8 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
     :meth:`add`). ``eos_token_ids``: the tokenizer's own set; ``concurrency``: most
     requests running at once; ``prefill_batch_size``: most prompts prefilled in one
     step (1 for a model mlx-lm pads wrong, :mod:`.ssm_lengths`); ``stream_interval``:
-    the coalescer's (:mod:`..common.coalesce`)."""
+    the coalescer's (:mod:`..common.coalesce`); ``linger``: the model's
+    ``batch_slice_linger`` (:mod:`.fair_share`)."""
 
     def __init__(
         self,
@@ -79,7 +80,7 @@ class Scheduler(BatchRequests[LmActive, BatchGenerator]):
         cuts: bool,
         checkpoint_every: int,
         stream_interval: float,
-        linger: float = 0.0,
+        linger: float,
     ) -> None:
         super().__init__()
         self.model = model
