@@ -42,7 +42,9 @@ MODEL = "fake/ok"
 INTERVAL = 0.25
 """Keep-alive spaces this often: a whole answer has its headers out after this long."""
 HANG = 3.0
-"""``hang_timeout`` (and so the step limit): the error must come within three times this."""
+"""``hang_timeout`` (and so the step limit): the error must come within a limit for each
+stuck worker and two more (the workers' spawns and kills, slow on a busy 2-core box),
+far below what a hang would take (the SDKs wait 600 s, and then retry)."""
 SERVER = {"stream_keepalive": INTERVAL, "hang_timeout": HANG}
 PREFILL = "prefill 2.5 hello there"
 """A request that stays silent for 2.5 s (headers and spaces out), then is answered."""
@@ -205,7 +207,7 @@ CASES = [(surface, mode) for surface in SURFACES for mode in MODES]
 
 
 @pytest.mark.parametrize(("surface", "mode"), CASES)
-def test_a_stuck_step_ends_with_the_step_and_the_log_within_three_limits(
+def test_a_stuck_step_ends_with_the_step_and_the_log_within_a_limit_per_stall(
     gateway: LiveGateway, surface: str, mode: str
 ) -> None:
     """The step hangs on every worker: a whole answer is computed once more on the
@@ -215,8 +217,9 @@ def test_a_stuck_step_ends_with_the_step_and_the_log_within_three_limits(
     assert f"model '{MODEL}'" in got.error and "stuck: its step 'decode of" in got.error
     assert "step_timeout 3 s" in got.error, got.error
     assert "last log lines" in got.error and "step stuck in" in got.error, got.error
-    assert got.seconds < 3 * HANG, got.seconds
-    assert gateway.registry.resolve(MODEL).stalls == {"decode": 2 if mode == "whole" else 1}
+    stalls = 2 if mode == "whole" else 1
+    assert gateway.registry.resolve(MODEL).stalls == {"decode": stalls}
+    assert got.seconds < (stalls + 2) * HANG, got.seconds
 
 
 @pytest.mark.parametrize(("surface", "mode"), CASES)
@@ -273,12 +276,13 @@ def cancel(gw: LiveGateway) -> str:
 def test_an_admin_stop_ends_with_its_reason_at_once(
     gateway: LiveGateway, surface: str, mode: str, admin: Callable[[LiveGateway], str]
 ) -> None:
-    outcome = send(gateway, surface, mode, "prefill 6 hello there")
+    outcome = send(gateway, surface, mode, "prefill 30 hello there")
     worker_pid(gateway)
     reason = admin(gateway)
     got = outcome()
     assert got.error is not None and reason in got.error, got
-    assert got.seconds < 5, got  # at once (an unload: after shutdown_grace), not at the end
+    # At once (an unload: after shutdown_grace), not at the end 30 s after the start.
+    assert got.seconds < 15, got
 
 
 def reload(gw: LiveGateway) -> None:
