@@ -61,6 +61,7 @@ from .client import chat_body
 from .fairness_models import EMBED_SERVED, LM_SERVED, long_prompts, minilm, smollm2_f32
 from .lm_report import machine
 from .servers import launch_gateway, reexec_with_openblas, wait_model_ready
+from .slice_cost import kept
 
 QUESTION = "Name the countries of Europe and their capitals, one pair per line."
 """A question whose answer runs past ``--chat-tokens``: every answer as long."""
@@ -375,7 +376,7 @@ def report(
         # While a request runs, its steps at most 1.5 times as far apart as alone leave
         # the batch work a third of the machine (bench.slice_cost: on a CPU no pass
         # carries more of it beside the person's token); the rest of the time, all.
-        bound = 1 - busy + busy * (1 - 1 / 1.5)
+        bound = kept(busy)
         verdicts.append(
             f"{LABELS[kind]}: TTFT {ttft / floor:.2f}x the floor "
             f"({'meets' if ttft / floor <= 1.2 else 'misses'} ≤ 1.2), "

@@ -10,8 +10,8 @@ under ``--work``), in this process, with mlx-lm's own caches. With ``--context``
 tokens already in the cache it times (median of ``--reps``, after a warm-up; the
 cache is trimmed back after each pass):
 
-* a decode step of one row (``d``: what the person's answer pays per token alone);
-* a pass reading ``k`` prompt tokens in one row, for ``k`` from 1 to 256: the
+* a pass reading ``k`` tokens in one row, for ``k`` from 1 to 256: at ``k`` = 1 a
+  decode step (``d``: what the person's answer pays per token alone), above it the
   prefill slice of a batch prompt, and what the batch prompt reads per second alone
   at its best size (``alone``);
 * a pass of two rows of ``k`` tokens: what one forward that decodes the person's
@@ -54,8 +54,8 @@ SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256)
 """Prompt tokens per pass that are timed."""
 TBT = 1.5
 """The person's time between tokens may be this many decode steps (issue 53)."""
-SHARE = 1 / 3
-"""The share of the time separate slices may take for that (``1 - 1 / TBT``)."""
+SHARE = 1 - 1 / TBT
+"""The share of the time separate slices may take for that (a third)."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -110,6 +110,13 @@ class Passes:
         return statistics.median(taken)
 
 
+def kept(busy: float, share: float = SHARE) -> float:
+    """What batch work keeps of alone over a run where a person's answer is in flight
+    a share ``busy`` of the time, the batch getting ``share`` of alone meanwhile and
+    all of it otherwise."""
+    return 1 - busy + busy * share
+
+
 def best(rates: dict[int, tuple[float, int]], budget: float) -> float:
     """Batch prompt tokens per second of the best size whose pass fits ``budget``
     seconds (``rates``: size → (seconds of its pass, batch tokens it reads))."""
@@ -122,8 +129,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     model, _ = load(str(smollm2_f32(args.work)))
     passes = Passes(model, args.context, args.reps)
-    decode = passes.seconds(1, 1)
     one = {k: passes.seconds(1, k) for k in SIZES}
+    decode = one[1]
     two = {k: passes.seconds(2, k) for k in SIZES if k <= 64}
     alone = max(k / s for k, s in one.items())
     budget = TBT * decode
@@ -143,8 +150,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "alone_tokens_per_second": alone,
         "share_beside_a_person": ways,
         "kept_over_a_run": {
-            str(busy): {way: 1 - busy + busy * share for way, share in ways.items()}
-            for busy in args.busy
+            str(busy): {way: kept(busy, share) for way, share in ways.items()} for busy in args.busy
         },
     }
 
